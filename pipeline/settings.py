@@ -32,6 +32,12 @@ class Secret(str):
     def reveal(self) -> str:
         return str.__str__(self)
 
+    def __add__(self, other: object) -> str:  # "Bearer " + secret must go through reveal()
+        raise TypeError("Secret values must be revealed explicitly with .reveal()")
+
+    def __radd__(self, other: object) -> str:
+        raise TypeError("Secret values must be revealed explicitly with .reveal()")
+
 
 def _f(default: Any, env: str, doc: str, *, secret: bool = False, factory: Any = None) -> Any:
     meta = {"env": env, "doc": doc, "secret": secret}
@@ -131,7 +137,10 @@ class Settings:
     include_restricted: bool = _f(False, "CONFLUENCE_INCLUDE_RESTRICTED",
                                   "Index read-restricted pages. Exposes them to every mapped channel!")
     sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.")
-    sync_overlap_s: int = _f(600, "EVIDENT_SYNC_OVERLAP_S", "Safety overlap for incremental sync queries.")
+    sync_overlap_s: int = _f(46800, "EVIDENT_SYNC_OVERLAP_S",
+                             "Safety overlap for incremental sync queries: CQL reads our UTC bound in the site's "
+                             "zone, so this must exceed the largest western UTC offset plus clock skew "
+                             "(13 h covers every zone).")
     log_level: str = _f("INFO", "EVIDENT_LOG_LEVEL", "Logging level.")
 
     # ---- derived paths
@@ -208,7 +217,7 @@ def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
     env = f.metadata.get("env", f.name)
     try:
         if f.metadata.get("secret"):
-            return Secret(str(value))
+            return Secret(value.reveal() if isinstance(value, Secret) else str(value))
         if f.name == "channel_spaces":
             return _parse_channel_spaces(value)
         if t.startswith("tuple"):

@@ -1,0 +1,69 @@
+"""Factories for the Bolt app. Nothing is created at import time: settings and engine come in."""
+
+from __future__ import annotations
+
+import aiohttp
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.contracts import EngineLike
+from bot.handlers import EvidentBot
+from bot.ratelimit import UserRateLimiter
+from pipeline.settings import Settings
+
+
+def make_client(settings: Settings, *, base_url: str | None = None,
+                session: aiohttp.ClientSession | None = None) -> AsyncWebClient:
+    """The Web API client with retries for connection errors and for 429 (honours Retry-After).
+
+    Pass a long-lived ``session`` in servers: without one the SDK opens a new connection (and TLS
+    handshake) for every call.
+    """
+    client = AsyncWebClient(token=settings.slack_bot_token.reveal() or None, timeout=30,
+                            base_url=base_url or AsyncWebClient.BASE_URL, session=session)
+    ensure_retry_handlers(client)
+    return client
+
+
+def ensure_retry_handlers(client: AsyncWebClient) -> AsyncWebClient:
+    """Add the 429 and connection-error retry handlers to ``client`` if it lacks them."""
+    kinds = {type(h) for h in client.retry_handlers}
+    if AsyncConnectionErrorRetryHandler not in kinds:
+        client.retry_handlers.append(AsyncConnectionErrorRetryHandler())
+    if AsyncRateLimitErrorRetryHandler not in kinds:
+        client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
+    return client
+
+
+def build_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient | None = None,
+              request_verification_enabled: bool | None = None,
+              limiter: UserRateLimiter | None = None) -> EvidentBot:
+    """The bot with its Bolt app attached as ``bot.app``.
+
+    ``request_verification_enabled`` defaults to "a signing secret is configured": the HTTP transport
+    requires one (see :func:`bot.serve.check_tokens`), Socket Mode does not use it.
+    """
+    client = ensure_retry_handlers(client or make_client(settings))
+    secret = settings.slack_signing_secret.reveal()
+    verify = bool(secret) if request_verification_enabled is None else request_verification_enabled
+    app = AsyncApp(
+        name="evident",
+        client=client,
+        signing_secret=secret,
+        request_verification_enabled=verify,
+        process_before_response=False,
+    )
+    bot = EvidentBot(settings, engine, client, limiter=limiter)
+    bot.register(app)
+    return bot
+
+
+def build_app(settings: Settings, engine: EngineLike, *, client: AsyncWebClient | None = None,
+              request_verification_enabled: bool | None = None) -> AsyncApp:
+    """The Bolt app alone; use :func:`build_bot` when you also need graceful draining."""
+    return build_bot(settings, engine, client=client,
+                     request_verification_enabled=request_verification_enabled).app

@@ -1,0 +1,159 @@
+"""Block Kit rendering of answers and explanations.
+
+All foreign text is escaped (see :mod:`bot.mrkdwn`) before our own links are inserted. Long answers are
+split into several section blocks because Slack rejects a section whose text exceeds 3000 characters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bot.contracts import ExplainResultLike, TurnResultLike
+from bot.mrkdwn import bar, escape, link
+from pipeline.types import Citation
+
+SECTION_LIMIT = 3000
+MAX_BLOCKS = 50
+PLACEHOLDER = "Searching the wiki…"
+_MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
+_LINK = re.compile(r"<[^<>\n]*>")
+
+Block = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A message body: notification fallback ``text`` plus ``blocks``."""
+
+    text: str
+    blocks: list[Block]
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _truncate(text, SECTION_LIMIT)}]}
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = _safe_cut(text, limit - 1)
+    return text[:cut].rstrip() + "…"
+
+
+def _safe_cut(text: str, pos: int) -> int:
+    """Move a cut position left so it does not split a ``<...>`` link or an ``&amp;`` entity."""
+    for m in _LINK.finditer(text):
+        if m.start() < pos < m.end():
+            pos = m.start()
+            break
+        if m.start() >= pos:
+            break
+    amp = text.rfind("&", max(0, pos - 5), pos)
+    if amp != -1 and ";" not in text[amp:pos]:
+        pos = amp
+    return pos
+
+
+def split_text(text: str, limit: int = SECTION_LIMIT) -> list[str]:
+    """Split mrkdwn into chunks of at most ``limit`` chars at paragraph, line or word breaks."""
+    chunks: list[str] = []
+    rest = text
+    while len(rest) > limit:
+        window = rest[: limit + 1]
+        cut = -1
+        for sep in ("\n\n", "\n", " "):
+            cut = window.rfind(sep, 0, limit)
+            if cut > 0:
+                cut = _safe_cut(rest, cut)
+                if cut > 0:
+                    break
+        if cut <= 0:
+            cut = _safe_cut(rest, limit) or limit
+        chunks.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest.strip() or not chunks:
+        chunks.append(rest)
+    return chunks
+
+
+def link_markers(escaped_text: str, citations: Sequence[Citation]) -> str:
+    """Turn ``[n]`` (and ``[1, 2]``) markers into ``<url|[n]>`` links; unknown numbers stay text."""
+    by_number = {c.number: c for c in citations}
+
+    def one(n: int) -> str:
+        c = by_number.get(n)
+        return link(c.url, f"[{n}]") if c else f"[{n}]"
+
+    def repl(m: re.Match[str]) -> str:
+        return "".join(one(int(n)) for n in re.split(r"\s*,\s*", m.group(1)))
+
+    return _MARKER.sub(repl, escaped_text)
+
+
+def sources_line(c: Citation) -> str:
+    title = link(c.url, c.title or c.url)
+    return f"[{c.number}] {title} · {escape(c.space)}" if c.space else f"[{c.number}] {title}"
+
+
+def explain_hint(emojis: Sequence[str]) -> str:
+    names = [f":{e}:" for e in emojis if e]
+    if not names:
+        return ""
+    return "React with " + " or ".join(names) + " to see why"
+
+
+def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("explain", "mag"),
+                  asked_by: str | None = None, question: str | None = None) -> Rendered:
+    """The Block Kit message that replaces the placeholder."""
+    answer = result.answer
+    blocks: list[Block] = []
+    if asked_by and question:
+        blocks.append(_context(f"<@{asked_by}> asked: {escape(question)}"))
+    if result.is_followup and result.completed_question:
+        blocks.append(_context(f"Answering: _{escape(result.completed_question)}_"))
+    notice = getattr(result, "notice", None)  # e.g. "your message was shortened"
+    if notice:
+        blocks.append(_context(f":information_source: {escape(str(notice))}"))
+    body = link_markers(escape(answer.text.strip()), answer.citations) or "_(empty answer)_"
+    sections = [_section(chunk) for chunk in split_text(body)]
+    if answer.extractive:
+        blocks_tail = [_context(":information_source: extractive answer (no LLM configured)")]
+    else:
+        blocks_tail = []
+    if answer.citations:
+        lines = "\n".join(sources_line(c) for c in sorted(answer.citations, key=lambda c: c.number))
+        blocks_tail.append(_context("*Sources*\n" + lines))
+        hint = explain_hint(explain_emojis)
+        if hint:
+            blocks_tail.append(_context(hint))
+    room = MAX_BLOCKS - len(blocks) - len(blocks_tail)
+    if len(sections) > room:
+        sections = [*sections[: room - 1], _section("_(answer truncated)_")]
+    blocks.extend(sections)
+    blocks.extend(blocks_tail)
+    return Rendered(text=_truncate(body, SECTION_LIMIT), blocks=blocks)
+
+
+def render_explanation(result: ExplainResultLike) -> str:
+    """mrkdwn: one line per evidence cluster with a percentage bar and its linked title."""
+    clusters = sorted(result.clusters, key=lambda c: c.percent, reverse=True)
+    if not clusters:
+        text = escape(result.text.strip()) if result.text.strip() else ""
+        return text or "I couldn't attribute this answer to any particular source."
+    lines = ["*Why this answer?* How much each source contributed:"]
+    for c in clusters:
+        title = c.evidence_titles[0] if c.evidence_titles else "(untitled)"
+        url = c.urls[0] if c.urls else ""
+        label = link(url, title) if url else escape(title)
+        extra = f" (+{c.size - 1} similar)" if c.size > 1 else ""
+        lines.append(f"`{bar(c.percent)}` {c.percent:.0f}%  {label}{extra}")
+    if result.partial:
+        lines.append("_Partial explanation: some counterfactual runs failed._")
+    return _truncate("\n".join(lines), 3900)

@@ -1,0 +1,54 @@
+"""What the bot needs from the engine and its store, as structural types.
+
+The bot codes against these Protocols instead of importing ``pipeline.engine`` so that it can be tested
+with a small deterministic engine and so the dependency stays one-way (bot -> pipeline).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pipeline.types import Answer
+
+
+class TurnResultLike(Protocol):
+    turn_id: int
+    answer: Answer
+    completed_question: str
+    is_followup: bool
+    error: str | None
+
+
+class ClusterShareLike(Protocol):
+    percent: float
+    evidence_titles: list[str]
+    urls: list[str]
+    size: int
+
+
+class ExplainResultLike(Protocol):
+    turn_id: int
+    text: str
+    clusters: list[Any]  # ClusterShareLike items
+    cached: bool
+    partial: bool
+
+
+class StoreLike(Protocol):
+    async def set_turn_slack_ts(self, turn_id: int, ts: str) -> Any: ...
+    async def turn_by_slack_ts(self, conversation_key_or_channel: str, ts: str) -> dict[str, Any] | None: ...
+    async def conversation_exists(self, key: str) -> bool: ...
+    async def set_feedback(self, turn_id: int, user_id: str, value: int) -> Any: ...
+    async def remove_feedback(self, turn_id: int, user_id: str) -> Any: ...
+    async def mark_event_seen(self, event_id: str) -> bool: ...
+
+
+class EngineLike(Protocol):
+    @property
+    def store(self) -> StoreLike: ...
+
+    async def ask(self, conversation_key: str, question: str, *, user_id: str | None = None,
+                  spaces: tuple[str, ...] | None = None,
+                  history: list[tuple[str, str]] | None = None) -> TurnResultLike: ...
+
+    async def explain(self, turn_id: int) -> ExplainResultLike: ...

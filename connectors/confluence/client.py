@@ -1,0 +1,266 @@
+"""Async wrapper over atlassian-python-api's ``Confluence`` client with our own retries and error mapping.
+
+The library client is synchronous, so every call runs in a worker thread (``asyncio.to_thread``) and
+the event loop never blocks. We use the library for what it does well (auth for Cloud and Data
+Center, session, URL joining) but call the REST v1 paths explicitly through its ``get``: its method
+set differs between Cloud and Server implementations and releases (5.x routes legacy Cloud methods to
+the v2 API root and Server ``cql()`` to ``/rest/api/search``), while ``/rest/api/content/search``,
+``/rest/api/space/{key}`` and ``/rest/api/content/{id}`` exist on both Cloud (under ``/wiki``) and
+Data Center. The library's own retry loops are switched off so that retries, waits and the API-call
+count are ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from atlassian import Confluence
+
+from pipeline.errors import (
+    AuthError,
+    NotFoundError,
+    RateLimitedError,
+    RemoteError,
+    TransientError,
+    UnreachableError,
+)
+
+log = logging.getLogger(__name__)
+
+SERVICE = "confluence"
+WIKI_HINT = "Confluence Cloud site URLs end in /wiki, e.g. https://your-site.atlassian.net/wiki"
+
+
+class ConfluenceClient:
+    """GETs against Confluence's REST API with retry/backoff, counted in ``api_calls``.
+
+    Retries: 429 (and Data Center's throttling 403 that carries ``Retry-After`` or
+    ``X-RateLimit-Remaining: 0``) wait for ``Retry-After`` when given, else back off; 5xx, timeouts and
+    connection failures back off exponentially with full jitter. At most ``max_retries`` retries.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str,
+        user: str | None = None,
+        timeout_s: float = 30.0,
+        max_retries: int = 5,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        max_retry_after_s: float = 300.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.cloud = user is not None
+        common: dict[str, Any] = {
+            "timeout": max(1, round(timeout_s)),
+            "backoff_and_retry": False,
+            "retry_with_header": False,
+        }
+        if user is not None:
+            self._api = Confluence(self.url, username=user, password=token, cloud=True, **common)
+        else:
+            self._api = Confluence(self.url, token=token, cloud=False, **common)
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.max_retry_after_s = max_retry_after_s
+        self._sleep = sleep
+        self.api_calls = 0
+        self.retries = 0
+
+    # ------------------------------------------------------------------ raw GET with retries
+
+    async def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """GET ``path`` (relative to the site URL, e.g. ``rest/api/space/KEY``) and return its JSON."""
+        attempt = 0
+        while True:
+            try:
+                return await self._get_once(path, params)
+            except (RateLimitedError, TransientError, UnreachableError) as exc:
+                if isinstance(exc, UnreachableError) and exc.status is not None:
+                    raise  # a wrong base URL answers; retrying cannot help
+                if attempt >= self.max_retries:
+                    raise
+                attempt += 1
+                self.retries += 1
+                delay = self._delay(exc, attempt)
+                log.info("confluence: %s; retry %d/%d in %.2fs", exc, attempt, self.max_retries, delay)
+                await self._sleep(delay)
+
+    def _delay(self, exc: RemoteError, attempt: int) -> float:
+        if isinstance(exc, RateLimitedError) and exc.retry_after_s is not None:
+            return min(exc.retry_after_s, self.max_retry_after_s)
+        cap = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+        return random.uniform(cap / 2, cap)  # equal jitter: spreads retries of parallel syncs
+
+    async def _get_once(self, path: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        self.api_calls += 1
+        absolute = path.startswith(("http://", "https://"))
+        try:
+            resp: requests.Response = await asyncio.to_thread(
+                self._api.get, path, params=params, absolute=absolute, advanced_mode=True
+            )
+        except requests.Timeout as exc:
+            raise TransientError(f"Confluence timed out on {_short(path)}", service=SERVICE) from exc
+        except requests.ConnectionError as exc:
+            host = urlsplit(self.url).netloc or self.url
+            raise UnreachableError(f"cannot reach Confluence at {host}: {_reason(exc)}", service=SERVICE) from exc
+        except requests.RequestException as exc:
+            raise UnreachableError(f"Confluence request failed: {exc}", service=SERVICE) from exc
+        return _decode(resp, path, self.url)
+
+    # ------------------------------------------------------------------ endpoints
+
+    async def space(self, key: str) -> dict[str, Any]:
+        """The space, or ``NotFoundError`` naming the key when it is absent or invisible to the token."""
+        try:
+            return await self.get(f"rest/api/space/{key}")
+        except NotFoundError as exc:
+            raise NotFoundError(
+                f"space '{key}' not found or not visible to this token", service=SERVICE, status=404
+            ) from exc
+
+    async def search(self, cql: str, *, expand: str | None = None, limit: int = 50) -> AsyncIterator[dict[str, Any]]:
+        """Every result of a CQL content search, following ``_links.next`` (or start+limit) paging."""
+        params: dict[str, Any] = {"cql": cql, "start": 0, "limit": limit}
+        if expand:
+            params["expand"] = expand
+        path: str = "rest/api/content/search"
+        query: dict[str, Any] | None = params
+        while True:
+            data = await self.get(path, query)
+            results = data.get("results") or []
+            for item in results:
+                yield item
+            nxt = (data.get("_links") or {}).get("next")
+            if nxt:
+                path, query = self._next_path(str(nxt), data), None
+            elif "totalSize" in data and int(data.get("start", 0)) + len(results) < int(data["totalSize"]) and results:
+                params = {**params, "start": int(data.get("start", 0)) + len(results)}
+                path, query = "rest/api/content/search", params
+            else:
+                return
+
+    def _next_path(self, nxt: str, data: dict[str, Any]) -> str:
+        """Resolve ``_links.next`` against *our* site URL (``_links.base`` may be a proxy's public name)."""
+        if nxt.startswith(("http://", "https://")):
+            return nxt
+        context = str((data.get("_links") or {}).get("context") or "").rstrip("/")
+        if context and nxt.startswith(context + "/") and self.url.endswith(context):
+            nxt = nxt[len(context):]
+        return self.url + "/" + nxt.lstrip("/")
+
+    def close(self) -> None:
+        self._api.close()
+
+
+# ---------------------------------------------------------------------- response mapping
+
+
+def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]:
+    """Map an HTTP response to its JSON or to an ``pipeline.errors`` exception."""
+    status = resp.status_code
+    where = _short(path)
+    if 200 <= status < 300:
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise UnreachableError(
+                f"{base_url} answered {where} with non-JSON (is it the Confluence base URL?). {WIKI_HINT}",
+                service=SERVICE, status=status,
+            ) from exc
+        if not isinstance(data, dict):
+            raise RemoteError(f"unexpected JSON from Confluence {where}", service=SERVICE, status=status)
+        return data
+    message = _message(resp)
+    if status == 429 or (status == 403 and _throttled(resp)):
+        retry_after = _retry_after(resp.headers.get("Retry-After"))
+        raise RateLimitedError(
+            f"Confluence rate limit on {where} (HTTP {status})", service=SERVICE, status=status,
+            retry_after_s=retry_after,
+        )
+    if status == 401:
+        raise AuthError(
+            f"Confluence rejected the credentials (HTTP 401): check CONFLUENCE_USER/CONFLUENCE_TOKEN{message}",
+            service=SERVICE, status=status,
+        )
+    if status == 403:
+        raise AuthError(f"Confluence denied access to {where} (HTTP 403){message}", service=SERVICE, status=status)
+    if status == 404:
+        if not _is_json(resp):
+            raise UnreachableError(
+                f"{base_url} has no Confluence REST API (HTTP 404 on {where}). {WIKI_HINT}",
+                service=SERVICE, status=status,
+            )
+        raise NotFoundError(f"Confluence: {where} not found (HTTP 404){message}", service=SERVICE, status=status)
+    if status >= 500 or status in (408, 502, 503, 504):
+        raise TransientError(f"Confluence server error on {where} (HTTP {status})", service=SERVICE, status=status)
+    raise RemoteError(f"Confluence refused {where} (HTTP {status}){message}", service=SERVICE, status=status)
+
+
+def _throttled(resp: requests.Response) -> bool:
+    """Data Center signals rate limiting as 403 with rate-limit headers (or 429)."""
+    h = resp.headers
+    return "Retry-After" in h or h.get("X-RateLimit-Remaining", "").strip() == "0"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date); None when absent/garbled."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from datetime import UTC, datetime
+
+        when = parsedate_to_datetime(value)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_json(resp: requests.Response) -> bool:
+    if "json" in resp.headers.get("Content-Type", ""):
+        return True
+    try:
+        resp.json()
+    except ValueError:
+        return False
+    return True
+
+
+def _message(resp: requests.Response) -> str:
+    try:
+        data = resp.json()
+    except ValueError:
+        return ""
+    if isinstance(data, dict) and data.get("message"):
+        return f": {str(data['message'])[:200]}"
+    return ""
+
+
+def _short(path: str) -> str:
+    return urlsplit(path).path or path
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "nodename nor servname",
+                   "Temporary failure in name resolution", "timed out"):
+        if marker in text:
+            return marker
+    return type(exc).__name__

@@ -1,0 +1,189 @@
+"""``ConfluenceSource``: the in-scope pages of some Confluence spaces, as ``pipeline.types.Page``.
+
+Scope = space keys, optional label include/exclude lists and an optional ancestor subtree, all pushed
+into CQL. Read-restricted pages are skipped (and counted) unless ``include_restricted``: the bot shows
+answers to whole channels, so a page only some people may read must not become evidence. Restrictions
+come with the same CQL responses through ``expand`` (no extra request per page). A page also counts
+as restricted when one of its ancestors has read restrictions (Confluence inherits them); those
+ancestors are learnt from the space listing, so restricted ancestors *outside* the configured scope
+(e.g. without an included label) are not seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.confluence.client import ConfluenceClient
+from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, to_utc_iso
+from pipeline.errors import ConfigError, InputError
+from pipeline.settings import Settings
+from pipeline.types import Page
+
+
+@dataclass
+class SourceStats:
+    """What the source skipped on purpose or could not convert, for the sync report."""
+
+    skipped_restricted: set[str] = field(default_factory=set)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+class ConfluenceSource:
+    """Confluence Cloud or Data Center as a ``pipeline.protocols.SourceConnector``."""
+
+    name = "confluence"
+
+    def __init__(
+        self,
+        client: ConfluenceClient,
+        *,
+        spaces: Sequence[str],
+        labels_include: Sequence[str] = (),
+        labels_exclude: Sequence[str] = (),
+        ancestor: str | None = None,
+        include_restricted: bool = False,
+        page_limit: int = 50,
+        id_limit: int = 200,
+        overlap_s: int = 600,
+    ) -> None:
+        self.client = client
+        self.spaces = tuple(spaces)
+        self.labels_include = tuple(labels_include)
+        self.labels_exclude = tuple(labels_exclude)
+        self.ancestor = ancestor
+        self.include_restricted = include_restricted
+        self.page_limit = page_limit
+        self.id_limit = id_limit
+        self.overlap_s = overlap_s
+        self.stats = SourceStats()
+        self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **client_options: Any) -> ConfluenceSource:
+        """Build from ``CONFLUENCE_*`` settings: ``confluence_user`` set = Cloud, unset = Data Center PAT."""
+        if not settings.confluence_url:
+            raise ConfigError("CONFLUENCE_URL is not set")
+        token = settings.confluence_token.reveal() if settings.confluence_token else ""
+        if not token:
+            raise ConfigError("CONFLUENCE_TOKEN is not set (Cloud API token, or Data Center personal access token)")
+        client = ConfluenceClient(settings.confluence_url, token=token, user=settings.confluence_user or None,
+                                  **client_options)
+        return cls(
+            client,
+            spaces=settings.confluence_spaces,
+            labels_include=settings.confluence_labels_include,
+            labels_exclude=settings.confluence_labels_exclude,
+            ancestor=settings.confluence_ancestor,
+            include_restricted=settings.include_restricted,
+            overlap_s=settings.sync_overlap_s,
+        )
+
+    @property
+    def source_key(self) -> str:
+        """Checkpoint namespace: one per site, so two sites never share checkpoints."""
+        return f"confluence:{self.client.url}"
+
+    def _cql(self, space: str, *, since: str | None = None, ordered: bool = True) -> str:
+        return pages_cql(space, since=since, labels_include=self.labels_include,
+                         labels_exclude=self.labels_exclude, ancestor=self.ancestor, ordered=ordered)
+
+    async def check_space(self, space: str) -> None:
+        """Fail early with ``NotFoundError("space 'X' not found ...")`` / ``AuthError`` / ``UnreachableError``."""
+        await self.client.space(space)
+
+    async def list_space(self, space: str) -> set[str]:
+        """Ids of the in-scope pages of ``space`` that may be indexed (restricted ones left out).
+
+        Cheap: no bodies, large pages of results; restrictions and ancestor ids are expanded only when
+        restricted pages must be excluded.
+        """
+        expand = None if self.include_restricted else f"ancestors,{EXPAND_RESTRICTIONS}"
+        rows = [r async for r in self.client.search(self._cql(space, ordered=False), expand=expand,
+                                                    limit=self.id_limit)]
+        if self.include_restricted:
+            return {str(r["id"]) for r in rows}
+        own = {str(r["id"]) for r in rows if _has_read_restrictions(r)}
+        self._restricted[space] = own
+        return {str(r["id"]) for r in rows if not self._is_restricted(r, own)}
+
+    async def iter_space(self, space: str, *, since: str | None = None) -> AsyncIterator[Page]:
+        """In-scope pages of ``space`` (modified since the ``since`` CQL bound), oldest edit first."""
+        expand = EXPAND_PAGE if self.include_restricted else f"{EXPAND_PAGE},{EXPAND_RESTRICTIONS}"
+        if not self.include_restricted and space not in self._restricted:
+            await self.list_space(space)
+        own = self._restricted.get(space, set())
+        async for r in self.client.search(self._cql(space, since=since), expand=expand, limit=self.page_limit):
+            pid = str(r.get("id", ""))
+            if not self.include_restricted and self._is_restricted(r, own):
+                self.stats.skipped_restricted.add(pid)
+                continue
+            try:
+                page = to_page(r, self.client.url)
+            except InputError as exc:
+                self.stats.failed.append((pid, str(exc)))
+                continue
+            yield page
+
+    async def iter_pages(self) -> AsyncIterator[Page]:
+        """Every in-scope page of every configured space (a full read)."""
+        for space in self.spaces:
+            async for page in self.iter_space(space):
+                yield page
+
+    async def list_page_ids(self) -> set[str]:
+        out: set[str] = set()
+        for space in self.spaces:
+            out |= await self.list_space(space)
+        return out
+
+    async def locate(self, page_ids: Sequence[str], *, chunk: int = 100) -> dict[str, str]:
+        """page id -> space key for those of ``page_ids`` that are current pages visible to the token."""
+        out: dict[str, str] = {}
+        ids = [i for i in page_ids if i.isdigit()]
+        for n in range(0, len(ids), chunk):
+            part = ids[n:n + chunk]
+            cql = f"type = page and id in ({', '.join(part)})"
+            async for r in self.client.search(cql, expand="space", limit=len(part)):
+                out[str(r["id"])] = str((r.get("space") or {}).get("key", ""))
+        return out
+
+    def _is_restricted(self, r: dict[str, Any], own: set[str]) -> bool:
+        if _has_read_restrictions(r):
+            return True
+        return any(str(a.get("id")) in own for a in r.get("ancestors") or [])
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _has_read_restrictions(r: dict[str, Any]) -> bool:
+    read = (((r.get("restrictions") or {}).get("read") or {}).get("restrictions")) or {}
+    return any(((read.get(kind) or {}).get("results")) for kind in ("user", "group"))
+
+
+def to_page(r: dict[str, Any], site_url: str) -> Page:
+    """Convert one ``content`` JSON object (expanded with ``EXPAND_PAGE``) into a ``Page``."""
+    pid = str(r.get("id", ""))
+    try:
+        body = r["body"]["storage"]["value"]
+        space = r["space"]["key"]
+        version = r["version"]
+        when = version.get("when")
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"page {pid}: response lacks {exc} (body.storage/space/version not expanded?)") from exc
+    links = r.get("_links") or {}
+    webui = str(links.get("webui") or f"/pages/viewpage.action?pageId={pid}")
+    labels = tuple(str(x.get("name")) for x in ((r.get("metadata") or {}).get("labels") or {}).get("results", []))
+    return Page(
+        id=pid,
+        title=str(r.get("title", "")),
+        url=webui if webui.startswith("http") else site_url.rstrip("/") + "/" + webui.lstrip("/"),
+        space=str(space),
+        body=str(body or ""),
+        version=int(version["number"]) if version.get("number") is not None else None,
+        updated=to_utc_iso(when) if when else None,
+        ancestors=tuple(str(a.get("title", "")) for a in r.get("ancestors") or []),
+        labels=labels,
+    )

@@ -1,0 +1,3 @@
+from evident.cli import main
+
+main()

@@ -1,0 +1,25 @@
+"""Which evidence produced an answer: counterfactual attribution (RAGonite, WSDM 2025) and variants."""
+
+from pipeline.attribution.methods import METHODS, Method, attribute, cited_positions
+from pipeline.attribution.params import AttributionParams, Generate, Score, params_from_settings, parse_params
+from pipeline.attribution.render import escape_mrkdwn, is_flat, render_mrkdwn, render_text
+from pipeline.attribution.types import AttributionResult, ClusterAttribution, EvidenceRef
+
+__all__ = [
+    "METHODS",
+    "AttributionParams",
+    "AttributionResult",
+    "ClusterAttribution",
+    "EvidenceRef",
+    "Generate",
+    "Method",
+    "Score",
+    "attribute",
+    "cited_positions",
+    "escape_mrkdwn",
+    "is_flat",
+    "params_from_settings",
+    "parse_params",
+    "render_mrkdwn",
+    "render_text",
+]

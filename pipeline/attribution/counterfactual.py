@@ -1,0 +1,198 @@
+"""Counterfactual attribution (RAGonite Algorithm 1, steps 2-4) and its log-prob variant.
+
+Each group of evidence is removed in turn and the answer regenerated from what is left; the more the
+answer moves (1 − cosine of "question + answer" embeddings), the more that group caused it. All
+regenerations run concurrently; failed ones degrade the explanation instead of failing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.attribution.params import AttributionParams, Generate
+from pipeline.attribution.scoring import assemble, embed, qa_text, softmax, without
+from pipeline.attribution.types import AttributionResult
+from pipeline.errors import ConfigError, EvidentError
+from pipeline.protocols import Embedder
+from pipeline.types import Hit
+
+# Failures that degrade an explanation. Anything else is a bug and propagates.
+RECOVERABLE = (EvidentError, TimeoutError)
+
+
+async def regenerate(
+    generate: Generate, subset: Sequence[Hit], k: int, limiter: AbstractAsyncContextManager[Any]
+) -> list[str] | BaseException:
+    """One guarded generation call: returns up to ``k`` texts, or the recoverable error it raised."""
+    async with limiter:
+        try:
+            texts = await generate(subset, k)
+        except RECOVERABLE as exc:
+            return exc
+    texts = [str(t) for t in texts][:k]
+    return texts if texts else EvidentError("counterfactual generation returned no text")
+
+
+@dataclass
+class _Group:
+    rows: Sequence[int]
+    answers: list[str] = field(default_factory=list)
+    similarities: list[float] = field(default_factory=list)
+    drawn: int = 0  # samples requested so far
+
+    def contribution(self) -> float | None:
+        return 1.0 - float(np.mean(self.similarities)) if self.similarities else None
+
+
+async def counterfactual_attribution(
+    *,
+    method: str,
+    question: str,
+    answer: str,
+    hits: Sequence[Hit],
+    groups: Sequence[Sequence[int]],
+    generate: Generate,
+    embedder: Embedder,
+    params: AttributionParams,
+    early_stop: bool = False,
+) -> AttributionResult:
+    """Remove each group, regenerate ``params.samples`` answers, score c_i = 1 − mean similarity.
+
+    With ``early_stop`` the samples are drawn ``round_size`` at a time for every group and drawing
+    stops as soon as the top share leads the second by more than ``params.delta``.
+    Raises the first error only when every generation call failed.
+    """
+    started = time.perf_counter()
+    state = [_Group(rows) for rows in groups]
+    limiter = params.limiter()
+    calls = 0
+    errors: list[BaseException] = []
+    original: np.ndarray | None = None
+    rounds = 0
+    step = params.round_size if early_stop else params.samples
+
+    while state and any(g.drawn < params.samples for g in state):
+        rounds += 1
+        todo = [(g, min(step, params.samples - g.drawn)) for g in state if g.drawn < params.samples]
+        outcomes = await asyncio.gather(
+            *(regenerate(generate, without(hits, g.rows), k, limiter) for g, k in todo)
+        )
+        calls += len(todo)
+        fresh: list[tuple[_Group, list[str]]] = []
+        for (group, k), outcome in zip(todo, outcomes, strict=True):
+            group.drawn += k
+            if isinstance(outcome, BaseException):
+                errors.append(outcome)
+            else:
+                fresh.append((group, outcome))
+        texts = [qa_text(question, a) for _, batch in fresh for a in batch]
+        if original is None and texts:
+            texts.insert(0, qa_text(question, answer))
+            vectors = await embed(embedder, texts)
+            original, vectors = vectors[0], vectors[1:]
+        else:
+            vectors = await embed(embedder, texts) if texts else np.zeros((0, 0))
+        row = 0
+        for group, batch in fresh:
+            for text in batch:
+                group.answers.append(text)
+                group.similarities.append(float(np.clip(vectors[row] @ original, -1.0, 1.0)))
+                row += 1
+        if early_stop and _decisive(state, params):
+            break
+
+    if state and all(g.contribution() is None for g in state):
+        raise errors[0] if errors else EvidentError("no counterfactual answer was generated")
+    return assemble(
+        method=method,
+        question=question,
+        answer=answer,
+        hits=hits,
+        groups=groups,
+        contributions=[g.contribution() for g in state],
+        temperature=params.temperature,
+        answers=[g.answers for g in state],
+        similarities=[g.similarities for g in state],
+        calls=calls,
+        failed_calls=len(errors),
+        params=params.public(),
+        seconds=time.perf_counter() - started,
+        details={"rounds": rounds} if early_stop else {},
+    )
+
+
+def _decisive(state: Sequence[_Group], params: AttributionParams) -> bool:
+    known = [c for c in (g.contribution() for g in state) if c is not None]
+    if not known:
+        return False
+    shares = sorted(softmax(known, params.temperature), reverse=True)
+    lead = shares[0] - (shares[1] if len(shares) > 1 else 0.0)
+    return lead > params.delta
+
+
+async def logprob_attribution(
+    *,
+    method: str,
+    question: str,
+    answer: str,
+    hits: Sequence[Hit],
+    groups: Sequence[Sequence[int]],
+    params: AttributionParams,
+) -> AttributionResult:
+    """Teacher-force the original answer with each group removed and read how much less likely it gets.
+
+    ``score(hits, answer)`` must return the mean per-token log-prob of ``answer``. With ratio
+    r_i = exp(min(0, lp_i − lp_all)), c_i = 1 − r_i ∈ [0, 1] (0: removing the group does not
+    matter; 1: the answer becomes impossible), then the usual softmax(c / t). ``similarities`` holds r_i.
+    """
+    if params.score is None:
+        raise ConfigError("logprob attribution needs an endpoint that returns prompt log-probs")
+    score = params.score
+    started = time.perf_counter()
+    limiter = params.limiter()
+
+    async def logprob(subset: Sequence[Hit]) -> float | BaseException:
+        async with limiter:
+            try:
+                if inspect.iscoroutinefunction(score):
+                    value = await score(subset, answer)
+                else:
+                    value = await asyncio.to_thread(score, subset, answer)
+                    if inspect.isawaitable(value):
+                        value = await value
+            except RECOVERABLE as exc:
+                return exc
+        return float(value)
+
+    outcomes = await asyncio.gather(logprob(hits), *(logprob(without(hits, rows)) for rows in groups))
+    base, rest = outcomes[0], outcomes[1:]
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if isinstance(base, BaseException):
+        raise base
+    if groups and all(isinstance(o, BaseException) for o in rest):
+        raise errors[0]
+    ratios = [None if isinstance(o, BaseException) else math.exp(min(0.0, o - base)) for o in rest]
+    return assemble(
+        method=method,
+        question=question,
+        answer=answer,
+        hits=hits,
+        groups=groups,
+        contributions=[None if r is None else 1.0 - r for r in ratios],
+        temperature=params.temperature,
+        similarities=[[] if r is None else [r] for r in ratios],
+        calls=len(outcomes),
+        failed_calls=len(errors),
+        params=params.public(),
+        seconds=time.perf_counter() - started,
+        details={"base_logprob": base},
+    )

@@ -1,0 +1,137 @@
+"""Shared arithmetic of attribution: texts to embed, similarities, softmax shares, result assembly."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pipeline.attribution.types import AttributionResult, ClusterAttribution, EvidenceRef
+from pipeline.errors import EmbeddingError
+from pipeline.protocols import Embedder
+from pipeline.types import Hit
+
+
+def evidence_text(hit: Hit) -> str:
+    """The text the generator saw for this evidence (contextualised content when present)."""
+    return hit.content or hit.evidence.text
+
+
+def qa_text(question: str, answer: str) -> str:
+    """Paper: the completed question is prepended to an answer before embedding it."""
+    return f"{question}\n{answer}" if question else answer
+
+
+def refs(hits: Sequence[Hit], rows: Sequence[int]) -> list[EvidenceRef]:
+    """References to ``hits[rows]``; rank is the 1-based position the generator saw."""
+    return [
+        EvidenceRef(
+            evidence_id=hits[i].evidence.id,
+            title=hits[i].evidence.title,
+            url=hits[i].evidence.url,
+            kind=hits[i].evidence.kind,
+            rank=i + 1,
+        )
+        for i in rows
+    ]
+
+
+def without(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
+    """``hits`` minus ``rows``, original order kept."""
+    drop = set(rows)
+    return [h for i, h in enumerate(hits) if i not in drop]
+
+
+def only(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
+    """Only ``rows`` of ``hits``, original order kept."""
+    keep = set(rows)
+    return [h for i, h in enumerate(hits) if i in keep]
+
+
+async def embed(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Embed in a worker thread (CPU-bound) and check the shape; rows are re-normalised."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float64)
+    vectors = await asyncio.to_thread(embedder.embed_documents, list(texts))
+    matrix = np.asarray(vectors, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != len(texts):
+        raise EmbeddingError(f"embedder {getattr(embedder, 'name', '?')} returned shape {matrix.shape} "
+                             f"for {len(texts)} texts")
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0.0, 1.0, norms)
+
+
+def softmax(values: Sequence[float], temperature: float) -> list[float]:
+    """softmax(values / t), numerically stable."""
+    if not values:
+        return []
+    x = np.asarray(values, dtype=np.float64) / temperature
+    x = np.exp(x - x.max())
+    return (x / x.sum()).tolist()
+
+
+def assemble(
+    *,
+    method: str,
+    question: str,
+    answer: str,
+    hits: Sequence[Hit],
+    groups: Sequence[Sequence[int]],
+    contributions: Sequence[float | None],
+    temperature: float,
+    answers: Sequence[Sequence[str]] | None = None,
+    similarities: Sequence[Sequence[float]] | None = None,
+    calls: int = 0,
+    failed_calls: int = 0,
+    params: Mapping[str, Any] | None = None,
+    seconds: float = 0.0,
+    details: Mapping[str, Any] | None = None,
+) -> AttributionResult:
+    """Turn per-group contributions (None = unknown) into a sorted result with softmax percentages."""
+    known = {i: float(c) for i, c in enumerate(contributions) if c is not None}
+    shares = softmax(list(known.values()), temperature)
+    percent = {i: 100.0 * s for i, s in zip(known, shares, strict=True)}
+    clusters = [
+        ClusterAttribution(
+            cluster_id=g + 1,
+            members=refs(hits, rows),
+            contribution=known.get(g, math.nan),
+            percent=percent.get(g, 0.0),
+            counterfactual_answers=list(answers[g]) if answers else [],
+            similarities=[float(s) for s in similarities[g]] if similarities else [],
+            unknown=contributions[g] is None,
+        )
+        for g, rows in enumerate(groups)
+    ]
+    return AttributionResult(
+        method=method,
+        question=question,
+        answer=answer,
+        clusters=sort_clusters(clusters),
+        partial=failed_calls > 0,
+        calls=calls,
+        params=dict(params or {}),
+        seconds=seconds,
+        failed_calls=failed_calls,
+        details=dict(details or {}),
+    )
+
+
+def sort_clusters(clusters: list[ClusterAttribution]) -> list[ClusterAttribution]:
+    """Known clusters by percent (desc, ties by id), unknown ones last."""
+    return sorted(clusters, key=lambda c: (c.unknown, -c.percent, c.cluster_id))
+
+
+def reweight(result: AttributionResult, weights: Mapping[int, float]) -> None:
+    """Multiply known clusters' shares by ``weights[cluster_id]`` (default 1), renormalise, re-sort."""
+    known = [c for c in result.clusters if not c.unknown]
+    raw = {c.cluster_id: c.percent * weights.get(c.cluster_id, 1.0) for c in known}
+    total = sum(raw.values())
+    if total <= 0:
+        return
+    for c in known:
+        c.percent = 100.0 * raw[c.cluster_id] / total
+    result.clusters = sort_clusters(result.clusters)

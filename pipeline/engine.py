@@ -1,0 +1,377 @@
+"""The conversation engine: the one place where the small stages are composed into a turn.
+
+ask:     history -> question completion -> retrieval -> context budget -> answer -> citations -> store
+explain: stored turn -> the same evidence -> counterfactual attribution -> cache in the store
+
+Shared by the CLI and the Slack bot. Every failure becomes a stored turn with a short user-facing
+``error``, never an exception the caller has to translate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pipeline.attribution import AttributionResult, attribute
+from pipeline.attribution.render import render_text
+from pipeline.budget import fit_evidence
+from pipeline.citations import is_out_of_scope, parse_citations
+from pipeline.contextualize import prompt_text
+from pipeline.errors import (
+    AuthError,
+    EvidentError,
+    InputError,
+    NotFoundError,
+    RateLimitedError,
+    RemoteError,
+)
+from pipeline.extractive import extractive_answer
+from pipeline.prompts import OUT_OF_SCOPE, PromptLibrary
+from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
+from pipeline.query_builder import PriorTurn, build_query, is_followup
+from pipeline.retrieve import Retrieval, RetrievalConfig, retrieve
+from pipeline.store import Store
+from pipeline.types import Answer, ChatMessage, Hit
+
+log = logging.getLogger("evident.engine")
+
+MAX_QUESTION_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    query_strategy: str = "topic"
+    history_turns: int = 6
+    context_tokens: int = 8192
+    answer_max_tokens: int = 200
+    attribution_method: str = "cfa_clusters"
+    attribution_params: dict[str, float | int] = field(default_factory=dict)
+    trace: bool = False
+
+
+@dataclass
+class TurnResult:
+    turn_id: int
+    answer: Answer
+    completed_question: str
+    is_followup: bool
+    error: str | None = None
+    retrieval: Retrieval | None = None
+    notice: str | None = None  # e.g. "your message was shortened to 2000 characters"
+
+
+@dataclass
+class ClusterShare:
+    percent: float
+    evidence_titles: list[str]
+    urls: list[str]
+    size: int
+
+
+@dataclass
+class ExplainResult:
+    turn_id: int
+    text: str
+    clusters: list[ClusterShare]
+    cached: bool
+    partial: bool
+    result: AttributionResult | None = None
+    error: str | None = None
+
+
+def user_message_for(exc: BaseException) -> str:
+    """A short, human message for the thread; the detail goes to the logs."""
+    if isinstance(exc, InputError):
+        return str(exc)
+    if isinstance(exc, AuthError):
+        return "The language model rejected our credentials. Please tell the bot's admins."
+    if isinstance(exc, NotFoundError):
+        return "The configured language model was not found. Please tell the bot's admins."
+    if isinstance(exc, RateLimitedError):
+        return "The language model is busy right now, please try again in a minute."
+    if isinstance(exc, RemoteError):
+        return "I couldn't reach the language model, please try again."
+    return "Something went wrong while answering, please try again."
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        index: Index,
+        embedder: Embedder,
+        sparse: SparseEncoder,
+        store: Store,
+        prompts: PromptLibrary,
+        retrieval: RetrievalConfig,
+        llm: LLM | None = None,
+        reranker: Reranker | None = None,
+        options: EngineOptions | None = None,
+    ) -> None:
+        self.index = index
+        self.embedder = embedder
+        self.sparse = sparse
+        self.store = store
+        self.prompts = prompts
+        self.retrieval = retrieval
+        self.llm = llm
+        self.reranker = reranker
+        self.options = options or EngineOptions()
+
+    # ------------------------------------------------------------------ ask
+
+    async def ask(
+        self,
+        conversation_key: str,
+        question: str,
+        *,
+        user_id: str | None = None,
+        spaces: tuple[str, ...] | None = None,
+        history: Sequence[tuple[str, str]] | None = None,
+        trace: bool | None = None,
+    ) -> TurnResult:
+        trace = self.options.trace if trace is None else trace
+        timings: dict[str, float] = {}
+        t_start = time.perf_counter()
+        notice = None
+        question = (question or "").replace("\x00", "").strip()
+        if len(question) > MAX_QUESTION_CHARS:
+            question = question[:MAX_QUESTION_CHARS]
+            notice = f"Your message was long, so I only read its first {MAX_QUESTION_CHARS} characters."
+        prior = await self._prior_turns(conversation_key, history)
+        followup = is_followup(question, prior) if question else False
+        completed = question
+        retrieval_query = question
+        answer = Answer(text="")
+        retrieved: Retrieval | None = None
+        error: str | None = None
+        template = ""
+        try:
+            if not question:
+                raise InputError("Please ask a question, for example: “Who is on call this week?”")
+            t = time.perf_counter()
+            completed, retrieval_query = await self._complete(question, prior)
+            timings["complete_ms"] = (time.perf_counter() - t) * 1000
+            retrieved = await retrieve(
+                retrieval_query,
+                index=self.index,
+                embedder=self.embedder,
+                sparse=self.sparse,
+                config=self.retrieval,
+                reranker=self.reranker,
+                spaces=spaces,
+                trace=trace,
+            )
+            timings.update({f"{k}_ms": v for k, v in retrieved.timings_ms.items()})
+            t = time.perf_counter()
+            answer, template = await self._answer(completed, retrieved.hits, trace=trace)
+            timings["answer_ms"] = (time.perf_counter() - t) * 1000
+        except EvidentError as exc:
+            log.warning("turn failed: %s: %s", type(exc).__name__, exc)
+            error = user_message_for(exc)
+        except Exception:  # noqa: BLE001 - the user must always get a reply; the detail goes to the log
+            log.exception("turn failed unexpectedly")
+            error = user_message_for(RuntimeError())
+        timings["total_ms"] = (time.perf_counter() - t_start) * 1000
+        if notice:
+            answer.trace["notice"] = notice
+        turn_id = await self.store.add_turn(
+            conversation_key=conversation_key,
+            user_id=user_id,
+            question=question,
+            completed_question=completed,
+            retrieval_query=retrieval_query,
+            retrieved=[
+                {"evidence_id": h.evidence.id, "score": h.score, "rank": h.rank, "page_id": h.evidence.page_id,
+                 "url": h.evidence.url, "title": h.evidence.title}
+                for h in (answer.evidence or (retrieved.hits if retrieved else []))
+            ],
+            answer=answer.text,
+            citations=[
+                {"number": c.number, "url": c.url, "title": c.title, "space": c.space,
+                 "evidence_ids": list(c.evidence_ids)}
+                for c in answer.citations
+            ],
+            out_of_scope=answer.out_of_scope,
+            extractive=answer.extractive,
+            model=answer.model,
+            prompt_template=template,
+            prompt_version=self.prompts.version(template) if template else None,
+            timings=timings,
+            error=error,
+            meta={"raw_answer": answer.trace.get("raw_answer", answer.text), "notice": notice},
+        )
+        answer.trace["timings_ms"] = timings
+        return TurnResult(
+            turn_id=turn_id,
+            answer=answer,
+            completed_question=completed,
+            is_followup=followup,
+            error=error,
+            retrieval=retrieved,
+            notice=notice,
+        )
+
+    async def _prior_turns(
+        self, conversation_key: str, history: Sequence[tuple[str, str]] | None
+    ) -> list[PriorTurn]:
+        rows = await self.store.history(conversation_key, limit=self.options.history_turns)
+        prior = [
+            PriorTurn(
+                question=r.get("completed_question") or r.get("question") or "",
+                retrieved_titles=tuple(x.get("title", "") for x in (r.get("retrieved") or [])[:3]),
+                answer=r.get("answer") or "",
+            )
+            for r in rows
+            if not r.get("error")
+        ]
+        if not prior and history:
+            # Backfilled thread (e.g. Slack messages from before evident was mentioned).
+            pending_q: str | None = None
+            for role, text in history:
+                if role == "user":
+                    if pending_q:
+                        prior.append(PriorTurn(question=pending_q))
+                    pending_q = text
+                elif pending_q is not None:
+                    prior.append(PriorTurn(question=pending_q, answer=text))
+                    pending_q = None
+            if pending_q:
+                prior.append(PriorTurn(question=pending_q))
+        return prior[-self.options.history_turns :]
+
+    async def _complete(self, question: str, prior: list[PriorTurn]) -> tuple[str, str]:
+        """Return (completed question, retrieval query). Turn 1 is kept as asked."""
+        if not prior:
+            return question, question
+        if self.llm is not None:
+            messages = self.prompts.render(
+                "rephrase",
+                history=[{"question": p.question, "answer": p.answer} for p in prior],
+                question=question,
+            )
+            try:
+                out = await self.llm.complete(messages, role="completion", max_tokens=120, temperature=0.0)
+                completed = (out[0] if out else "").strip().strip('"').strip()
+                if completed:
+                    return completed, completed
+            except RemoteError as exc:
+                log.warning("question completion failed, using the no-LLM query builder: %s", exc)
+        query = build_query(question, prior, strategy=self.options.query_strategy)
+        return question, query
+
+    # ------------------------------------------------------------------ answer generation
+
+    def _answer_messages(self, question: str, sources: Sequence[str]) -> list[ChatMessage]:
+        """Instructions and question first, evidence last, so a server's prefix cache is reused."""
+        return self.prompts.render("answer", question=question, sources=list(sources))
+
+    def _fit(self, question: str, hits: Sequence[Hit]) -> tuple[list[Hit], list[str], list[str]]:
+        """Fit ranked evidence into the context window; returns (hits, their prompt texts, dropped ids)."""
+        budget = max(256, self.options.context_tokens - self.options.answer_max_tokens - 600 - len(question) // 3)
+        items = [(h.evidence.id, prompt_text(h.evidence)) for h in hits]
+        result = fit_evidence(items, budget_tokens=budget)
+        by_id = {h.evidence.id: h for h in hits}
+        return [by_id[i] for i, _ in result.kept], [t for _, t in result.kept], list(result.dropped)
+
+    async def _answer(self, question: str, hits: Sequence[Hit], *, trace: bool = False) -> tuple[Answer, str]:
+        if not hits:
+            return Answer(text=OUT_OF_SCOPE, out_of_scope=True, model="none"), ""
+        if self.llm is None:
+            ans = extractive_answer(question, hits)
+            ans.evidence = list(hits)
+            return ans, ""
+        kept, texts, dropped = self._fit(question, hits)
+        messages = self._answer_messages(question, texts)
+        out = await self.llm.complete(
+            messages, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0
+        )
+        raw = (out[0] if out else "").strip()
+        if not raw:
+            ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=self.llm.model_for("answer"))
+            ans.trace["warning"] = "the language model returned an empty answer"
+        else:
+            text, citations = parse_citations(raw, kept)
+            ans = Answer(
+                text=text,
+                citations=citations,
+                out_of_scope=is_out_of_scope(raw),
+                model=self.llm.model_for("answer"),
+            )
+        ans.evidence = kept
+        ans.trace["raw_answer"] = raw
+        ans.trace["dropped_for_budget"] = dropped
+        if trace:
+            ans.trace["prompt"] = [{"role": m.role, "content": m.content} for m in messages]
+        return ans, "answer"
+
+    async def generate_from(self, question: str, hits: Sequence[Hit], m: int, max_tokens: int) -> list[str]:
+        """Counterfactual generator for attribution: same prompt shape, a subset of the evidence."""
+        if self.llm is None:
+            return [extractive_answer(question, hits).text] * m
+        if not hits:
+            return [OUT_OF_SCOPE] * m
+        _, texts, _ = self._fit(question, hits)
+        messages = self._answer_messages(question, texts)
+        temperature = 0.0 if m == 1 else 0.7
+        return await self.llm.complete(
+            messages, role="counterfactual", max_tokens=max_tokens, temperature=temperature, n=m
+        )
+
+    # ------------------------------------------------------------------ explain
+
+    async def explain(self, turn_id: int, *, method: str | None = None) -> ExplainResult:
+        method = method or self.options.attribution_method
+        params = dict(self.options.attribution_params)
+        params_hash = hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        turn = await self.store.get_turn(turn_id)
+        if turn is None:
+            raise InputError(f"no turn with id {turn_id}")
+        cached = await self.store.get_attribution(turn_id, method, params_hash)
+        if cached is not None:
+            result = AttributionResult.from_dict(cached)
+            return self._explain_result(turn_id, result, cached=True)
+        if turn.get("error") or not turn.get("answer"):
+            return ExplainResult(turn_id, "There is no answer to explain for this turn.", [], False, False,
+                                 error="no answer")
+        ids = [r["evidence_id"] for r in (turn.get("retrieved") or [])]
+        evidence = await self.index.get(ids)
+        if len(evidence) < len(ids):
+            log.info("turn %s: %d of its evidence are no longer indexed", turn_id, len(ids) - len(evidence))
+        # Same order and text as the generator saw, so [n] markers and clusters line up with the prompt.
+        hits = [Hit(evidence=ev, score=0.0, rank=i + 1, content=prompt_text(ev)) for i, ev in enumerate(evidence)]
+        question = turn.get("completed_question") or turn.get("question") or ""
+        answer = (turn.get("meta") or {}).get("raw_answer") or turn["answer"]
+        max_tokens = max(32, int(len(answer) / 3.0) + 16)
+
+        async def generate(subset: Sequence[Hit], m: int) -> list[str]:
+            return await self.generate_from(question, subset, m, max_tokens)
+
+        result = await attribute(
+            method,
+            question=question,
+            answer=answer,
+            hits=hits,
+            generate=generate,
+            embedder=self.embedder,
+            params=params,
+        )
+        await self.store.put_attribution(turn_id, method, params_hash, result.to_dict())
+        return self._explain_result(turn_id, result, cached=False)
+
+    @staticmethod
+    def _explain_result(turn_id: int, result: AttributionResult, *, cached: bool) -> ExplainResult:
+        shares = [
+            ClusterShare(
+                percent=c.percent,
+                evidence_titles=[m.title for m in c.members],
+                urls=list(dict.fromkeys(m.url for m in c.members)),
+                size=len(c.members),
+            )
+            for c in result.clusters
+        ]
+        return ExplainResult(turn_id, render_text(result), shares, cached, result.partial, result)

@@ -1,0 +1,1 @@
+"""Benchmarks over ConfQuestions-shaped data (read in place from ../shared; never copied)."""

@@ -1,0 +1,51 @@
+"""Retrieval metrics with the paper's definitions (a hit = an evidence whose page URL is gold)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from urllib.parse import unquote
+
+
+def normalize_url(url: str) -> str:
+    """Compare URLs modulo ``+``/``%20`` encoding, case of scheme/host and trailing slashes."""
+    u = unquote(url.strip()).replace("+", " ")
+    u = " ".join(u.split())
+    if "://" in u:
+        scheme, rest = u.split("://", 1)
+        host, _, path = rest.partition("/")
+        u = f"{scheme.lower()}://{host.lower()}/{path}"
+    return u.rstrip("/")
+
+
+def first_hit_rank(ranked_urls: Sequence[str], gold: Iterable[str]) -> int | None:
+    """1-based rank of the first gold URL in ``ranked_urls``, or None."""
+    gold_n = {normalize_url(g) for g in gold}
+    for i, u in enumerate(ranked_urls, start=1):
+        if normalize_url(u) in gold_n:
+            return i
+    return None
+
+
+def p_at_1(rank: int | None) -> float:
+    return 1.0 if rank == 1 else 0.0
+
+
+def hit_at(rank: int | None, k: int) -> float:
+    return 1.0 if rank is not None and rank <= k else 0.0
+
+
+def rr_at(rank: int | None, k: int) -> float:
+    return 1.0 / rank if rank is not None and rank <= k else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    idx = min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))
+    return s[idx]
+
+
+def turn_bucket(turn: int) -> str:
+    return str(turn) if turn <= 5 else "6-10"

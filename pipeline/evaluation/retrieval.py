@@ -1,0 +1,146 @@
+"""`evident eval retrieval`: Precision@1, hit@k, MRR over ConfQuestions-shaped conversations.
+
+The conversational query type uses only what a deployed system would have: the current question,
+earlier questions and the system's own earlier retrieval results — never gold answers or URLs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from pipeline.evaluation.data import QATurn
+from pipeline.evaluation.metrics import first_hit_rank, hit_at, p_at_1, percentile, rr_at, turn_bucket
+from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
+from pipeline.query_builder import PriorTurn, build_query
+from pipeline.retrieve import RetrievalConfig, retrieve
+
+QUERY_TYPES = ("completed", "conversational", "raw")
+
+
+@dataclass
+class QuestionResult:
+    query_type: str
+    lang: str
+    conv_id: str
+    turn: int
+    source: str
+    q_type: str
+    query: str
+    rank: int | None
+    latency_ms: float
+    top_urls: list[str] = field(default_factory=list)
+
+
+def _row(results: Sequence[QuestionResult], **keys: object) -> dict[str, object]:
+    n = len(results)
+    ranks = [r.rank for r in results]
+    lat = [r.latency_ms for r in results]
+
+    def mean(xs: list[float]) -> float:
+        return round(sum(xs) / n, 4) if n else 0.0
+
+    return {
+        **keys,
+        "n": n,
+        "p_at_1": mean([p_at_1(x) for x in ranks]),
+        "hit_at_5": mean([hit_at(x, 5) for x in ranks]),
+        "hit_at_10": mean([hit_at(x, 10) for x in ranks]),
+        "mrr_at_10": mean([rr_at(x, 10) for x in ranks]),
+        "latency_ms_p50": round(percentile(lat, 50), 2),
+        "latency_ms_p95": round(percentile(lat, 95), 2),
+    }
+
+
+async def run_retrieval_eval(
+    conversations: Sequence[Sequence[QATurn]],
+    *,
+    index: Index,
+    embedder: Embedder,
+    sparse: SparseEncoder,
+    config: RetrievalConfig,
+    reranker: Reranker | None = None,
+    langs: Sequence[str] = ("en", "de"),
+    query_types: Sequence[str] = ("completed", "conversational"),
+    strategy: str = "topic",
+) -> list[QuestionResult]:
+    out: list[QuestionResult] = []
+    for qt in query_types:
+        for lang in langs:
+            for conv in conversations:
+                prior: list[PriorTurn] = []
+                for turn in conv:
+                    if lang not in turn.q:
+                        continue
+                    if qt == "completed":
+                        query = turn.completed[lang]
+                    elif qt == "raw":
+                        query = turn.q[lang]
+                    else:
+                        query = build_query(turn.q[lang], prior, strategy=strategy)
+                    t = time.perf_counter()
+                    r = await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=config,
+                                       reranker=reranker)
+                    latency = (time.perf_counter() - t) * 1000
+                    urls = [h.evidence.url for h in r.hits]
+                    out.append(QuestionResult(qt, lang, turn.conv_id, turn.turn, turn.source, turn.q_type, query,
+                                              first_hit_rank(urls, turn.gold_urls), latency, urls[:3]))
+                    prior.append(PriorTurn(question=turn.q[lang],
+                                           retrieved_titles=tuple(h.evidence.title for h in r.hits[:3])))
+    return out
+
+
+def summarize(
+    results: Sequence[QuestionResult], *, by: Sequence[str] = (), config: dict[str, object] | None = None
+) -> dict[str, object]:
+    """The report JSON: ``{"config": ..., "rows": [...]}`` plus optional breakdowns and averages."""
+    groups: dict[tuple[str, str], list[QuestionResult]] = defaultdict(list)
+    for r in results:
+        groups[(r.query_type, r.lang)].append(r)
+    rows = [_row(rs, query=q, lang=lang) for (q, lang), rs in groups.items()]
+    report: dict[str, object] = {"config": config or {}, "rows": rows}
+    averages = []
+    for q in dict.fromkeys(r.query_type for r in results):
+        qrows = [row for row in rows if row["query"] == q]
+        if len(qrows) > 1:
+            averages.append({"query": q, "lang": "avg",
+                             "p_at_1": round(sum(float(r["p_at_1"]) for r in qrows) / len(qrows), 4),  # type: ignore[arg-type]
+                             "mrr_at_10": round(sum(float(r["mrr_at_10"]) for r in qrows) / len(qrows), 4)})  # type: ignore[arg-type]
+    if averages:
+        report["averages"] = averages
+    breakdowns: dict[str, list[dict[str, object]]] = {}
+    for dim in by:
+        key_of = {
+            "source": lambda r: r.source,
+            "type": lambda r: r.q_type,
+            "turn": lambda r: turn_bucket(r.turn),
+        }[dim]
+        sub: dict[tuple[str, str, str], list[QuestionResult]] = defaultdict(list)
+        for r in results:
+            sub[(r.query_type, r.lang, key_of(r))].append(r)
+        breakdowns[dim] = [_row(rs, query=q, lang=lang, group=g) for (q, lang, g), rs in sorted(sub.items())]
+    if breakdowns:
+        report["breakdowns"] = breakdowns
+    return report
+
+
+def format_table(report: dict[str, object]) -> str:
+    lines = [f"{'query':<15}{'lang':<6}{'n':>5}{'P@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}{'p50 ms':>9}{'p95 ms':>9}"]
+    for r in report["rows"]:  # type: ignore[union-attr]
+        lines.append(
+            f"{r['query']:<15}{r['lang']:<6}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_5']:>8.3f}"
+            f"{r['hit_at_10']:>8.3f}{r['mrr_at_10']:>8.3f}{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}"
+        )
+    for a in report.get("averages", []):  # type: ignore[union-attr]
+        lines.append(f"{a['query']:<15}{'avg':<6}{'':>5}{a['p_at_1']:>8.3f}{'':>8}{'':>8}{a['mrr_at_10']:>8.3f}")
+    for dim, rows in (report.get("breakdowns") or {}).items():  # type: ignore[union-attr]
+        lines.append(f"\nby {dim}:")
+        for r in rows:
+            lines.append(f"  {r['query']:<15}{r['lang']:<4}{r['group']!s:<10}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_10']:>8.3f}")
+    return "\n".join(lines)
+
+
+def config_dict(config: RetrievalConfig, **extra: object) -> dict[str, object]:
+    return {**asdict(config), **extra}

@@ -1,0 +1,99 @@
+"""The offline answerer: quote the best-matching sentence(s) or table row(s) instead of generating.
+
+Used when no LLM endpoint is configured, so evident still answers (with citations) out of the box.
+Units are scored by stemmed word overlap with the question, plus a small bonus for higher-ranked
+evidence; a verbalized table row counts as one unit, never split at its commas or periods.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import Stemmer
+
+from pipeline.budget import split_units
+from pipeline.citations import parse_citations
+from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.types import Answer, Hit
+
+MODEL = "extractive"
+RANK_WEIGHT = 0.25  # a full extra matching word outweighs any rank difference
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOPWORDS_EN = (
+    "a an and are as at be been but by can could did do does for from had has have how i if in into is it its "
+    "me my of on or our should so that the their them then there these they this to us was we were what when "
+    "where which who whom whose why will with would you your about any all also"
+)
+_STOPWORDS_DE = (
+    "der die das den dem des ein eine einer eines einem einen und oder ist sind war wer wie was wo wann warum "
+    "welche welcher welches im in am an auf für mit von zu zum zur bei ich du er sie es wir ihr uns nicht auch "
+    "hat haben wird werden kann können"
+)
+_STOPWORDS = frozenset(_STOPWORDS_EN.split()) | frozenset(_STOPWORDS_DE.split())
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    score: float
+    overlap: int
+    hit_index: int  # 0-based position in ``hits``
+    unit_index: int
+    text: str
+
+
+class _Terms:
+    """Lower-cased, stop-word-free, stemmed tokens (English Snowball stems also conflate most plurals)."""
+
+    def __init__(self) -> None:
+        self._stemmer = Stemmer.Stemmer("english")
+
+    def __call__(self, text: str) -> set[str]:
+        words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and (len(w) > 1 or w.isdigit())]
+        return set(self._stemmer.stemWords(words))
+
+
+def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int = 2) -> Answer:
+    """Answer with up to ``max_sentences`` quoted units, each cited ``[n]`` (n = position in ``hits``)
+    and mapped to per-page citations; the out-of-scope sentence when nothing overlaps the question."""
+    terms = _Terms()
+    q = terms(question)
+    candidates: list[_Candidate] = []
+    if q:
+        for i, hit in enumerate(hits):
+            bonus = RANK_WEIGHT / (i + 1)
+            for j, unit in enumerate(_units(hit.evidence.text)):
+                overlap = len(q & terms(unit))
+                if overlap:
+                    # Gently prefer short units so a matching row beats a long paragraph with the same words.
+                    score = overlap + bonus - 0.01 * math.log1p(len(unit))
+                    candidates.append(_Candidate(score, overlap, i, j, unit))
+    if not candidates:
+        return Answer(text=OUT_OF_SCOPE, out_of_scope=True, extractive=True, model=MODEL, evidence=list(hits),
+                      trace={"question_terms": sorted(q)})
+    candidates.sort(key=lambda c: (-c.score, c.hit_index, c.unit_index))
+    best = candidates[0]
+    chosen = [best]
+    for c in candidates[1:]:
+        if len(chosen) >= max_sentences:
+            break
+        if c.overlap * 2 >= best.overlap and c.text != best.text:  # only near-equally relevant extras
+            chosen.append(c)
+    chosen.sort(key=lambda c: (c.hit_index, c.unit_index))  # read in source order
+    raw = " ".join(_cite(c.text, c.hit_index + 1) for c in chosen)
+    text, citations = parse_citations(raw, hits)
+    return Answer(text=text, citations=citations, extractive=True, model=MODEL, evidence=list(hits),
+                  trace={"question_terms": sorted(q), "scores": [round(c.score, 4) for c in chosen]})
+
+
+def _units(text: str) -> list[str]:
+    """Sentences and whole table rows, stripped, empty ones dropped."""
+    return [u.strip() for u in split_units(text) if u.strip()]
+
+
+def _cite(unit: str, n: int) -> str:
+    """'fact [1].' rather than 'fact. [1]'."""
+    return f"{unit[:-1]} [{n}]." if unit.endswith(".") else f"{unit} [{n}]"

@@ -1,0 +1,143 @@
+"""Builds every client from the settings, in one place, so nothing else reads configuration.
+
+Heavy imports (model runtimes, qdrant-client) happen here lazily, so a CLI command only pays for
+what it uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.ingest import IngestOptions
+from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
+from pipeline.retrieve import RetrievalConfig
+from pipeline.settings import CONTEXT_ITEMS, Settings
+from pipeline.errors import ConfigError
+
+
+def ingest_options(settings: Settings) -> IngestOptions:
+    unknown = [c for c in settings.context_items if c not in CONTEXT_ITEMS]
+    if unknown:
+        raise ConfigError(
+            f"EVIDENT_CONTEXT_ITEMS: unknown item(s) {', '.join(unknown)}; choose from {', '.join(CONTEXT_ITEMS)}"
+        )
+    if settings.table_indexing not in ("rows", "tables", "both"):
+        raise ConfigError("EVIDENT_TABLE_INDEXING must be rows, tables or both")
+    return IngestOptions(
+        context_items=tuple(settings.context_items),
+        context_item_max_chars=settings.context_item_max_chars,
+        table_indexing=settings.table_indexing,
+    )
+
+
+def retrieval_config(settings: Settings) -> RetrievalConfig:
+    if settings.retrieval_mode not in ("lexical", "dense", "hybrid"):
+        raise ConfigError("EVIDENT_RETRIEVAL_MODE must be lexical, dense or hybrid")
+    return RetrievalConfig(
+        mode=settings.retrieval_mode,  # type: ignore[arg-type]
+        lexical_k=settings.lexical_k,
+        dense_k=settings.dense_k,
+        final_k=settings.final_k,
+        rrf_k=settings.rrf_k,
+    )
+
+
+def make_embedder_from(settings: Settings, *, cache: bool = True) -> Embedder:
+    from pipeline.embedders import make_embedder
+
+    embedder = make_embedder(
+        settings.embedder, batch_size=settings.embed_batch_size, max_tokens=settings.embed_max_tokens
+    )
+    if cache:
+        from pipeline.embed_cache import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, Path(settings.data_dir) / "cache")
+    return embedder
+
+
+def make_sparse_from(settings: Settings, embedder: Embedder | None = None) -> SparseEncoder:
+    if settings.sparse_encoder == "bm25":
+        from pipeline.sparse import Bm25Encoder
+
+        return Bm25Encoder()
+    if settings.sparse_encoder == "bge-m3":
+        inner = getattr(embedder, "inner", embedder)
+        sparse = getattr(inner, "sparse_encoder", None)
+        if sparse is None:
+            raise ConfigError("EVIDENT_SPARSE_ENCODER=bge-m3 needs EVIDENT_EMBEDDER=bge-m3")
+        return sparse() if callable(sparse) else sparse
+    raise ConfigError(f"unknown sparse encoder {settings.sparse_encoder!r}: choose bm25 or bge-m3")
+
+
+def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
+    if settings.qdrant_url:
+        from pipeline.index_qdrant import QdrantServerIndex
+
+        return QdrantServerIndex(
+            url=settings.qdrant_url,
+            api_key=settings.qdrant_api_key.reveal() or None,
+            collection=settings.collection,
+            shard_number=settings.shard_number,
+            replication_factor=settings.replication_factor,
+            write_consistency_factor=settings.write_consistency_factor,
+        )
+    from pipeline.index_edge import EdgeIndex
+
+    return EdgeIndex(Path(index_dir or settings.resolved_index_dir))
+
+
+def make_reranker_from(settings: Settings) -> Reranker | None:
+    from pipeline.rerank import make_reranker
+
+    return make_reranker(settings.reranker)
+
+
+def make_llm_from(settings: Settings) -> LLM | None:
+    """None when no endpoint is configured: the engine then answers extractively, offline."""
+    if not settings.llm_base_url:
+        return None
+    from pipeline.llm import OpenAILLM
+
+    return OpenAILLM(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key.reveal() or "not-needed",
+        model_for=settings.model_for,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        concurrency=settings.llm_concurrency,
+    )
+
+
+async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False):  # type: ignore[no-untyped-def]
+    """Compose the conversation engine from settings (the CLI's and the bot's single entry point)."""
+    from pipeline.engine import Engine, EngineOptions
+    from pipeline.prompts import PromptLibrary
+    from pipeline.store import Store
+
+    embedder = make_embedder_from(settings)
+    sparse = make_sparse_from(settings, embedder)
+    index = make_index_from(settings, index_dir)
+    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    store = Store(settings.resolved_store_path)
+    return Engine(
+        index=index,
+        embedder=embedder,
+        sparse=sparse,
+        store=store,
+        prompts=PromptLibrary(settings.resolved_prompts_dir),
+        retrieval=retrieval_config(settings),
+        llm=make_llm_from(settings),
+        reranker=make_reranker_from(settings),
+        options=EngineOptions(
+            context_tokens=settings.llm_context_tokens,
+            answer_max_tokens=settings.answer_max_tokens,
+            attribution_method=settings.attribution_method,
+            attribution_params={
+                "samples": settings.attribution_samples,
+                "temperature": settings.attribution_temperature,
+                "eps": settings.attribution_eps,
+                "min_pts": settings.attribution_min_pts,
+            },
+            trace=trace,
+        ),
+    )

@@ -1,0 +1,164 @@
+"""What both ``Index`` backends share: payload layout, point ids, the manifest check and RRF.
+
+Keeping this in one place guarantees that an index written by Qdrant Edge and one written through
+qdrant-client store the same payload, use the same ids and fuse with the same formula.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from pipeline.errors import IndexError_, IndexMismatchError, InputError
+from pipeline.types import Evidence, EvidenceKind, IndexPoint, SearchRequest
+
+DENSE = "dense"
+SPARSE = "sparse"
+
+# Visibility of a point. New page versions are written ``staged`` (invisible to every read) and
+# flipped to ``live`` in the swap; a crash leaves only ``staged`` leftovers, which are removed later.
+STATE = "state"
+LIVE = "live"
+STAGED = "staged"
+
+# Keyword payload indexes: filters on these run on every query / swap / get.
+KEYWORD_FIELDS: tuple[str, ...] = ("space", "page_id", "kind", STATE, "evidence_id")
+
+MANIFEST_FORMAT = "evident-index"
+MANIFEST_VERSION = 1
+
+# Points per write call: bounds how long one write holds the index (Edge holds the GIL while it works).
+WRITE_BATCH = 256
+
+_POINT_NS = uuid.uuid5(uuid.NAMESPACE_URL, "https://evident.invalid/index-point")
+
+
+def point_id(evidence_id: str, page_hash: str) -> str:
+    """Deterministic point id for one evidence *of one page version*.
+
+    Including the page hash lets a new version be written next to the live one (and swapped in)
+    instead of overwriting it in place, while re-ingesting the same version stays idempotent.
+    """
+    return str(uuid.uuid5(_POINT_NS, f"{evidence_id}\x1f{page_hash}"))
+
+
+def to_payload(point: IndexPoint, state: str) -> dict[str, Any]:
+    """The stored payload of one point (plain JSON types only)."""
+    ev = point.evidence
+    return {
+        "evidence_id": ev.id,
+        "page_id": ev.page_id,
+        "space": ev.space,
+        "kind": ev.kind,
+        "url": ev.url,
+        "title": ev.title,
+        "text": ev.text,
+        "content": point.content,
+        "headings": list(ev.headings),
+        "before": ev.before,
+        "after": ev.after,
+        "breadcrumb": list(ev.breadcrumb),
+        "position": ev.position,
+        "table_index": ev.table_index,
+        "row_index": ev.row_index,
+        "page_hash": point.page_hash,
+        STATE: state,
+    }
+
+
+def evidence_from_payload(payload: Mapping[str, Any]) -> Evidence:
+    """Rebuild the ``Evidence`` a payload was written from."""
+    try:
+        return Evidence(
+            id=str(payload["evidence_id"]),
+            page_id=str(payload["page_id"]),
+            title=str(payload.get("title", "")),
+            url=str(payload.get("url", "")),
+            space=str(payload.get("space", "")),
+            kind=cast(EvidenceKind, payload["kind"]),
+            position=int(payload.get("position", 0)),
+            text=str(payload.get("text", "")),
+            headings=tuple(payload.get("headings") or ()),
+            before=str(payload.get("before") or ""),
+            after=str(payload.get("after") or ""),
+            breadcrumb=tuple(payload.get("breadcrumb") or ()),
+            table_index=payload.get("table_index"),
+            row_index=payload.get("row_index"),
+        )
+    except KeyError as exc:
+        raise IndexError_(f"index point payload lacks field {exc.args[0]!r}; re-ingest with --rebuild") from exc
+
+
+def check_point(page_id: str, page_hash: str, point: IndexPoint, dim: int) -> None:
+    """Reject a point that does not belong to the page version being written, before it is stored."""
+    if point.evidence.page_id != page_id:
+        raise IndexError_(f"evidence {point.evidence.id} belongs to page {point.evidence.page_id}, not {page_id}")
+    if point.page_hash != page_hash:
+        raise IndexError_(f"evidence {point.evidence.id} has page hash {point.page_hash}, expected {page_hash}")
+    if len(point.dense) != dim:
+        raise IndexError_(f"evidence {point.evidence.id} has a {len(point.dense)}-dim vector; index expects {dim}")
+
+
+def manifest(embedder: str, dense_dim: int) -> dict[str, Any]:
+    return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "embedder": embedder, "dim": dense_dim}
+
+
+def check_manifest(stored: Mapping[str, Any], *, embedder: str, dense_dim: int, where: str) -> None:
+    """Raise ``IndexMismatchError`` when an existing index was built with another model or dimension."""
+    old_embedder = str(stored.get("embedder", "?"))
+    old_dim = stored.get("dim")
+    if old_embedder != embedder or old_dim != dense_dim:
+        raise IndexMismatchError(
+            f"index at {where} was built with embedder '{old_embedder}' (dim {old_dim}); "
+            f"this run uses '{embedder}' (dim {dense_dim}). "
+            "Use another --index-dir or re-ingest with --rebuild"
+        )
+
+
+def engine_rrf_k(rrf_k: int) -> int:
+    """Qdrant scores rank r (1-based) as 1/(r/w + k - 1); passing k+1 gives the textbook 1/(k + r)."""
+    return rrf_k + 1
+
+
+def rrf_fuse(
+    rankings: Sequence[Sequence[str]], *, k: int = 60, weights: Sequence[float] | None = None
+) -> list[tuple[str, float]]:
+    """Client-side (weighted) RRF with exactly the engine's formula: score = Σ 1 / (rank/w + k).
+
+    For w = 1 this is the textbook 1/(k + rank), rank 1-based. Used as the fallback when a Qdrant
+    server cannot fuse with weights, and by tests to predict the engine's order.
+    """
+    if weights is not None and len(weights) != len(rankings):
+        raise IndexError_(f"RRF got {len(weights)} weights for {len(rankings)} rankings")
+    scores: dict[str, float] = {}
+    for i, ranking in enumerate(rankings):
+        w = 1.0 if weights is None else float(weights[i])
+        for pos, key in enumerate(ranking):
+            s = 0.0 if w <= 0 else 1.0 / ((pos + 1) / w + k)
+            scores[key] = scores.get(key, 0.0) + s
+    return sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+
+
+def query_legs(request: SearchRequest) -> tuple[bool, bool]:
+    """Which retrievers a request runs: (sparse, dense). An empty sparse query simply has no lexical leg."""
+    has_sparse = request.sparse is not None and len(request.sparse.indices) > 0
+    if request.mode == "lexical":
+        if request.sparse is None:
+            raise InputError("lexical search needs a sparse query vector")
+        return has_sparse, False
+    if request.dense is None:
+        raise InputError(f"{request.mode} search needs a dense query vector")
+    if request.mode == "dense":
+        return False, True
+    if request.mode != "hybrid":
+        raise InputError(f"unknown retrieval mode {request.mode!r}; use lexical, dense or hybrid")
+    return has_sparse, True
+
+
+def leg_weights(request: SearchRequest, sparse: bool, dense: bool) -> list[float] | None:
+    """RRF weights for the legs that actually run (None = equal weights)."""
+    if request.weights is None:
+        return None
+    lexical_w, dense_w = request.weights
+    return [w for w, used in ((lexical_w, sparse), (dense_w, dense)) if used]

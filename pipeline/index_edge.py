@@ -1,0 +1,359 @@
+"""The embedded default ``Index``: Qdrant Edge, in-process, persisted to a directory.
+
+Layout of ``path``: ``manifest.json`` (embedder name + dimension, written atomically) and ``shard/``
+(the Edge shard). Qdrant Edge is a synchronous library that keeps the GIL while it works, so every
+call goes through ``asyncio.to_thread`` *and* writes are cut into batches of ``batch_size`` points:
+the event loop stalls at most for one batch, never for a whole page or corpus.
+
+Atomic page swaps: a new page version is written ``staged`` (reads filter on ``state == live``), then
+one critical section deletes the old live points and flips the new ones to live. Every shard call
+holds ``self._lock``, so in-process readers see the old or the new version — never a mix and never
+a gap. An exception while staging leaves the old version live; the staged leftovers are deleted by
+the next ``replace_page`` of that page and by ``open``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import qdrant_edge as qe
+
+from pipeline import index_common as ic
+from pipeline.errors import IndexError_, IndexMismatchError
+from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
+
+T = TypeVar("T")
+
+MANIFEST_FILE = "manifest.json"
+SHARD_DIR = "shard"
+
+
+def _match(key: str, value: str) -> qe.FieldCondition:
+    return qe.FieldCondition(key=key, match=qe.MatchValue(value))
+
+
+def _match_any(key: str, values: Sequence[str]) -> qe.FieldCondition:
+    return qe.FieldCondition(key=key, match=qe.MatchAny(list(values)))
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """temp file + fsync + rename, so a crash never leaves a half-written manifest."""
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class EdgeIndex:
+    """Hybrid index in a local directory via Qdrant Edge (``qdrant-edge-py``)."""
+
+    batch_size: int = ic.WRITE_BATCH
+
+    def __init__(self, path: Path) -> None:
+        self._path = Path(path)
+        self._shard: qe.EdgeShard | None = None
+        self._dim = 0
+        self._embedder = ""
+        self._lock = threading.RLock()  # every shard call; makes the swap invisible to readers
+        self._write_lock = asyncio.Lock()  # one writer at a time (staging cleanup vs. staging)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _require(self) -> qe.EdgeShard:
+        if self._shard is None:
+            raise IndexError_(f"index at {self._path} is not open; call open() first")
+        return self._shard
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one Edge call under the lock, turning its errors into ``IndexError_``."""
+        with self._lock:
+            try:
+                return fn(*args)
+            except Exception as exc:
+                raise IndexError_(f"qdrant edge at {self._path}: {exc}") from exc
+
+    def _live_filter(self, spaces: Sequence[str] | None = None) -> qe.Filter:
+        must: list[Any] = [_match(ic.STATE, ic.LIVE)]
+        if spaces is not None:
+            must.append(_match_any("space", spaces))
+        return qe.Filter(must=must)
+
+    # ------------------------------------------------------------------ open / close
+
+    async def open(self, *, dense_dim: int, embedder: str) -> None:
+        """Create or load the shard; raise ``IndexMismatchError`` on another embedder or dimension."""
+        await asyncio.to_thread(self._open_sync, dense_dim, embedder)
+
+    def _open_sync(self, dense_dim: int, embedder: str) -> None:
+        if self._shard is not None:
+            raise IndexError_(f"index at {self._path} is already open")
+        self._path.mkdir(parents=True, exist_ok=True)
+        manifest_path = self._path / MANIFEST_FILE
+        shard_path = self._path / SHARD_DIR
+        has_manifest = manifest_path.exists()
+        if has_manifest:
+            try:
+                stored = json.loads(manifest_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise IndexError_(f"cannot read {manifest_path}: {exc}") from exc
+            ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=str(self._path))
+        config = qe.EdgeConfig(
+            vectors={ic.DENSE: qe.EdgeVectorParams(size=dense_dim, distance=qe.Distance.Cosine)},
+            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        )
+        exists = shard_path.is_dir() and any(shard_path.iterdir())
+        try:
+            if exists:
+                # Passing the config makes Edge check the stored vectors against it (a second guard
+                # for shards whose manifest is missing).
+                shard = qe.EdgeShard.load(str(shard_path), config)
+            else:
+                shard = qe.EdgeShard.create(str(shard_path), config)
+        except Exception as exc:
+            if exists and not has_manifest:
+                raise IndexMismatchError(
+                    f"index at {self._path} has no manifest and does not match '{embedder}' (dim {dense_dim}): "
+                    f"{exc}. Use another --index-dir or re-ingest with --rebuild"
+                ) from exc
+            raise IndexError_(f"cannot open qdrant edge shard at {shard_path}: {exc}") from exc
+        self._shard, self._dim, self._embedder = shard, dense_dim, embedder
+        try:
+            schema = self._call(lambda: shard.info().payload_schema)
+            for name in ic.KEYWORD_FIELDS:
+                if name not in schema:
+                    self._call(shard.update, qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+            # Leftovers of a write that crashed while staging.
+            self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])))
+            if not has_manifest:
+                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim))
+        except BaseException:
+            self._close_sync()
+            raise
+
+    async def close(self) -> None:
+        """Flush and release the shard. Safe to call twice."""
+        await asyncio.to_thread(self._close_sync)
+
+    def _close_sync(self) -> None:
+        shard, self._shard = self._shard, None
+        if shard is not None:
+            with self._lock:
+                try:
+                    shard.flush()
+                finally:
+                    shard.close()
+
+    async def optimize(self) -> bool:
+        """Merge segments, vacuum deleted points and build HNSW; call after a bulk ingest.
+
+        Blocks the event loop for seconds on large indexes (Edge holds the GIL), so never call it
+        on the serving path. Returns whether anything was optimized.
+        """
+        async with self._write_lock:
+            shard = self._require()
+            changed = await asyncio.to_thread(self._call, shard.optimize)
+            await asyncio.to_thread(self._call, shard.flush)
+            return changed
+
+    async def drop(self) -> None:
+        """Delete the shard and manifest (``--rebuild``). The index must be opened again afterwards."""
+        await self.close()
+        await asyncio.to_thread(self._drop_sync)
+
+    def _drop_sync(self) -> None:
+        shutil.rmtree(self._path / SHARD_DIR, ignore_errors=True)
+        (self._path / MANIFEST_FILE).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ writes
+
+    async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
+        """Swap in a page version atomically (see module docstring); idempotent for the same hash."""
+        async with self._write_lock:
+            shard = self._require()
+            staged = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.STAGED)])
+            await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(staged))
+            live_hash = await asyncio.to_thread(self._live_hash_sync, page_id)
+            # Same version again: ids collide with the live points, so rewrite them in place (the
+            # content is identical by hash) and drop evidence no longer produced.
+            in_place = live_hash == page_hash
+            state = ic.LIVE if in_place else ic.STAGED
+            new_ids: list[str] = []
+            batch: list[IndexPoint] = []
+            for point in points:
+                ic.check_point(page_id, page_hash, point, self._dim)
+                batch.append(point)
+                if len(batch) >= self.batch_size:
+                    new_ids += await asyncio.to_thread(self._upsert_sync, batch, state)
+                    batch = []
+            if batch:
+                new_ids += await asyncio.to_thread(self._upsert_sync, batch, state)
+            await asyncio.to_thread(self._swap_sync, page_id, new_ids, in_place)
+
+    def _live_hash_sync(self, page_id: str) -> str | None:
+        shard = self._require()
+        flt = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
+        records, _ = self._call(
+            shard.scroll, qe.ScrollRequest(limit=1, filter=flt, with_payload=qe.PayloadSelector.Include(["page_hash"]))
+        )
+        return str(records[0].payload["page_hash"]) if records and records[0].payload else None
+
+    def _upsert_sync(self, batch: Sequence[IndexPoint], state: str) -> list[str]:
+        shard = self._require()
+        ids = [ic.point_id(p.evidence.id, p.page_hash) for p in batch]
+        edge_points = [
+            qe.Point(
+                pid,
+                {
+                    ic.DENSE: [float(x) for x in p.dense],
+                    ic.SPARSE: qe.SparseVector(list(p.sparse.indices), [float(v) for v in p.sparse.values]),
+                },
+                ic.to_payload(p, state),
+            )
+            for pid, p in zip(ids, batch, strict=True)
+        ]
+        self._call(shard.update, qe.UpdateOperation.upsert_points(edge_points))
+        return ids
+
+    def _swap_sync(self, page_id: str, new_ids: list[str], in_place: bool) -> None:
+        shard = self._require()
+        with self._lock:  # one critical section: readers never observe the gap or a mix
+            old: list[Any] = [_match("page_id", page_id), _match(ic.STATE, ic.LIVE)]
+            if in_place:
+                keep: list[Any] = [qe.HasIdCondition(set(new_ids))] if new_ids else []
+                flt = qe.Filter(must=old, must_not=keep or None)
+                self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(flt))
+                return
+            # Delete first: should the flip fail, the page is absent (and re-ingested by the next
+            # sync, as page_hashes() no longer lists it) rather than mixed.
+            self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=old)))
+            if new_ids:
+                self._call(shard.update, qe.UpdateOperation.set_payload(list(new_ids), {ic.STATE: ic.LIVE}))
+
+    async def delete_pages(self, page_ids: Sequence[str]) -> None:
+        """Remove pages (live and staged points)."""
+        if not page_ids:
+            return
+        async with self._write_lock:
+            shard = self._require()
+            flt = qe.Filter(must=[_match_any("page_id", list(page_ids))])
+            await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(flt))
+
+    # ------------------------------------------------------------------ reads
+
+    async def search(self, request: SearchRequest) -> list[Hit]:
+        """Lexical, dense, or hybrid (RRF fused inside Edge, weighted when ``request.weights``)."""
+        return await asyncio.to_thread(self._search_sync, request)
+
+    def _search_sync(self, request: SearchRequest) -> list[Hit]:
+        shard = self._require()
+        use_sparse, use_dense = ic.query_legs(request)
+        if not (use_sparse or use_dense) or request.limit <= 0:
+            return []
+        flt = self._live_filter(request.spaces)
+        # IDF over live points only, so staged versions never shift lexical scores.
+        sparse_params = qe.SearchParams(idf=qe.IdfParams(corpus=self._live_filter()))
+        legs: list[tuple[Any, int, qe.SearchParams | None]] = []
+        if use_sparse and request.sparse is not None:
+            vec = qe.SparseVector(list(request.sparse.indices), [float(v) for v in request.sparse.values])
+            legs.append((qe.Query.Nearest(vec, using=ic.SPARSE), request.lexical_k, sparse_params))
+        if use_dense and request.dense is not None:
+            legs.append((qe.Query.Nearest([float(x) for x in request.dense], using=ic.DENSE), request.dense_k, None))
+        if request.mode != "hybrid":
+            query, _, params = legs[0]
+            req = qe.QueryRequest(limit=request.limit, query=query, filter=flt, params=params, with_payload=True)
+        else:
+            prefetches = [qe.Prefetch(limit=k, query=q, filter=flt, params=p) for q, k, p in legs]
+            fusion: Any = qe.Fusion.Rrf(  # the stubs' union omits Fusion.Rrf
+                k=ic.engine_rrf_k(request.rrf_k), weights=ic.leg_weights(request, use_sparse, use_dense)
+            )
+            req = qe.QueryRequest(limit=request.limit, prefetches=prefetches, query=fusion, filter=flt, with_payload=True)
+        scored = self._call(shard.query, req)
+        return [
+            Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank, str((p.payload or {}).get("content", "")))
+            for rank, p in enumerate(scored, start=1)
+        ]
+
+    async def page_hashes(self) -> dict[str, str]:
+        return await asyncio.to_thread(self._page_hashes_sync)
+
+    def _page_hashes_sync(self) -> dict[str, str]:
+        shard = self._require()
+        out: dict[str, str] = {}
+        offset: Any = None
+        selector = qe.PayloadSelector.Include(["page_id", "page_hash"])
+        while True:
+            req = qe.ScrollRequest(offset=offset, limit=5000, filter=self._live_filter(), with_payload=selector)
+            records, offset = self._call(shard.scroll, req)
+            for r in records:
+                if r.payload:
+                    out[str(r.payload["page_id"])] = str(r.payload["page_hash"])
+            if offset is None:
+                return out
+
+    async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
+        """Live evidence by id, in the given order; unknown ids are skipped."""
+        if not evidence_ids:
+            return []
+        return await asyncio.to_thread(self._get_sync, list(evidence_ids))
+
+    def _get_sync(self, evidence_ids: list[str]) -> list[Evidence]:
+        shard = self._require()
+        flt = qe.Filter(must=[_match(ic.STATE, ic.LIVE), _match_any("evidence_id", evidence_ids)])
+        found: dict[str, Evidence] = {}
+        offset: Any = None
+        while True:
+            req = qe.ScrollRequest(offset=offset, limit=max(len(evidence_ids), 16), filter=flt, with_payload=True)
+            records, offset = self._call(shard.scroll, req)
+            for r in records:
+                ev = ic.evidence_from_payload(r.payload or {})
+                found[ev.id] = ev
+            if offset is None:
+                break
+        return [found[i] for i in evidence_ids if i in found]
+
+    async def count(self) -> int:
+        """Live points."""
+        return await asyncio.to_thread(self._count_sync, self._live_filter())
+
+    def _count_sync(self, flt: qe.Filter) -> int:
+        return self._call(self._require().count, qe.CountRequest(exact=True, filter=flt))
+
+    async def stats(self) -> dict[str, object]:
+        return await asyncio.to_thread(self._stats_sync)
+
+    def _stats_sync(self) -> dict[str, object]:
+        shard = self._require()
+        live = _match(ic.STATE, ic.LIVE)
+        by_kind = {k: self._count_sync(qe.Filter(must=[live, _match("kind", k)])) for k in EVIDENCE_KINDS}
+        info = self._call(shard.info)
+        disk = sum(f.stat().st_blocks * 512 for f in self._path.rglob("*") if f.is_file())  # allocated, not sparse size
+        return {
+            "backend": "qdrant-edge",
+            "path": str(self._path),
+            "points": self._count_sync(self._live_filter()),
+            "pages": len(self._page_hashes_sync()),
+            "by_kind": by_kind,
+            "staged": self._count_sync(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])),
+            "segments": info.segments_count,
+            "disk_bytes": disk,
+            "embedder": self._embedder,
+            "dim": self._dim,
+        }

@@ -1,0 +1,268 @@
+"""An OpenAI-compatible chat-completions client with our own retries, a concurrency cap and clear errors.
+
+The SDK's built-in retries are switched off (``max_retries=0``) so this module decides what is retried
+(429 honouring ``Retry-After``, 5xx, timeouts, connection errors), how long to wait (exponential backoff
+with full jitter) and what the caller finally sees (an exception from ``pipeline.errors``). One
+``asyncio.Semaphore`` per instance bounds in-flight requests across every caller, so attribution's many
+counterfactual calls cannot flood a small local server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any
+
+import openai
+
+from pipeline.errors import (
+    AuthError,
+    ConfigError,
+    NotFoundError,
+    RateLimitedError,
+    RemoteError,
+    TransientError,
+    UnreachableError,
+)
+from pipeline.types import ChatMessage
+
+if TYPE_CHECKING:
+    from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SERVICE = "llm"
+_N_PARAM = re.compile(r"(?<![\w'])n(?![\w'])|'n'|\"n\"|`n`", re.IGNORECASE)
+
+
+class OpenAILLM:
+    """Implements ``pipeline.protocols.LLM`` over ``openai.AsyncOpenAI``."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str = "",
+        models: Mapping[str, str] | Callable[[str], str] | None = None,
+        model_for: Callable[[str], str] | None = None,
+        default_model: str | None = None,
+        timeout_s: float = 30.0,
+        max_retries: int = 3,
+        concurrency: int = 8,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        retry_after_cap_s: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if (models is None) == (model_for is None):
+            raise ConfigError("OpenAILLM needs exactly one of models= or model_for=")
+        resolver = models if models is not None else model_for
+        assert resolver is not None
+        self._models: Mapping[str, str] | Callable[[str], str] = resolver
+        self._default_model = default_model
+        self.max_retries = max(0, int(max_retries))
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.retry_after_cap_s = retry_after_cap_s
+        self._rng = rng or random.Random()
+        self._semaphore = asyncio.Semaphore(max(1, int(concurrency)))
+        self._n_unsupported: set[str] = set()  # models whose endpoint rejected n>1
+        # A placeholder key keeps the SDK from demanding OPENAI_API_KEY for keyless local servers.
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout_s
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OpenAILLM:
+        if not settings.llm_base_url:
+            raise ConfigError("EVIDENT_LLM_BASE_URL is not set")
+        return cls(
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key.reveal(),
+            models=settings.model_for,
+            timeout_s=settings.llm_timeout_s,
+            max_retries=settings.llm_max_retries,
+            concurrency=settings.llm_concurrency,
+        )
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAILLM(base_url={self.base_url!r})"
+
+    # ------------------------------------------------------------ Protocol LLM
+
+    def model_for(self, role: str) -> str:
+        if callable(self._models):
+            return self._models(role)
+        model = self._models.get(role) or self._models.get("default") or self._default_model
+        if not model:
+            raise ConfigError(f"no LLM model configured for role '{role}'")
+        return model
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        role: str = "answer",
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        n: int = 1,
+    ) -> list[str]:
+        """``n`` completions' texts ("" for empty content). Tries one request with ``n`` first, then falls
+        back to separate concurrent requests when the endpoint rejects ``n`` or returns fewer choices."""
+        model = self.model_for(role)
+        payload: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "temperature": temperature,
+        }
+        if max_tokens is not None:
+            payload["max_tokens"] = max_tokens
+        if n <= 1:
+            return (await self._create(payload))[:1] or [""]
+        texts: list[str] = []
+        if model not in self._n_unsupported:
+            try:
+                texts = await self._create({**payload, "n": n})
+            except _NRejectedError:
+                log.info("LLM endpoint rejected n=%d for model %s; using separate calls", n, model)
+                self._n_unsupported.add(model)
+        missing = n - len(texts)
+        if missing > 0:
+            more = await asyncio.gather(*(self._create(payload) for _ in range(missing)))
+            texts.extend(r[0] if r else "" for r in more)
+        return texts[:n]
+
+    async def ping(self) -> None:
+        """Readiness check: one GET /models, falling back to a 1-token completion where /models is missing.
+        No retries, so a broken configuration fails fast with the same errors as ``complete``."""
+        try:
+            async with self._semaphore:
+                await self._client.models.list()
+            return
+        except openai.NotFoundError:
+            pass
+        except openai.OpenAIError as exc:
+            raise self._map_error(exc, model=None) from exc
+        await self._create(
+            {"model": self.model_for("answer"), "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
+            retries=0,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # ------------------------------------------------------------ internals
+
+    async def _create(self, payload: dict[str, Any], *, retries: int | None = None) -> list[str]:
+        """One logical request with retries; returns the choices' texts in index order."""
+        budget = self.max_retries if retries is None else retries
+        model = payload["model"]
+        attempt = 0
+        while True:
+            try:
+                async with self._semaphore:
+                    resp = await self._client.chat.completions.create(**payload)
+                choices = sorted(resp.choices or [], key=lambda c: c.index)
+                return [(c.message.content or "") if c.message else "" for c in choices]
+            except openai.OpenAIError as exc:
+                error = self._map_error(exc, model=model, wants_n=payload.get("n", 1) > 1)
+                retryable = isinstance(error, RateLimitedError | TransientError | UnreachableError)
+                if not retryable or attempt >= budget:
+                    raise error from exc
+                delay = self._delay(attempt, error)
+                log.warning("LLM request failed (%s); retry %d/%d in %.2fs", type(error).__name__, attempt + 1,
+                            budget, delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    def _delay(self, attempt: int, error: RemoteError) -> float:
+        backoff = self._rng.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))
+        if isinstance(error, RateLimitedError) and error.retry_after_s is not None:
+            # Honour the server's wait (capped), plus a little jitter so parallel callers do not stampede.
+            return min(error.retry_after_s, self.retry_after_cap_s) + self._rng.uniform(0, self.backoff_base_s / 4)
+        return backoff
+
+    def _map_error(self, exc: openai.OpenAIError, *, model: str | None, wants_n: bool = False) -> RemoteError:
+        where = self.base_url
+        if isinstance(exc, openai.APITimeoutError):
+            return TransientError(f"LLM request to {where} timed out", service=SERVICE)
+        if isinstance(exc, openai.APIConnectionError):
+            if _is_connect_failure(exc):
+                return UnreachableError(f"cannot reach LLM endpoint {where}", service=SERVICE)
+            return TransientError(f"connection to LLM endpoint {where} failed: {exc}", service=SERVICE)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            if status in (401, 403):
+                return AuthError(f"LLM endpoint rejected the API key ({status})", service=SERVICE, status=status)
+            if status == 404:
+                what = f"model '{model}'" if model else "endpoint"
+                return NotFoundError(f"{what} not found at {where}", service=SERVICE, status=status)
+            if status == 429:
+                return RateLimitedError(
+                    f"LLM endpoint {where} is rate limiting", service=SERVICE,
+                    retry_after_s=_retry_after(exc.response.headers),
+                )
+            if status >= 500 or status == 408:
+                return TransientError(f"LLM endpoint {where} returned {status}", service=SERVICE, status=status)
+            if status in (400, 422) and wants_n and _N_PARAM.search(_error_text(exc)):
+                return _NRejectedError(_error_text(exc))
+            return RemoteError(f"LLM endpoint {where} returned {status}: {_error_text(exc)[:200]}",
+                               service=SERVICE, status=status)
+        return RemoteError(f"LLM request to {where} failed: {type(exc).__name__}", service=SERVICE)
+
+
+class _NRejectedError(RemoteError):
+    """Internal: the endpoint does not support ``n`` > 1."""
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return " ".join(str(err.get(k) or "") for k in ("message", "param")).strip()
+        return str(err)
+    return str(exc.message)
+
+
+def _is_connect_failure(exc: BaseException) -> bool:
+    """True when no connection could be made at all (refused, DNS, no route) rather than a reset mid-call."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ConnectionRefusedError | socket.gaierror) or type(cur).__name__ == "ConnectError":
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date); None when absent."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -1,0 +1,107 @@
+"""Conversational retrieval queries without an LLM.
+
+Follow-up questions ("And what about TPM?") omit the topic that earlier turns established. Without an
+LLM we recover it from the thread itself: earlier questions and the titles of pages the system itself
+retrieved before (never gold data). A topic-shift test keeps self-contained questions as they are, so
+a new topic is not polluted by the old one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
+
+# Words that carry no topic. Small EN+DE list; content words are everything else.
+_STOP = frozenset(
+    """
+    a an the and or but if then else of for to in on at by with from into about as is are was were be been
+    being do does did done have has had having what which who whom whose when where why how this that these
+    those it its they them their there here i you he she we me my your our his her can could should would
+    will shall may might must also too any some all each more most other such only own same so than very
+    just not no nor please tell show give list explain describe find know need want get does one two
+    again else further once both few many much whats hows wheres
+    der die das den dem des ein eine einer eines einem einen und oder aber wenn dann sonst von für zu im
+    in an am auf bei mit aus nach über als ist sind war waren sein gewesen tun tut hat haben hatte was
+    welche welcher welches welchen wer wen wem wessen wann wo warum wie dies diese dieser dieses es sie
+    ihr ihnen ihre dort hier ich du er wir mich mein dein unser sein können könnte sollte würde wird kann
+    muss auch alle jede mehr andere nur sehr nicht kein keine bitte gibt gib zeige nenne erkläre
+    beschreibe finde weiß wissen brauche noch denn dazu damit davon dafür darüber wozu womit
+    """.split()
+)
+
+# Phrases that mark an elliptic follow-up in EN/DE ("and what about ...", "und was ist mit ...").
+_FOLLOWUP = re.compile(
+    r"^\s*(and|also|what about|how about|what else|same for|and for|und|auch|was ist mit|wie ist es mit"
+    r"|wie steht es mit|und für|und bei|und was)\b",
+    re.IGNORECASE,
+)
+_PRONOUN = re.compile(
+    r"\b(it|its|they|them|their|that|this|those|these|he|she|his|her|there|es|sie|ihr|ihre|ihrer|dort|"
+    r"dessen|deren|diese[rsmn]?|das|dies|er|ihm|ihn)\b",
+    re.IGNORECASE,
+)
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in _STOP and len(w) > 1]
+
+
+@dataclass(frozen=True)
+class PriorTurn:
+    """What the query builder may use of an earlier turn: never gold answers or gold URLs."""
+
+    question: str
+    retrieved_titles: tuple[str, ...] = ()
+    answer: str = ""
+
+
+def is_followup(question: str, history: Sequence[PriorTurn], *, min_own_words: int = 4) -> bool:
+    """Heuristic topic-shift test: does ``question`` lean on earlier turns?"""
+    if not history:
+        return False
+    words = content_words(question)
+    if _FOLLOWUP.search(question):
+        return True
+    if len(words) < min_own_words:
+        return True
+    return bool(_PRONOUN.search(question)) and len(words) < 2 * min_own_words
+
+
+def build_query(
+    question: str,
+    history: Sequence[PriorTurn],
+    *,
+    strategy: str = "topic",
+    max_prev: int = 2,
+) -> str:
+    """Return the retrieval query for the current turn.
+
+    Strategies (named so evaluation can compare them):
+      ``raw``            the question alone;
+      ``prev_questions`` the question plus up to ``max_prev`` previous questions;
+      ``topic``          the question plus the first question (which usually sets the topic) and the
+                         previous one, plus the title of the page the system retrieved last — applied
+                         only when ``is_followup`` says the question leans on the thread.
+    """
+    question = question.strip()
+    if strategy == "raw" or not history:
+        return question
+    if strategy == "prev_questions":
+        prev = [t.question for t in history[-max_prev:]]
+        return " ".join([question, *reversed(prev)])
+    if strategy == "topic":
+        if not is_followup(question, history):
+            return question
+        parts = [question]
+        last = history[-1]
+        parts.append(last.question)
+        first = history[0]
+        if first is not last:
+            parts.append(first.question)
+        if last.retrieved_titles:
+            parts.append(last.retrieved_titles[0])
+        return " ".join(parts)
+    raise ValueError(f"unknown query strategy {strategy!r}: choose raw, prev_questions or topic")

@@ -1,0 +1,375 @@
+"""The SQLite conversation store: turns, feedback, attribution cache, sync checkpoints, Slack de-dup.
+
+One file, WAL mode and a ``busy_timeout`` so the bot and a CLI can share it. The async API runs every
+statement in a worker thread (``asyncio.to_thread``) over one connection guarded by a lock, so many
+tasks can write concurrently without blocking the event loop or interleaving transactions.
+Schema changes are versioned migrations applied in order and recorded in ``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlite_utils
+
+from pipeline.errors import InputError, StoreError
+
+T = TypeVar("T")
+
+# Columns of ``turns`` that hold JSON, and those that hold 0/1 flags.
+_JSON_TURN_FIELDS = frozenset({"retrieved", "citations", "timings", "meta"})
+_BOOL_TURN_FIELDS = frozenset({"out_of_scope", "extractive"})
+TURN_FIELDS: tuple[str, ...] = (
+    "user_id", "question", "completed_question", "retrieval_query", "retrieved", "answer", "citations",
+    "out_of_scope", "extractive", "model", "prompt_template", "prompt_version", "timings", "error",
+    "slack_ts", "meta",
+)
+_TURN_FIELD_SET = frozenset(TURN_FIELDS)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def _m1_initial(db: sqlite_utils.Database) -> None:
+    db["conversations"].create(  # type: ignore[union-attr]
+        {"key": str, "created_at": str, "updated_at": str, "meta": str}, pk="key", not_null={"created_at"},
+    )
+    db["turns"].create(  # type: ignore[union-attr]
+        {
+            "id": int, "conversation_key": str, "turn_no": int, "created_at": str, "user_id": str,
+            "question": str, "completed_question": str, "retrieval_query": str, "retrieved": str,
+            "answer": str, "citations": str, "out_of_scope": int, "extractive": int, "model": str,
+            "prompt_template": str, "prompt_version": str, "timings": str, "error": str, "slack_ts": str,
+            "meta": str,
+        },
+        pk="id", not_null={"conversation_key", "turn_no", "created_at"},
+        foreign_keys=[("conversation_key", "conversations", "key")],
+    )
+    db["turns"].create_index(["conversation_key", "turn_no"], unique=True)  # type: ignore[union-attr]
+    db["turns"].create_index(["slack_ts"])  # type: ignore[union-attr]
+    db["feedback"].create(  # type: ignore[union-attr]
+        {"turn_id": int, "user_id": str, "value": int, "created_at": str},
+        pk=("turn_id", "user_id"), foreign_keys=[("turn_id", "turns", "id")],
+    )
+    db["attributions"].create(  # type: ignore[union-attr]
+        {"turn_id": int, "method": str, "params_hash": str, "result": str, "created_at": str},
+        pk=("turn_id", "method", "params_hash"), foreign_keys=[("turn_id", "turns", "id")],
+    )
+    db["sync_state"].create(  # type: ignore[union-attr]
+        {"source": str, "space": str, "checkpoint_utc": str, "updated_at": str}, pk=("source", "space"),
+    )
+    db["seen_events"].create({"event_id": str, "created_at": float}, pk="event_id")  # type: ignore[union-attr]
+    db["seen_events"].create_index(["created_at"])  # type: ignore[union-attr]
+
+
+# Append new migrations; never edit or reorder applied ones. Index i brings the schema to version i+1.
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m1_initial,)
+
+
+class Store:
+    """Async facade over one SQLite file. Safe to share across tasks; call ``close()`` at shutdown."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, seen_events_ttl_s: float = 86_400) -> None:
+        self.path = Path(path)
+        self._seen_ttl_s = seen_events_ttl_s
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=busy_timeout_ms / 1000)
+            self._db = sqlite_utils.Database(conn)
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            self._db.enable_wal()
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+
+    @classmethod
+    async def open(cls, path: Path, **kwargs: Any) -> Store:
+        """Construct (connect + migrate) in a worker thread, for callers already on the event loop."""
+        return await asyncio.to_thread(cls, path, **kwargs)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _migrate(self) -> None:
+        with self._tx():
+            current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            if current > len(MIGRATIONS):
+                raise StoreError(
+                    f"store {self.path} has schema version {current}, newer than this evident ({len(MIGRATIONS)})"
+                )
+            for version in range(current, len(MIGRATIONS)):
+                MIGRATIONS[version](self._db)
+                self._db.conn.execute(f"PRAGMA user_version={version + 1}")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction taken IMMEDIATE so a second process waits (busy_timeout) instead of deadlocking."""
+        conn = self._db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _locked(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"store {self.path} is closed")
+            try:
+                return fn()
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {self.path}: {exc}") from exc
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.to_thread(self._locked, fn)
+
+    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        cur = self._db.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    # ------------------------------------------------------------ conversations & turns
+
+    async def conversation_exists(self, key: str) -> bool:
+        def q() -> bool:
+            return self._db.execute("SELECT 1 FROM conversations WHERE key=?", (key,)).fetchone() is not None
+
+        return await self._run(q)
+
+    async def add_turn(self, conversation_key: str, *, question: str, **fields: Any) -> int:
+        """Append a turn (creating the conversation if new) and return its id; turn_no counts from 1."""
+        if not conversation_key:
+            raise InputError("conversation_key must not be empty")
+        values = _encode_turn_fields(fields)
+        values["question"] = question
+
+        def q() -> int:
+            now = _now()
+            with self._tx() as conn:
+                conn.execute(
+                    "INSERT INTO conversations(key, created_at, updated_at, meta) VALUES (?, ?, ?, '{}') "
+                    "ON CONFLICT(key) DO UPDATE SET updated_at=excluded.updated_at",
+                    (conversation_key, now, now),
+                )
+                cols = ["conversation_key", "created_at", *values]
+                cur = conn.execute(
+                    f"INSERT INTO turns({', '.join(cols)}, turn_no) "
+                    f"SELECT {', '.join('?' for _ in cols)}, COALESCE(MAX(turn_no), 0) + 1 "
+                    "FROM turns WHERE conversation_key=?",
+                    (conversation_key, now, *values.values(), conversation_key),
+                )
+                assert cur.lastrowid is not None
+                return int(cur.lastrowid)
+
+        return await self._run(q)
+
+    async def update_turn(self, turn_id: int, **fields: Any) -> None:
+        """Set some of a turn's fields (e.g. the answer once generated). Unknown fields raise StoreError."""
+        if not fields:
+            return
+        values = _encode_turn_fields(fields)
+
+        def q() -> None:
+            with self._tx() as conn:
+                cur = conn.execute(
+                    f"UPDATE turns SET {', '.join(f'{c}=?' for c in values)} WHERE id=?",
+                    (*values.values(), turn_id),
+                )
+                if cur.rowcount == 0:
+                    raise StoreError(f"turn {turn_id} does not exist")
+
+        await self._run(q)
+
+    async def set_turn_slack_ts(self, turn_id: int, ts: str) -> None:
+        await self.update_turn(turn_id, slack_ts=ts)
+
+    async def get_turn(self, turn_id: int) -> dict[str, Any] | None:
+        rows = await self._run(lambda: self._rows("SELECT * FROM turns WHERE id=?", (turn_id,)))
+        return _decode_turn(rows[0]) if rows else None
+
+    async def latest_turn_id(self, conversation_prefix: str = "") -> int | None:
+        """The newest turn (optionally within conversations whose key starts with the prefix)."""
+        esc = _like_escape(conversation_prefix)
+        rows = await self._run(lambda: self._rows(
+            "SELECT id FROM turns WHERE conversation_key LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT 1",
+            (esc + "%",),
+        ))
+        return int(rows[0]["id"]) if rows else None
+
+    async def history(self, conversation_key: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The last ``limit`` turns of a conversation, oldest first."""
+        rows = await self._run(lambda: self._rows(
+            "SELECT * FROM turns WHERE conversation_key=? ORDER BY turn_no DESC LIMIT ?",
+            (conversation_key, int(limit)),
+        ))
+        return [_decode_turn(r) for r in reversed(rows)]
+
+    async def turn_by_slack_ts(self, key_or_channel: str, ts: str) -> dict[str, Any] | None:
+        """The turn whose posted answer has message ``ts``. A reaction event names only the channel and the
+        message, not the thread, so ``key_or_channel`` may be a full conversation key, a key prefix
+        (``team:channel`` matches ``team:channel:<thread_ts>``) or a bare channel id (the middle segment)."""
+        esc = _like_escape(key_or_channel)
+
+        def q() -> list[dict[str, Any]]:
+            return self._rows(
+                "SELECT * FROM turns WHERE slack_ts=? AND (conversation_key=? "
+                "OR conversation_key LIKE ? ESCAPE '\\' OR conversation_key LIKE ? ESCAPE '\\') "
+                "ORDER BY id DESC LIMIT 1",
+                (ts, key_or_channel, esc + ":%", "%:" + esc + ":%"),
+            )
+
+        rows = await self._run(q)
+        return _decode_turn(rows[0]) if rows else None
+
+    # ------------------------------------------------------------ feedback
+
+    async def set_feedback(self, turn_id: int, user_id: str, value: int) -> None:
+        """Record a user's 👍/👎 on a turn; a later call changes it."""
+        if value not in (1, -1):
+            raise InputError(f"feedback value must be +1 or -1, got {value!r}")
+
+        def q() -> None:
+            with self._tx() as conn:
+                conn.execute(
+                    "INSERT INTO feedback(turn_id, user_id, value, created_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(turn_id, user_id) DO UPDATE SET value=excluded.value, created_at=excluded.created_at",
+                    (turn_id, user_id, value, _now()),
+                )
+
+        await self._run(q)
+
+    async def remove_feedback(self, turn_id: int, user_id: str) -> None:
+        def q() -> None:
+            with self._tx() as conn:
+                conn.execute("DELETE FROM feedback WHERE turn_id=? AND user_id=?", (turn_id, user_id))
+
+        await self._run(q)
+
+    async def get_feedback(self, turn_id: int) -> dict[str, int]:
+        """user_id -> +1/-1 for one turn."""
+        rows = await self._run(lambda: self._rows("SELECT user_id, value FROM feedback WHERE turn_id=?", (turn_id,)))
+        return {r["user_id"]: int(r["value"]) for r in rows}
+
+    # ------------------------------------------------------------ attribution cache
+
+    async def get_attribution(self, turn_id: int, method: str, params_hash: str) -> Any | None:
+        rows = await self._run(lambda: self._rows(
+            "SELECT result FROM attributions WHERE turn_id=? AND method=? AND params_hash=?",
+            (turn_id, method, params_hash),
+        ))
+        return json.loads(rows[0]["result"]) if rows else None
+
+    async def put_attribution(self, turn_id: int, method: str, params_hash: str, result: Any) -> None:
+        payload = json.dumps(result, ensure_ascii=False)
+
+        def q() -> None:
+            with self._tx() as conn:
+                conn.execute(
+                    "INSERT INTO attributions(turn_id, method, params_hash, result, created_at) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT(turn_id, method, params_hash) DO UPDATE SET result=excluded.result, "
+                    "created_at=excluded.created_at",
+                    (turn_id, method, params_hash, payload, _now()),
+                )
+
+        await self._run(q)
+
+    # ------------------------------------------------------------ connector checkpoints
+
+    async def get_checkpoint(self, source: str, space: str) -> str | None:
+        rows = await self._run(lambda: self._rows(
+            "SELECT checkpoint_utc FROM sync_state WHERE source=? AND space=?", (source, space)
+        ))
+        return rows[0]["checkpoint_utc"] if rows else None
+
+    async def set_checkpoint(self, source: str, space: str, checkpoint_utc: str) -> None:
+        def q() -> None:
+            with self._tx() as conn:
+                conn.execute(
+                    "INSERT INTO sync_state(source, space, checkpoint_utc, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(source, space) DO UPDATE SET checkpoint_utc=excluded.checkpoint_utc, "
+                    "updated_at=excluded.updated_at",
+                    (source, space, checkpoint_utc, _now()),
+                )
+
+        await self._run(q)
+
+    # ------------------------------------------------------------ Slack retry de-dup
+
+    async def mark_event_seen(self, event_id: str) -> bool:
+        """True the first time an event id is seen (atomic across tasks and processes); prunes old ids."""
+
+        def q() -> bool:
+            now = time.time()
+            with self._tx() as conn:
+                conn.execute("DELETE FROM seen_events WHERE created_at < ?", (now - self._seen_ttl_s,))
+                cur = conn.execute(
+                    "INSERT OR IGNORE INTO seen_events(event_id, created_at) VALUES (?, ?)", (event_id, now)
+                )
+                return cur.rowcount == 1
+
+        return await self._run(q)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        def q() -> None:
+            with self._lock:
+                if not self._closed:
+                    self._closed = True
+                    self._db.close()
+
+        await asyncio.to_thread(q)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _encode_turn_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(fields) - _TURN_FIELD_SET)
+    if unknown:
+        raise StoreError(f"unknown turn field(s): {', '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for k, v in fields.items():
+        if k in _JSON_TURN_FIELDS:
+            out[k] = None if v is None else json.dumps(v, ensure_ascii=False)
+        elif k in _BOOL_TURN_FIELDS:
+            out[k] = None if v is None else int(bool(v))
+        else:
+            out[k] = v
+    return out
+
+
+def _decode_turn(row: dict[str, Any]) -> dict[str, Any]:
+    for k in _JSON_TURN_FIELDS:
+        if row.get(k) is not None:
+            row[k] = json.loads(row[k])
+    for k in _BOOL_TURN_FIELDS:
+        if row.get(k) is not None:
+            row[k] = bool(row[k])
+    return row
+
+
+def _like_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -1,0 +1,457 @@
+"""A local fake of the Slack platform for offline tests and the load benchmark.
+
+* ``FakeSlack``: an aiohttp server on 127.0.0.1 speaking the Web API wire format under ``/api/``
+  (form- or JSON-encoded bodies, ``{"ok": ...}`` replies, 429 + Retry-After), recording every call;
+  a Socket Mode websocket (``apps.connections.open`` hands out its URL); ``response_url`` endpoints.
+* ``EventSender``: signs Events API / slash-command payloads (v0 HMAC-SHA256) and POSTs them to the bot.
+* ``FakeEngine`` / ``MemoryStore``: a deterministic engine implementing exactly the interface the bot
+  calls (plain classes, no mocks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import inspect
+import itertools
+import json
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pipeline.types import Answer, Citation
+
+BOT_USER = "UBOT"
+BOT_ID = "BBOT"
+TEAM = "T1"
+SIGNING_SECRET = "test-signing-secret"
+
+
+@dataclass
+class Call:
+    method: str
+    args: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeSlack:
+    """Slack Web API + Socket Mode on a random local port. Use ``base_url`` for ``AsyncWebClient``."""
+
+    def __init__(self, *, bot_user: str = BOT_USER, bot_id: str = BOT_ID, team: str = TEAM,
+                 replies_page_size: int = 2) -> None:
+        self.bot_user, self.bot_id, self.team = bot_user, bot_id, team
+        self.calls: list[Call] = []
+        self.messages: dict[tuple[str, str], dict[str, Any]] = {}  # (channel, ts) -> message
+        self.replies_page_size = replies_page_size
+        self.failures: dict[str, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
+        self.auth_error: str | None = None
+        self.socket_acks: list[dict[str, Any]] = []
+        self._ws: web.WebSocketResponse | None = None
+        self._ws_ready = asyncio.Event()
+        self._ts = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/api/"
+
+    async def start(self) -> FakeSlack:
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)  # the SDK GETs some methods (conversations.replies)
+        app.router.add_post("/response/{rid}", self._response_url)
+        app.router.add_get("/link", self._socket)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def stop(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ------------------------------------------------------------------ test helpers
+
+    def fail_next(self, method: str, *, error: str = "internal_error", status: int = 200,
+                  headers: dict[str, str] | None = None) -> None:
+        """Make the next call of ``method`` fail (Slack style ``ok: false`` or an HTTP status)."""
+        self.failures.setdefault(method, []).append((status, {"ok": False, "error": error}, headers or {}))
+
+    def seed_thread(self, channel: str, thread_ts: str, messages: list[dict[str, Any]]) -> None:
+        """Put earlier messages into a thread for ``conversations.replies``."""
+        for m in messages:
+            self.messages[(channel, m["ts"])] = {"channel": channel, "thread_ts": thread_ts, **m}
+
+    def of(self, method: str) -> list[dict[str, Any]]:
+        return [c.args for c in self.calls if c.method == method]
+
+    async def wait_for(self, predicate: Callable[[], Any], within_s: float = 5.0) -> Any:
+        """Poll ``predicate`` (sync or returning an awaitable) until truthy (no fixed sleeps in tests)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            value = predicate()
+            if inspect.isawaitable(value):
+                value = await value
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; calls so far: {[c.method for c in self.calls]}")
+            await asyncio.sleep(0.005)
+
+    async def wait_calls(self, method: str, n: int = 1, within_s: float = 5.0) -> list[dict[str, Any]]:
+        return await self.wait_for(lambda: len(self.of(method)) >= n and self.of(method), within_s)
+
+    async def socket_send(self, envelope: dict[str, Any], within_s: float = 5.0) -> None:
+        """Push a Socket Mode envelope to the connected client."""
+        await asyncio.wait_for(self._ws_ready.wait(), within_s)
+        assert self._ws is not None
+        await self._ws.send_str(json.dumps(envelope))
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _read_args(self, request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        ctype = request.headers.get("Content-Type", "")
+        if ctype.startswith("application/json"):
+            args = json.loads(raw or b"{}")
+        else:
+            args = {k: v for k, v in urllib.parse.parse_qsl(raw.decode())}
+        for k in ("blocks", "attachments"):
+            if isinstance(args.get(k), str):
+                args[k] = json.loads(args[k])
+        auth = request.headers.get("Authorization", "")
+        args["_token"] = auth.removeprefix("Bearer ")
+        for k, v in request.query.items():
+            args.setdefault(k, v)
+        return args
+
+    def _next_ts(self) -> str:
+        return f"1700000000.{next(self._ts):06d}"
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args = await self._read_args(request)
+        self.calls.append(Call(method, args))
+        queued = self.failures.get(method)
+        if queued:
+            status, body, headers = queued.pop(0)
+            return web.json_response(body, status=status, headers=headers)
+        handler = getattr(self, "_m_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        return web.json_response(handler(args))
+
+    def _m_auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.auth_error:
+            return {"ok": False, "error": self.auth_error}
+        return {"ok": True, "url": "https://fake.slack.com/", "team": "Fake", "user": "evident",
+                "team_id": self.team, "user_id": self.bot_user, "bot_id": self.bot_id}
+
+    def _m_chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel"):
+            return {"ok": False, "error": "channel_not_found"}
+        ts = self._next_ts()
+        msg = {"type": "message", "user": self.bot_user, "bot_id": self.bot_id, "ts": ts,
+               "text": args.get("text", ""), "blocks": args.get("blocks") or []}
+        if args.get("thread_ts"):
+            msg["thread_ts"] = args["thread_ts"]
+        self.messages[(args["channel"], ts)] = {"channel": args["channel"], **msg}
+        return {"ok": True, "channel": args["channel"], "ts": ts, "message": msg}
+
+    def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        key = (args.get("channel", ""), args.get("ts", ""))
+        if key not in self.messages:
+            return {"ok": False, "error": "message_not_found"}
+        self.messages[key].update(text=args.get("text", ""), blocks=args.get("blocks") or [])
+        return {"ok": True, "channel": key[0], "ts": key[1], "text": args.get("text", "")}
+
+    def _m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "message_ts": self._next_ts()}
+
+    def _m_reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True}
+
+    def _m_reactions_remove(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True}
+
+    def _m_users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        uid = args.get("user", "")
+        return {"ok": True, "user": {"id": uid, "name": uid.lower(), "is_bot": uid == self.bot_user}}
+
+    def _m_apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"}
+
+    def _m_conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, root = args.get("channel", ""), args.get("ts", "")
+        thread = sorted(
+            (m for (c, _), m in self.messages.items()
+             if c == channel and (m.get("thread_ts") == root or m.get("ts") == root)),
+            key=lambda m: float(m["ts"]))
+        start = int(args.get("cursor") or 0)
+        size = min(int(args.get("limit") or 100), self.replies_page_size)
+        page = thread[start:start + size]
+        more = start + size < len(thread)
+        return {"ok": True, "messages": page, "has_more": more,
+                "response_metadata": {"next_cursor": str(start + size) if more else ""}}
+
+    async def _response_url(self, request: web.Request) -> web.Response:
+        args = json.loads(await request.read() or b"{}")
+        args["_rid"] = request.match_info["rid"]
+        self.calls.append(Call("response_url", args))
+        return web.Response(text="ok")
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self._ws = ws
+        await ws.send_str(json.dumps({"type": "hello", "num_connections": 1}))
+        self._ws_ready.set()
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                self.socket_acks.append(json.loads(msg.data))
+        self._ws_ready.clear()
+        return ws
+
+
+# ---------------------------------------------------------------------- sending events to the bot
+
+
+def sign(secret: str, timestamp: str, body: str) -> str:
+    base = f"v0:{timestamp}:{body}".encode()
+    return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+class EventSender:
+    """POSTs signed Events API payloads and slash commands to the bot's HTTP endpoint."""
+
+    def __init__(self, url: str, secret: str = SIGNING_SECRET, team: str = TEAM) -> None:
+        self.url, self.secret, self.team = url, secret, team
+        self._ids = itertools.count(1)
+        self._ts = itertools.count(1)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> EventSender:
+        self.session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    def new_ts(self) -> str:
+        return f"1600000000.{next(self._ts):06d}"
+
+    def envelope(self, event: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
+        return {"token": "legacy", "team_id": self.team, "api_app_id": "A1", "type": "event_callback",
+                "event": event, "event_id": event_id or f"Ev{next(self._ids):08d}",
+                "event_time": int(time.time()), "authorizations": [{"team_id": self.team, "user_id": BOT_USER,
+                                                                    "is_bot": True}]}
+
+    async def post_raw(self, body: str, content_type: str, *, headers: dict[str, str] | None = None,
+                       secret: str | None = None) -> tuple[int, str, float]:
+        assert self.session is not None
+        ts = str(int(time.time()))
+        h = {"Content-Type": content_type, "X-Slack-Request-Timestamp": ts,
+             "X-Slack-Signature": sign(secret or self.secret, ts, body), **(headers or {})}
+        t0 = time.perf_counter()
+        async with self.session.post(self.url, data=body.encode(), headers=h) as resp:
+            text = await resp.text()
+            return resp.status, text, time.perf_counter() - t0
+
+    async def event(self, event: dict[str, Any], *, event_id: str | None = None,
+                    headers: dict[str, str] | None = None, secret: str | None = None) -> int:
+        body = json.dumps(self.envelope(event, event_id))
+        status, _, _ = await self.post_raw(body, "application/json", headers=headers, secret=secret)
+        return status
+
+    async def command(self, text: str, *, channel: str = "C1", user: str = "U1",
+                      response_url: str = "") -> tuple[int, str]:
+        form = {"token": "legacy", "team_id": self.team, "channel_id": channel, "user_id": user,
+                "command": "/ask", "text": text, "response_url": response_url,
+                "trigger_id": f"trig{next(self._ids)}", "api_app_id": "A1"}
+        status, body, _ = await self.post_raw(urllib.parse.urlencode(form), "application/x-www-form-urlencoded")
+        return status, body
+
+    # --------------------------------------------------------------- event builders
+
+    def mention(self, text: str, *, channel: str = "C1", user: str = "U1", thread_ts: str | None = None,
+                ts: str | None = None) -> dict[str, Any]:
+        ev = {"type": "app_mention", "user": user, "text": f"<@{BOT_USER}> {text}", "channel": channel,
+              "ts": ts or self.new_ts(), "team": self.team}
+        if thread_ts:
+            ev["thread_ts"] = thread_ts
+        return ev
+
+    def message(self, text: str, *, channel: str = "C1", user: str = "U1", thread_ts: str | None = None,
+                channel_type: str = "channel", ts: str | None = None, **extra: Any) -> dict[str, Any]:
+        ev = {"type": "message", "user": user, "text": text, "channel": channel, "ts": ts or self.new_ts(),
+              "channel_type": channel_type, "team": self.team, **extra}
+        if thread_ts:
+            ev["thread_ts"] = thread_ts
+        return ev
+
+    def reaction(self, name: str, channel: str, ts: str, *, user: str = "U1", added: bool = True,
+                 item_user: str = BOT_USER) -> dict[str, Any]:
+        return {"type": "reaction_added" if added else "reaction_removed", "user": user, "reaction": name,
+                "item_user": item_user, "item": {"type": "message", "channel": channel, "ts": ts},
+                "event_ts": self.new_ts()}
+
+
+# ---------------------------------------------------------------------- a deterministic engine
+
+
+@dataclass
+class TurnResult:
+    turn_id: int
+    answer: Answer
+    completed_question: str
+    is_followup: bool
+    error: str | None = None
+
+
+@dataclass
+class ClusterShare:
+    percent: float
+    evidence_titles: list[str]
+    urls: list[str]
+    size: int
+
+
+@dataclass
+class ExplainResult:
+    turn_id: int
+    text: str
+    clusters: list[ClusterShare]
+    cached: bool = False
+    partial: bool = False
+
+
+class MemoryStore:
+    """The store methods the bot and FakeEngine use, in memory (same semantics as pipeline.store.Store)."""
+
+    def __init__(self) -> None:
+        self.turns: dict[int, dict[str, Any]] = {}
+        self.feedback: dict[tuple[int, str], int] = {}
+        self.events: set[str] = set()
+
+    async def add_turn(self, conversation_key: str, *, question: str, **fields: Any) -> int:
+        turn_id = len(self.turns) + 1
+        self.turns[turn_id] = {"id": turn_id, "conversation_key": conversation_key, "question": question,
+                               "slack_ts": None, **fields}
+        return turn_id
+
+    async def get_feedback(self, turn_id: int) -> dict[str, int]:
+        return {u: v for (t, u), v in self.feedback.items() if t == turn_id}
+
+    async def set_turn_slack_ts(self, turn_id: int, ts: str) -> None:
+        self.turns[turn_id]["slack_ts"] = ts
+
+    async def turn_by_slack_ts(self, conversation_key_or_channel: str, ts: str) -> dict[str, Any] | None:
+        for t in self.turns.values():
+            key = t["conversation_key"]
+            if t.get("slack_ts") == ts and conversation_key_or_channel in (key, key.split(":")[1]):
+                return dict(t)
+        return None
+
+    async def conversation_exists(self, key: str) -> bool:
+        return any(t["conversation_key"] == key for t in self.turns.values())
+
+    async def set_feedback(self, turn_id: int, user_id: str, value: int) -> None:
+        self.feedback[(turn_id, user_id)] = value
+
+    async def remove_feedback(self, turn_id: int, user_id: str) -> None:
+        self.feedback.pop((turn_id, user_id), None)
+
+    async def mark_event_seen(self, event_id: str) -> bool:
+        if event_id in self.events:
+            return False
+        self.events.add(event_id)
+        return True
+
+    async def history(self, conversation_key: str, limit: int) -> list[dict[str, Any]]:
+        return [t for t in self.turns.values() if t["conversation_key"] == conversation_key][-limit:]
+
+    async def get_turn(self, turn_id: int) -> dict[str, Any] | None:
+        return self.turns.get(turn_id)
+
+
+def default_answer(question: str) -> Answer:
+    return Answer(text=f"To {question.lower()}, open the VPN portal [1] and follow the guide [2].",
+                  citations=[Citation(1, "https://wiki.example.com/pages/1", "VPN access", "IT", ("e1",)),
+                             Citation(2, "https://wiki.example.com/pages/2", "Remote work guide", "HR", ("e2",))],
+                  model="fake")
+
+
+@dataclass
+class AskCall:
+    key: str
+    question: str
+    user_id: str | None
+    spaces: tuple[str, ...] | None
+    history: list[tuple[str, str]] | None
+
+
+class FakeEngine:
+    """Deterministic engine: answers with ``answer_for(question)``, optionally slow or failing.
+
+    ``store`` is a real ``pipeline.store.Store`` in the tests (or a ``MemoryStore``); only its public
+    async API is used.
+    """
+
+    def __init__(self, store: Any | None = None, *, delay_s: float = 0.0,
+                 answer_for: Callable[[str], Answer] = default_answer) -> None:
+        self.store = store if store is not None else MemoryStore()
+        self.delay_s = delay_s
+        self.answer_for = answer_for
+        self.fail_with: BaseException | None = None
+        self.error_text: str | None = None
+        self.asks: list[AskCall] = []
+        self.explain_computations: list[int] = []
+        self._explained: dict[int, ExplainResult] = {}
+
+    async def ask(self, conversation_key: str, question: str, *, user_id: str | None = None,
+                  spaces: tuple[str, ...] | None = None,
+                  history: list[tuple[str, str]] | None = None) -> TurnResult:
+        self.asks.append(AskCall(conversation_key, question, user_id, spaces, history))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.fail_with is not None:
+            raise self.fail_with
+        previous = await self.store.history(conversation_key, 10)
+        followup = bool(previous) or bool(history)
+        completed = f"{question} (regarding: {previous[-1]['question']})" if previous else question
+        answer = self.answer_for(question)
+        turn_id = await self.store.add_turn(conversation_key, question=question, user_id=user_id,
+                                            completed_question=completed, answer=answer.text,
+                                            error=self.error_text)
+        return TurnResult(turn_id, answer, completed, followup, self.error_text)
+
+    async def explain(self, turn_id: int) -> ExplainResult:
+        if turn_id in self._explained:
+            r = self._explained[turn_id]
+            return ExplainResult(r.turn_id, r.text, r.clusters, cached=True, partial=r.partial)
+        self.explain_computations.append(turn_id)
+        clusters = [ClusterShare(52.0, ["VPN access", "VPN access (old)", "VPN FAQ"],
+                                 ["https://wiki.example.com/pages/1", "https://wiki.example.com/pages/9",
+                                  "https://wiki.example.com/pages/8"], 3),
+                    ClusterShare(48.0, ["Remote work guide"], ["https://wiki.example.com/pages/2"], 1)]
+        r = ExplainResult(turn_id, "VPN access 52%, Remote work guide 48%", clusters)
+        self._explained[turn_id] = r
+        return r

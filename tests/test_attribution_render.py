@@ -1,0 +1,117 @@
+"""Rendering of attribution results: plain text and escaped Slack mrkdwn."""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.attribution import (
+    AttributionResult,
+    ClusterAttribution,
+    EvidenceRef,
+    escape_mrkdwn,
+    render_mrkdwn,
+    render_text,
+)
+
+
+def ref(rank: int, title: str, url: str) -> EvidenceRef:
+    return EvidenceRef(evidence_id=f"e{rank}", title=title, url=url, kind="passage", rank=rank)
+
+
+def cluster(cid: int, percent: float, sim: float, *members: EvidenceRef, unknown: bool = False) -> ClusterAttribution:
+    return ClusterAttribution(cluster_id=cid, members=list(members), contribution=math.nan if unknown else 1 - sim,
+                              percent=percent, counterfactual_answers=[] if unknown else ["cf"],
+                              similarities=[] if unknown else [sim], unknown=unknown)
+
+
+def result(*clusters: ClusterAttribution, method: str = "cfa_clusters", failed: int = 0) -> AttributionResult:
+    return AttributionResult(method=method, question="q?", answer="a.", clusters=list(clusters),
+                             partial=failed > 0, calls=len(clusters), failed_calls=failed, seconds=1.25)
+
+
+PEAKED = result(
+    cluster(1, 67.3, 0.41, ref(1, "VPN policy", "https://wiki.example/vpn"),
+            ref(2, "Onboarding", "https://wiki.example/onboarding")),
+    cluster(2, 20.1, 0.80, ref(3, "Security FAQ", "https://wiki.example/faq")),
+    cluster(3, 12.6, 0.99, ref(4, "Lunch", "https://wiki.example/lunch")),
+)
+
+
+def test_text_lists_clusters_with_reasons() -> None:
+    lines = render_text(PEAKED).splitlines()
+    assert lines[0] == ("Attributed 67.3% to cluster 1 [Evidence 1, 2]: VPN policy (https://wiki.example/vpn) "
+                        "(+1 similar) — removing it changed the answer most (similarity 0.41)")
+    assert lines[1] == ("Attributed 20.1% to [Evidence 3]: Security FAQ (https://wiki.example/faq) — "
+                        "removing it changed the answer (similarity 0.80)")
+    assert "essentially unchanged" in lines[2]
+    assert len(lines) == 3  # peaked, complete: no notes
+
+
+def test_mrkdwn_bars_links_and_collapsed_clusters() -> None:
+    text = render_mrkdwn(PEAKED)
+    lines = text.splitlines()
+    assert lines[0].startswith("*Which evidence produced this answer* (_cfa_clusters_, 3 calls")
+    assert lines[1].startswith("█████░░░ 67% <https://wiki.example/vpn|VPN policy> (+1 similar) — ")
+    assert "Onboarding" not in text  # the duplicate is collapsed into its cluster's line
+    assert lines[2].startswith("██░░░░░░ 20% <https://wiki.example/faq|Security FAQ>")
+    assert "Low confidence" not in text and "partial" not in text
+    assert render_mrkdwn(result(cluster(1, 52.0, 0.5, ref(1, "T", "https://x.example")),
+                                cluster(2, 48.0, 0.5, ref(2, "U", "https://y.example")))).count("████░░░░ 52%") == 1
+
+
+def test_page_text_is_escaped() -> None:
+    evil = result(cluster(1, 100.0, 0.2, ref(1, "<!channel> Q&A <b>", "https://wiki.example/a|b>c")))
+    text = render_mrkdwn(evil)
+    assert "<!channel>" not in text and "<b>" not in text
+    assert "&lt;!channel&gt; Q&amp;A &lt;b&gt;" in text
+    assert "<https://wiki.example/a%7Cb%3Ec|" in text
+    assert escape_mrkdwn("a & <b> &amp;") == "a &amp; &lt;b&gt; &amp;amp;"
+    unsafe = render_mrkdwn(result(cluster(1, 100.0, 0.2, ref(1, "click", "javascript:alert(1)"))))
+    assert "<javascript" not in unsafe and "click" in unsafe
+    shouting = render_mrkdwn(PEAKED, escape=str.upper)
+    assert "<HTTPS://WIKI.EXAMPLE/VPN|VPN POLICY>" in shouting
+
+
+def test_flat_distribution_gets_a_low_confidence_note() -> None:
+    flat = result(*(cluster(i, 25.0, 1.0, ref(i, f"P{i}", f"https://w.example/{i}")) for i in range(1, 5)))
+    assert "Low confidence" in render_mrkdwn(flat)
+    assert "Low confidence" in render_text(flat)
+    single = result(cluster(1, 100.0, 0.3, ref(1, "Only", "https://w.example/1")))
+    assert "Low confidence" not in render_mrkdwn(single)
+
+
+def test_partial_and_unknown_clusters() -> None:
+    partial = result(
+        cluster(1, 100.0, 0.3, ref(1, "Kept", "https://w.example/1")),
+        cluster(2, 0.0, 0.0, ref(2, "Lost", "https://w.example/2"), unknown=True),
+        failed=2,
+    )
+    text = render_mrkdwn(partial)
+    assert "_(partial: 2 counterfactual calls failed)_" in text
+    assert "`?` <https://w.example/2|Lost>" in text and "failed, so its share is unknown" in text
+    assert render_text(partial).splitlines()[1].startswith("Unknown share for [Evidence 2]: Lost")
+
+
+def test_max_clusters_and_empty() -> None:
+    many = result(*(cluster(i, p, 0.5, ref(i, f"P{i}", f"https://w.example/{i}"))
+                    for i, p in enumerate([60.0, 20.0, 10.0, 6.0, 4.0], start=1)))
+    text = render_mrkdwn(many, max_clusters=3)
+    assert "P4" not in text and "_… and 2 more (10% in total)_" in text
+    assert render_text(many, max_clusters=2).splitlines()[-1] == "… and 3 more (20.0% in total)"
+    assert render_text(result()) == "No evidence to attribute."
+    assert "_No evidence to attribute._" in render_mrkdwn(result())
+
+
+def test_naive_and_method_specific_reasons() -> None:
+    naive = result(cluster(1, 80.0, 0.9, ref(1, "A", "https://w.example/1")),
+                   cluster(2, 20.0, 0.6, ref(2, "B", "https://w.example/2")), method="naive")
+    assert "the answer is most similar to its text (cosine 0.90)" in render_text(naive)
+    cited = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1")), method="cfa_citation_prior")
+    cited.details["cited"] = [1]
+    assert "; cited in the answer" in render_text(cited)
+    suff = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1")), method="sufficiency")
+    suff.details["sufficiency"] = [{"cluster_id": 1, "similarity": 0.97, "sufficient": True, "answers": []}]
+    assert "alone it reproduces the answer (similarity 0.97)" in render_mrkdwn(suff)
+    same_page = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1"), ref(2, "A", "https://w.example/1")),
+                       method="page")
+    assert "(+1 more from this page)" in render_text(same_page)

@@ -1,0 +1,77 @@
+"""Citation markers: parsing, mapping evidence to pages, renumbering and dropping."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.citations import is_out_of_scope, parse_citations
+from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.types import Evidence, Hit
+
+
+def hit(eid: str, page: str, rank: int = 1) -> Hit:
+    ev = Evidence(id=eid, page_id=page, title=f"Title {page}", url=f"https://wiki/x/{page}", space="ENG",
+                  kind="passage", position=0, text=f"text of {eid}")
+    return Hit(evidence=ev, score=1.0 / rank, rank=rank)
+
+
+# sources 1..5: pages A, B, A, C, B
+SOURCES = [hit("e1", "A"), hit("e2", "B"), hit("e3", "A"), hit("e4", "C"), hit("e5", "B")]
+
+
+@pytest.mark.parametrize(("raw", "clean"), [
+    ("Alice leads it [Source 2].", "Alice leads it [1]."),
+    ("Alice [Sources 2, 4].", "Alice [1][2]."),
+    ("Alice [2].", "Alice [1]."),
+    ("Alice [2][4].", "Alice [1][2]."),
+    ("Alice [2, 4].", "Alice [1][2]."),
+    ("Alice [Source 2] [Source 4].", "Alice [1][2]."),
+    ("Alice [source 2 and source 4].", "Alice [1][2]."),
+    ("Alice (Source 2).", "Alice [1]."),
+])
+def test_marker_forms(raw: str, clean: str) -> None:
+    text, cits = parse_citations(raw, SOURCES)
+    assert text == clean
+    assert [(c.number, c.url) for c in cits][:2] == [(1, "https://wiki/x/B"), (2, "https://wiki/x/C")][: len(cits)]
+
+
+def test_evidence_of_one_page_merge_into_one_citation_in_first_appearance_order() -> None:
+    text, cits = parse_citations("X [Source 4]. Y [Source 1]. Z [Source 3][Source 1]. W [5][2].", SOURCES)
+    assert text == "X [1]. Y [2]. Z [2]. W [3]."
+    assert [c.number for c in cits] == [1, 2, 3]
+    assert [c.url for c in cits] == ["https://wiki/x/C", "https://wiki/x/A", "https://wiki/x/B"]
+    assert cits[1].evidence_ids == ("e1", "e3")
+    assert cits[2].evidence_ids == ("e5", "e2")
+    assert cits[1].title == "Title A" and cits[1].space == "ENG"
+
+
+def test_markers_pointing_nowhere_are_removed() -> None:
+    text, cits = parse_citations("Fact one [7]. Fact two [0][Source 2]. Fact three [Sources 2, 9].", SOURCES)
+    assert text == "Fact one. Fact two [1]. Fact three [1]."
+    assert len(cits) == 1 and cits[0].evidence_ids == ("e2",)
+    text, cits = parse_citations("[3] Only a marker", [])
+    assert text == "Only a marker" and cits == []
+
+
+def test_no_markers_and_non_marker_brackets_untouched() -> None:
+    raw = "Use the [config] file (see section 2).\n\nThen [restart]."
+    assert parse_citations(raw, SOURCES) == (raw, [])
+
+
+def test_paragraph_breaks_survive() -> None:
+    text, _ = parse_citations("First [1].\n\n[2] Second.", SOURCES)
+    assert text == "First [1].\n\n[2] Second."
+
+
+@pytest.mark.parametrize("text", [
+    OUT_OF_SCOPE, f"  {OUT_OF_SCOPE.lower()}  ", f'"{OUT_OF_SCOPE[:-1]}"', f"**{OUT_OF_SCOPE}**\n",
+    f"{OUT_OF_SCOPE} [Source 1]",
+])
+def test_out_of_scope_detected(text: str) -> None:
+    assert is_out_of_scope(text)
+
+
+@pytest.mark.parametrize("text", ["", "Alice leads it.", OUT_OF_SCOPE + " But Alice leads it.",
+                                  "The desired information cannot be found."])
+def test_out_of_scope_not_detected(text: str) -> None:
+    assert not is_out_of_scope(text)

@@ -1,0 +1,495 @@
+"""Confluence connector against the local fake Confluence server (real HTTP, real index, real store)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote_plus
+
+import pytest
+
+from connectors.confluence.client import ConfluenceClient
+from connectors.confluence.cql import pages_cql, parse_utc, quote, since_bound, to_utc_iso
+from connectors.confluence.source import ConfluenceSource
+from connectors.confluence.sync import SyncReport, _Tracker, sync_confluence
+from pipeline.errors import AuthError, IndexError_, NotFoundError, RateLimitedError, UnreachableError
+from pipeline.index_edge import EdgeIndex
+from pipeline.ingest import IngestOptions
+from pipeline.protocols import SourceConnector
+from pipeline.settings import Settings
+from pipeline.sparse import Bm25Encoder
+from pipeline.store import Store
+from pipeline.types import IndexPoint
+from tests.fake_confluence import (
+    FakeConfluence,
+    FakePage,
+    HashEmbedder,
+    documents_dir,
+    load_pages,
+    synthetic_pages,
+)
+
+SPACES = ("~cclark", "DC")
+
+
+class _Wrapped:
+    """Forwards everything to a real EdgeIndex; subclasses change one behaviour (not a mock)."""
+
+    def __init__(self, inner: EdgeIndex) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class FlakyIndex(_Wrapped):
+    """Writes of the given pages fail ``times`` times (a crash mid-ingest)."""
+
+    def __init__(self, inner: EdgeIndex, fail_pages: set[str], times: int = 1) -> None:
+        super().__init__(inner)
+        self.left = {p: times for p in fail_pages}
+
+    async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
+        if self.left.get(page_id, 0) > 0:
+            self.left[page_id] -= 1
+            raise IndexError_(f"injected write failure for page {page_id}")
+        await self.inner.replace_page(page_id, page_hash, points)
+
+
+class SpaceAwareIndex(_Wrapped):
+    """Adds the ``page_spaces()`` the sync uses when an index offers it (proposed for ``Index``)."""
+
+    async def page_spaces(self) -> dict[str, str]:
+        import qdrant_edge as qe
+
+        inner = self.inner
+
+        def run() -> dict[str, str]:
+            out: dict[str, str] = {}
+            offset: Any = None
+            while True:
+                req = qe.ScrollRequest(offset=offset, limit=5000, filter=inner._live_filter(),
+                                       with_payload=qe.PayloadSelector.Include(["page_id", "space"]))
+                records, offset = inner._call(inner._require().scroll, req)
+                out.update({str(r.payload["page_id"]): str(r.payload["space"]) for r in records if r.payload})
+                if offset is None:
+                    return out
+
+        return await asyncio.to_thread(run)
+
+
+def _pages(per_space: int = 10) -> list[FakePage]:
+    if not any(documents_dir().glob("*.json")):
+        pytest.skip("no ConfQuestions documents and no connectors/sample_space")
+    by_space = [load_pages(spaces=[space])[:per_space] for space in SPACES]
+    if all(len(ps) == per_space for ps in by_space):
+        return [p for ps in by_space for p in ps]
+    return synthetic_pages(per_space)  # a small corpus (the sample space): cycle its bodies
+
+
+def _spaces(fc: FakeConfluence) -> tuple[str, ...]:
+    return tuple(sorted({p.space for p in fc.pages.values()}))
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeConfluence]:
+    async with FakeConfluence(_pages(), mode="dc") as fc:
+        yield fc
+
+
+@pytest.fixture(scope="module")
+def shared_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeIndex]:
+    """One Qdrant Edge index for the module (opening one costs ~1 s); each test starts it empty."""
+    idx = EdgeIndex(tmp_path_factory.mktemp("confluence") / "index")
+    asyncio.run(idx.open(dense_dim=16, embedder=HashEmbedder.name))
+    yield idx
+    asyncio.run(idx.close())
+
+
+@pytest.fixture
+async def index(shared_index: EdgeIndex) -> EdgeIndex:
+    ids = list(await shared_index.page_hashes())
+    if ids:
+        await shared_index.delete_pages(ids)
+    assert await shared_index.count() == 0
+    return shared_index
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = Store(tmp_path / "evident.db")
+    yield s
+    await s.close()
+
+
+def _source(fc: FakeConfluence, **kw: Any) -> ConfluenceSource:
+    client_kw = {k: kw.pop(k) for k in ("token", "user", "max_retries", "timeout_s") if k in kw}
+    token = client_kw.pop("token", fc.token)
+    user = client_kw.pop("user", fc.user if fc.mode == "cloud" else None)
+    client = ConfluenceClient(fc.url, token=token, user=user, backoff_base_s=0.01, backoff_max_s=0.05,
+                              **client_kw)
+    kw.setdefault("spaces", _spaces(fc))
+    return ConfluenceSource(client, **kw)
+
+
+async def _sync(src: ConfluenceSource, index: EdgeIndex, store: Store, **kw: Any) -> SyncReport:
+    return await sync_confluence(source=src, index=index, embedder=HashEmbedder(), sparse=Bm25Encoder(),
+                                 store=store, options=IngestOptions(), **kw)
+
+
+async def _ids(index: EdgeIndex) -> set[str]:
+    return set(await index.page_hashes())
+
+
+def _newest(fc: FakeConfluence, space: str, ids: set[str] | None = None) -> datetime:
+    return max(p.when for p in fc.pages.values() if p.space == space and (ids is None or p.id in ids))
+
+
+# ---------------------------------------------------------------------- CQL
+
+
+def test_quote_escapes_quotes_and_backslashes() -> None:
+    assert quote('a"b\\c') == '"a\\"b\\\\c"'
+
+
+def test_pages_cql_scope_and_order() -> None:
+    cql = pages_cql("ENG", since="2024-01-02 03:04", labels_include=("faq",), labels_exclude=("draft", "old"),
+                    ancestor="123")
+    assert cql == ('space = "ENG" and type = page and ancestor = 123 and label in ("faq") and '
+                   'label not in ("draft", "old") and lastmodified >= "2024-01-02 03:04" order by lastmodified asc')
+    assert pages_cql("ENG", ordered=False) == 'space = "ENG" and type = page'
+
+
+def test_since_bound_subtracts_overlap_and_floors_to_minute() -> None:
+    assert since_bound("2024-05-01T10:05:59.900Z", 600) == "2024-05-01 09:55"
+    assert since_bound("2024-05-01T20:05:00+10:00", 0) == "2024-05-01 10:05"
+
+
+def test_to_utc_iso_normalises_offsets() -> None:
+    assert to_utc_iso("2024-11-15T10:00:00.000+10:00") == "2024-11-15T00:00:00.000Z"
+    assert parse_utc("2024-11-15T00:00:00Z") == datetime(2024, 11, 15, tzinfo=UTC)
+
+
+def test_tracker_holds_checkpoint_at_first_retryable_failure_and_on_unstable_paging() -> None:
+    t = _Tracker(seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("3", "2024-01-01T00:09:00Z")])
+    assert t.checkpoint(set(), None) == "2024-01-01T00:09:00.000Z"
+    assert t.checkpoint({"2"}, None) == "2024-01-01T00:00:00.000Z"
+    assert t.checkpoint({"1"}, "2023-12-31T00:00:00.000Z") == "2023-12-31T00:00:00.000Z"
+    dup = _Tracker(seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("1", "2024-01-02T00:00:00Z")])
+    assert dup.checkpoint(set(), "2023-12-31T00:00:00.000Z") == "2023-12-31T00:00:00.000Z"
+
+
+# ---------------------------------------------------------------------- client and errors
+
+
+@pytest.mark.parametrize("mode", ["cloud", "dc"])
+async def test_full_sync_indexes_exactly_the_server_pages(mode: Literal["cloud", "dc"], index: EdgeIndex, store: Store) -> None:
+    async with FakeConfluence(_pages(), mode=mode) as fc:
+        src = _source(fc)
+        report = await _sync(src, index, store)
+        assert await _ids(index) == fc.visible_ids()
+        assert report.added == len(fc.pages) and report.failed == [] and report.deleted == 0
+        assert report.api_calls == fc.api_calls
+        assert all(r.startswith(fc.context + "/rest/api/") for r in fc.requests), fc.requests
+        for space in _spaces(fc):
+            cp = await store.get_checkpoint(src.source_key, space)
+            assert cp is not None and parse_utc(cp) == _newest(fc, space)
+
+
+async def test_pages_carry_metadata_and_follow_pagination(fake: FakeConfluence) -> None:
+    space = _spaces(fake)[0]
+    a, b = sorted(fake.visible_ids(space))[:2]
+    fake.set_parent(b, a)
+    fake.set_labels(b, ["howto", "faq"])
+    src = _source(fake, page_limit=3)
+    pages = [p async for p in src.iter_space(space)]
+    assert {p.id for p in pages} == fake.visible_ids(space)
+    assert sum("content/search" in r and "start=3" in r for r in fake.requests) >= 1  # followed _links.next
+    pb = next(p for p in pages if p.id == b)
+    assert pb.ancestors == (fake.pages[a].title,)
+    assert pb.labels == ("howto", "faq")
+    assert pb.url == f"{fake.url}/spaces/{space}/pages/{b}"
+    assert pb.updated == to_utc_iso(fake.pages[b].when.isoformat()) and pb.version == 1
+    assert [p.updated for p in pages] == sorted(p.updated or "" for p in pages)  # oldest edit first
+
+
+async def test_data_center_context_path_and_protocol() -> None:
+    async with FakeConfluence(_pages(), mode="dc", context="/confluence") as fc:
+        src = _source(fc, page_limit=4, id_limit=5)
+        assert isinstance(src, SourceConnector)
+        assert {p.id async for p in src.iter_pages()} == await src.list_page_ids() == fc.visible_ids()
+        assert all(r.startswith("/confluence/rest/api/") for r in fc.requests)
+
+
+async def test_wrong_space_key_is_a_clear_not_found(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    with pytest.raises(NotFoundError, match="space 'XYZ' not found or not visible to this token"):
+        await _sync(_source(fake, spaces=("XYZ",)), index, store)
+
+
+async def test_bad_credentials_raise_auth_error(fake: FakeConfluence) -> None:
+    with pytest.raises(AuthError, match="401"):
+        await _source(fake, token="wrong").check_space(_spaces(fake)[0])
+
+
+async def test_cloud_url_without_wiki_suggests_the_suffix() -> None:
+    async with FakeConfluence(_pages(2), mode="cloud") as fc:
+        client = ConfluenceClient(fc.host_url, token=fc.token, user=fc.user, backoff_base_s=0.01)
+        with pytest.raises(UnreachableError, match="/wiki"):
+            await client.space(_spaces(fc)[0])
+        assert client.api_calls == 1  # a wrong base URL is not retried
+
+
+async def test_unreachable_host_raises_unreachable_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = ConfluenceClient(f"http://127.0.0.1:{port}", token="t", max_retries=1, backoff_base_s=0.01)
+    with pytest.raises(UnreachableError, match="cannot reach Confluence"):
+        await client.space("ENG")
+
+
+async def test_429_storm_honours_retry_after(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    fake.fail_next(429, 2, headers={"Retry-After": "1"})
+    t0 = time.perf_counter()
+    report = await _sync(_source(fake), index, store)
+    assert time.perf_counter() - t0 >= 2.0
+    assert report.failed == [] and await _ids(index) == fake.visible_ids()
+
+
+async def test_dc_throttling_403_is_retried_but_plain_403_is_auth(fake: FakeConfluence) -> None:
+    src = _source(fake)
+    space = _spaces(fake)[0]
+    fake.fail_next(403, 1, headers={"X-RateLimit-Remaining": "0", "Retry-After": "0"})
+    await src.check_space(space)
+    assert src.client.retries == 1
+    fake.fail_next(403, 1)
+    with pytest.raises(AuthError, match="403"):
+        await src.check_space(space)
+
+
+async def test_rate_limit_gives_up_after_the_retry_cap(fake: FakeConfluence) -> None:
+    fake.fail_next(429, 10, headers={"Retry-After": "0"})
+    src = _source(fake, max_retries=2)
+    with pytest.raises(RateLimitedError) as info:
+        await src.check_space(_spaces(fake)[0])
+    assert info.value.retry_after_s == 0 and src.client.api_calls == 3
+
+
+async def test_timeouts_are_retried(fake: FakeConfluence) -> None:
+    fake.slow_next(1, 1.5)
+    src = _source(fake, timeout_s=1)
+    await src.check_space(_spaces(fake)[0])
+    assert src.client.retries == 1 and src.client.api_calls == 2
+
+
+async def test_intermittent_500s_complete(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    fake.fail_every(3, 500)
+    report = await _sync(_source(fake, page_limit=4), index, store)
+    assert report.failed == [] and await _ids(index) == fake.visible_ids()
+    assert report.api_calls > 6
+
+
+# ---------------------------------------------------------------------- incremental sync
+
+
+async def test_edit_reindexes_only_that_page(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    src = _source(fake)
+    await _sync(src, index, store)
+    before = await index.page_hashes()
+    pid = sorted(fake.visible_ids())[3]
+    fake.edit(pid, body=fake.pages[pid].body + "<p>A brand new paragraph about sync.</p>")
+    report = await _sync(src, index, store, full=True)
+    assert (report.updated, report.added, report.unchanged) == (1, 0, len(fake.pages) - 1)
+    after = await index.page_hashes()
+    assert {k for k in after if after[k] != before[k]} == {pid}
+    # incremental: only the overlap window and the edit are re-read, nothing re-embedded
+    noop = await _sync(src, index, store)
+    assert noop.updated == noop.added == 0 and noop.pages_seen < len(fake.pages)
+
+
+async def test_incremental_sync_picks_up_edit_without_rereading_everything(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    src = _source(fake)
+    await _sync(src, index, store)
+    pid = sorted(fake.visible_ids())[0]  # the oldest page: far outside the overlap window
+    fake.edit(pid, body="<p>Rewritten.</p><p>The VPN gateway moved to vpn2.example.com.</p>")
+    report = await _sync(src, index, store)
+    assert report.updated == 1 and report.pages_seen <= 6 < len(fake.pages)
+    cp = await store.get_checkpoint(src.source_key, fake.pages[pid].space)
+    assert cp is not None and parse_utc(cp) == fake.pages[pid].when.replace(microsecond=fake.pages[pid].when.microsecond // 1000 * 1000)
+
+
+async def test_deleted_and_archived_pages_leave_the_index(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    src = _source(fake)
+    await _sync(src, index, store)
+    gone, archived = sorted(fake.visible_ids())[:2]
+    fake.delete(gone)
+    fake.archive(archived)
+    report = await _sync(src, index, store)
+    assert report.deleted == 2
+    assert await _ids(index) == fake.visible_ids()
+
+
+async def test_syncing_one_space_keeps_another_spaces_pages(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    """Protocol-only index: other spaces' live pages stay (looked up by id); only vanished pages go."""
+    src = _source(fake)
+    await _sync(src, index, store)
+    first, second = _spaces(fake)[:2]
+    gone = sorted(fake.visible_ids(second))[0]
+    fake.delete(gone)
+    fake.restrict(sorted(fake.visible_ids(second))[0])  # out of scope there, but that space is not synced
+    report = await _sync(src, index, store, spaces=[first])
+    assert report.deleted == 1  # without page_spaces() a vanished page's space is unknown: it is gone
+    assert await _ids(index) == fake.visible_ids()
+
+
+async def test_space_aware_index_deletes_only_in_synced_spaces(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    idx = SpaceAwareIndex(index)
+    src = _source(fake)
+    await _sync(src, idx, store)  # type: ignore[arg-type]
+    first, second = _spaces(fake)[:2]
+    gone_second = sorted(fake.visible_ids(second))[0]
+    gone_first = sorted(fake.visible_ids(first))[0]
+    fake.delete(gone_second)
+    fake.delete(gone_first)
+    calls = fake.api_calls
+    report = await _sync(src, idx, store, spaces=[first])  # type: ignore[arg-type]
+    assert report.deleted == 1
+    assert await _ids(index) == fake.visible_ids() | {gone_second}
+    assert not any("id+in" in r for r in fake.requests[calls:])  # no look-ups needed
+
+
+async def test_restricted_pages_are_skipped_counted_and_removed(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    parent, child, other = sorted(fake.visible_ids(space))[:3]
+    fake.set_parent(child, parent)
+    fake.restrict(parent, users=["alice"])
+    src = _source(fake)
+    report = await _sync(src, index, store)
+    assert report.skipped_restricted == 2  # the page and its child, which inherits the restriction
+    assert await _ids(index) == fake.visible_ids() - {parent, child}
+    fake.restrict(other, users=(), groups=["hr"])  # restricting an indexed page removes it
+    report = await _sync(src, index, store)
+    assert report.deleted == 1 and other not in await _ids(index)
+    everything = await _sync(_source(fake, include_restricted=True), index, store, full=True)
+    assert everything.skipped_restricted == 0 and await _ids(index) == fake.visible_ids()
+
+
+async def test_label_and_ancestor_scope(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    space = _spaces(fake)[0]
+    a, b, c = sorted(fake.visible_ids(space))[:3]
+    fake.set_labels(a, ["faq"])
+    fake.set_labels(b, ["faq", "draft"])
+    pages = [p.id async for p in _source(fake, labels_include=["faq"], labels_exclude=["draft"]).iter_space(space)]
+    assert pages == [a]
+    fake.set_parent(c, a)
+    assert [p.id async for p in _source(fake, ancestor=a).iter_space(space)] == [c]
+
+
+async def test_non_utc_server_timezone_misses_no_edit(index: EdgeIndex, store: Store) -> None:
+    """UTC+10 (east): the UTC-formatted bound is read 10 h earlier, so nothing can be missed."""
+    async with FakeConfluence(_pages(), tz_offset_min=600) as fc:
+        src = _source(fc, overlap_s=60)
+        await _sync(src, index, store)
+        space = _spaces(fc)[0]
+        cp = parse_utc(await store.get_checkpoint(src.source_key, space) or "")
+        pid = sorted(fc.visible_ids(space))[0]
+        fc.edit(pid, body="<p>Edited one minute after the checkpoint.</p>", when=cp + timedelta(seconds=61))
+        report = await _sync(src, index, store)
+        assert report.updated == 1
+        bound = since_bound(cp.isoformat(), 60)
+        queries = [unquote_plus(r) for r in fc.requests if "lastmodified" in unquote_plus(r)]
+        assert any(f'space = "{space}"' in q and f'lastmodified >= "{bound}"' in q for q in queries)
+
+
+@pytest.mark.parametrize(("overlap_s", "found"), [(6 * 3600, True), (600, False)])
+async def test_west_of_utc_needs_an_overlap_of_at_least_the_offset(
+    overlap_s: int, found: bool, index: EdgeIndex, store: Store
+) -> None:
+    """UTC-5 (west) shifts the bound 5 h later: covered by a 6 h overlap, missed with 10 minutes (documented)."""
+    async with FakeConfluence(_pages(), tz_offset_min=-300) as fc:
+        src = _source(fc, overlap_s=overlap_s)
+        await _sync(src, index, store)
+        space = _spaces(fc)[0]
+        cp = parse_utc(await store.get_checkpoint(src.source_key, space) or "")
+        pid = sorted(fc.visible_ids(space))[0]
+        fc.edit(pid, body="<p>Edited an hour after the checkpoint.</p>", when=cp + timedelta(hours=1))
+        report = await _sync(src, index, store)
+        assert (report.updated == 1) is found
+
+
+# ---------------------------------------------------------------------- crashes converge
+
+
+async def test_fetch_crash_mid_sync_keeps_checkpoint_behind_and_rerun_converges(
+    fake: FakeConfluence, tmp_path: Path, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    ordered = sorted((p for p in fake.pages.values() if p.space == space), key=lambda p: p.when)
+    bad = ordered[5]
+    fake.fail_search_containing(bad.id)  # every results page holding it answers 500
+    src = _source(fake, page_limit=3, max_retries=1)
+    report = await _sync(src, index, store)
+    assert any(pid == f"space:{space}" for pid, _ in report.failed)
+    cp = await store.get_checkpoint(src.source_key, space)
+    assert cp is not None and parse_utc(cp) < bad.when
+    indexed = await _ids(index)
+    assert {p.id for p in ordered[:3]} <= indexed and bad.id not in indexed
+    fake.fail_search_containing(bad.id, times=0)
+    rerun = await _sync(src, index, store)
+    assert rerun.failed == [] and await _ids(index) == fake.visible_ids()
+    assert parse_utc(await store.get_checkpoint(src.source_key, space) or "") == _newest(fake, space)
+    # no duplicates or half pages: the same points as a clean full sync from scratch
+    converged = (await index.count(), await index.page_hashes())
+    await index.delete_pages(list(converged[1]))
+    clean_store = Store(tmp_path / "clean.db")
+    try:
+        await _sync(_source(fake), index, clean_store)
+    finally:
+        await clean_store.close()
+    assert (await index.count(), await index.page_hashes()) == converged
+
+
+async def test_index_write_failure_holds_checkpoint_and_rerun_converges(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    ordered = sorted((p for p in fake.pages.values() if p.space == space), key=lambda p: p.when)
+    bad = ordered[4]
+    idx = FlakyIndex(index, {bad.id})
+    src = _source(fake)
+    report = await _sync(src, idx, store)  # type: ignore[arg-type]
+    assert [pid for pid, _ in report.failed] == [bad.id]
+    assert report.failed[0][1].startswith("index write failed")
+    cp = await store.get_checkpoint(src.source_key, space)
+    assert cp is not None and parse_utc(cp) == ordered[3].when.replace(
+        microsecond=ordered[3].when.microsecond // 1000 * 1000)
+    rerun = await _sync(src, idx, store)  # type: ignore[arg-type]
+    assert rerun.failed == [] and rerun.added == 1
+    assert await _ids(index) == fake.visible_ids()
+
+
+# ---------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("mode", ["cloud", "dc"])
+async def test_from_settings_picks_cloud_or_data_center_auth(mode: Literal["cloud", "dc"]) -> None:
+    async with FakeConfluence(_pages(2), mode=mode) as fc:
+        settings = Settings.load(env={}, confluence_url=fc.url, confluence_token=fc.token,
+                                 confluence_user=fc.user if mode == "cloud" else None,
+                                 confluence_spaces=_spaces(fc), sync_overlap_s=42)
+        src = ConfluenceSource.from_settings(settings)
+        assert src.overlap_s == 42 and src.client.cloud is (mode == "cloud")
+        assert await src.list_page_ids() == fc.visible_ids()

@@ -1,0 +1,56 @@
+"""The offline extractive answerer on hand-made hits."""
+
+from __future__ import annotations
+
+from pipeline.extractive import extractive_answer
+from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.types import Evidence, EvidenceKind, Hit
+
+
+def hit(eid: str, page: str, text: str, rank: int, kind: EvidenceKind = "passage") -> Hit:
+    ev = Evidence(id=eid, page_id=page, title=f"Page {page}", url=f"https://wiki/x/{page}", space="ENG",
+                  kind=kind, position=rank, text=text)
+    return Hit(evidence=ev, score=1.0 / rank, rank=rank)
+
+
+HITS = [
+    hit("e1", "A", "The onboarding checklist is maintained by HR. New laptops are ordered two weeks ahead.", 1),
+    hit("e2", "B", "Row 2 in Table 1: Member is Alice Smith, and Task is Prepare the Q3 budget review. "
+                   "Due date is 5 May.", 2, "row"),
+    hit("e3", "A", "Laptops are ordered through the IT portal.", 3),
+    hit("e4", "C", "Quarterly planning happens in the first week of each quarter.", 4),
+]
+
+
+def test_best_sentence_is_quoted_and_cited_per_page() -> None:
+    a = extractive_answer("Who orders the new laptops?", HITS, max_sentences=1)
+    assert a.text == "New laptops are ordered two weeks ahead [1]."
+    assert a.extractive and a.model == "extractive" and not a.out_of_scope
+    assert [(c.number, c.url, c.evidence_ids) for c in a.citations] == [(1, "https://wiki/x/A", ("e1",))]
+    assert a.evidence == HITS
+
+
+def test_verbalized_row_is_one_unit() -> None:
+    a = extractive_answer("What is Alice's task?", HITS, max_sentences=1)
+    row = HITS[1].evidence.text
+    assert a.text == row[:-1] + " [1]."  # the whole row, commas and inner periods included
+    assert a.citations[0].url == "https://wiki/x/B" and a.citations[0].evidence_ids == ("e2",)
+
+
+def test_two_sentences_from_one_page_share_a_citation() -> None:
+    a = extractive_answer("How are laptops ordered?", HITS, max_sentences=2)
+    assert a.text == "New laptops are ordered two weeks ahead [1]. Laptops are ordered through the IT portal [1]."
+    assert len(a.citations) == 1 and a.citations[0].evidence_ids == ("e1", "e3")
+
+
+def test_rank_breaks_ties() -> None:
+    same = [hit("x1", "P", "The budget owner is Carol.", 1), hit("x2", "Q", "The budget owner is Dave.", 2)]
+    assert extractive_answer("Who is the budget owner?", same, max_sentences=1).text == "The budget owner is Carol [1]."
+    flipped = list(reversed(same))
+    assert extractive_answer("Who is the budget owner?", flipped, max_sentences=1).text == "The budget owner is Dave [1]."
+
+
+def test_no_overlap_or_no_hits_is_out_of_scope() -> None:
+    for a in (extractive_answer("What is the wifi password?", HITS), extractive_answer("Who orders laptops?", []),
+              extractive_answer("Who is it?", HITS)):  # stop words only
+        assert a.text == OUT_OF_SCOPE and a.out_of_scope and a.citations == [] and a.extractive

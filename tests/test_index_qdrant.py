@@ -1,0 +1,81 @@
+"""qdrant-client backend (local mode, on disk): the shared contract plus server-backend specifics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.index_qdrant import METADATA_KEY, QdrantServerIndex
+from pipeline.types import SearchRequest
+from tests.index_contract import (
+    CORPUS,
+    DIM,
+    EMBEDDER,
+    QUERY_DENSE_T,
+    QUERY_SPARSE,
+    IndexContract,
+    corpus_point,
+    names,
+)
+
+T = TypeVar("T")
+
+
+class RemoteLikeIndex(QdrantServerIndex):
+    """Local mode never yields to the event loop; a server round trip does. Yield before every call
+    so concurrent searches interleave with each step of a write, as they would against a server."""
+
+    async def _do(self, call: Awaitable[T]) -> T:
+        await asyncio.sleep(0)  # request in flight
+        result = await super()._do(call)
+        await asyncio.sleep(0)  # response in flight
+        return result
+
+
+class TestQdrantServerIndex(IndexContract):
+    gapless = False  # old-only, then briefly nothing, then new-only
+
+    def make_index(self, tmp_path: Path) -> QdrantServerIndex:
+        return RemoteLikeIndex(path=tmp_path / "qdrant", collection="evident_test")
+
+
+def test_needs_exactly_one_location(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="exactly one"):
+        QdrantServerIndex()
+    with pytest.raises(ConfigError, match="exactly one"):
+        QdrantServerIndex(url="http://127.0.0.1:6333", path=tmp_path)
+
+
+async def test_manifest_lives_in_collection_metadata() -> None:
+    idx = QdrantServerIndex(location=":memory:")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        client = idx._require()
+        info = await client.get_collection("evident")
+        assert info.config.metadata[METADATA_KEY]["embedder"] == EMBEDDER
+        assert info.config.metadata[METADATA_KEY]["dim"] == DIM
+    finally:
+        await idx.close()
+
+
+@pytest.mark.parametrize("weights", [None, (0.2, 1.0), (3.0, 1.0)])
+async def test_client_side_fusion_matches_engine_fusion(weights: tuple[float, float] | None) -> None:
+    idx = QdrantServerIndex(location=":memory:")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        for name in CORPUS:
+            await idx.replace_page(name, f"hash-{name}", [corpus_point(name)])
+        req = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, weights=weights)
+        engine = await idx.search(req)
+        idx.engine_fusion = False
+        client = await idx.search(req)
+        assert names(client) == names(engine)
+        assert [h.score for h in client] == pytest.approx([h.score for h in engine], rel=1e-5)
+        assert [h.rank for h in client] == list(range(1, len(CORPUS) + 1))
+    finally:
+        await idx.close()
