@@ -376,7 +376,7 @@ def demo(ctx: click.Context, question: str) -> None:
     from pipeline.factory import build_engine
 
     settings: Settings = ctx.obj["settings"]
-    report, failures = run(_ingest(settings, (sample_space_dir(),), None, progress=False))
+    report, _ = run(_ingest(settings, (sample_space_dir(),), None, progress=False))
     click.echo(f"ingested sample space: {report.pages_seen} pages, {report.evidence} new evidence, "
                f"{report.unchanged} unchanged, {report.seconds:.1f} s")
     click.echo(f"\nQ: {question}")

@@ -69,9 +69,11 @@ def register(main: click.Group) -> None:
                                                   convs, langs, qtypes, strategy))
                 click.echo(report["table"])
             else:
+                docs_key = str(documents.resolve())
+
                 async def run() -> dict[str, Any]:
                     index, embedder, sparse, _ = await open_eval_index(
-                        settings, str(documents.resolve()), page_source(documents))
+                        settings, docs_key, page_source(documents))
                     try:
                         cfg = retrieval_config(settings)
                         results = await run_retrieval_eval(

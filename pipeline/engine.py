@@ -173,7 +173,7 @@ class Engine:
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
             error = user_message_for(exc)
-        except Exception:  # noqa: BLE001 - the user must always get a reply; the detail goes to the log
+        except Exception:
             log.exception("turn failed unexpectedly")
             error = user_message_for(RuntimeError())
         timings["total_ms"] = (time.perf_counter() - t_start) * 1000

@@ -43,7 +43,7 @@ class ParseError(InputError):
         self.page_id = page_id
 
 
-class IndexError_(EvidentError):  # noqa: N801 - avoid shadowing the builtin IndexError
+class IndexError_(EvidentError):
     """The vector index failed."""
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.errors import ConfigError
 from pipeline.ingest import IngestOptions
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.retrieve import RetrievalConfig
 from pipeline.settings import CONTEXT_ITEMS, Settings
-from pipeline.errors import ConfigError
 
 
 def ingest_options(settings: Settings) -> IngestOptions:

@@ -16,20 +16,7 @@ _WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
 
 # Words that carry no topic. Small EN+DE list; content words are everything else.
 _STOP = frozenset(
-    """
-    a an the and or but if then else of for to in on at by with from into about as is are was were be been
-    being do does did done have has had having what which who whom whose when where why how this that these
-    those it its they them their there here i you he she we me my your our his her can could should would
-    will shall may might must also too any some all each more most other such only own same so than very
-    just not no nor please tell show give list explain describe find know need want get does one two
-    again else further once both few many much whats hows wheres
-    der die das den dem des ein eine einer eines einem einen und oder aber wenn dann sonst von für zu im
-    in an am auf bei mit aus nach über als ist sind war waren sein gewesen tun tut hat haben hatte was
-    welche welcher welches welchen wer wen wem wessen wann wo warum wie dies diese dieser dieses es sie
-    ihr ihnen ihre dort hier ich du er wir mich mein dein unser sein können könnte sollte würde wird kann
-    muss auch alle jede mehr andere nur sehr nicht kein keine bitte gibt gib zeige nenne erkläre
-    beschreibe finde weiß wissen brauche noch denn dazu damit davon dafür darüber wozu womit
-    """.split()
+    ["a", "an", "the", "and", "or", "but", "if", "then", "else", "of", "for", "to", "in", "on", "at", "by", "with", "from", "into", "about", "as", "is", "are", "was", "were", "be", "been", "being", "do", "does", "did", "done", "have", "has", "had", "having", "what", "which", "who", "whom", "whose", "when", "where", "why", "how", "this", "that", "these", "those", "it", "its", "they", "them", "their", "there", "here", "i", "you", "he", "she", "we", "me", "my", "your", "our", "his", "her", "can", "could", "should", "would", "will", "shall", "may", "might", "must", "also", "too", "any", "some", "all", "each", "more", "most", "other", "such", "only", "own", "same", "so", "than", "very", "just", "not", "no", "nor", "please", "tell", "show", "give", "list", "explain", "describe", "find", "know", "need", "want", "get", "does", "one", "two", "again", "else", "further", "once", "both", "few", "many", "much", "whats", "hows", "wheres", "der", "die", "das", "den", "dem", "des", "ein", "eine", "einer", "eines", "einem", "einen", "und", "oder", "aber", "wenn", "dann", "sonst", "von", "für", "zu", "im", "in", "an", "am", "auf", "bei", "mit", "aus", "nach", "über", "als", "ist", "sind", "war", "waren", "sein", "gewesen", "tun", "tut", "hat", "haben", "hatte", "was", "welche", "welcher", "welches", "welchen", "wer", "wen", "wem", "wessen", "wann", "wo", "warum", "wie", "dies", "diese", "dieser", "dieses", "es", "sie", "ihr", "ihnen", "ihre", "dort", "hier", "ich", "du", "er", "wir", "mich", "mein", "dein", "unser", "sein", "können", "könnte", "sollte", "würde", "wird", "kann", "muss", "auch", "alle", "jede", "mehr", "andere", "nur", "sehr", "nicht", "kein", "keine", "bitte", "gibt", "gib", "zeige", "nenne", "erkläre", "beschreibe", "finde", "weiß", "wissen", "brauche", "noch", "denn", "dazu", "damit", "davon", "dafür", "darüber", "wozu", "womit"]
 )
 
 # Phrases that mark an elliptic follow-up in EN/DE ("and what about ...", "und was ist mit ...").

@@ -56,7 +56,7 @@ async def run_ablation(
         finally:
             await index.close()
         rep = summarize(results)
-        for r in rep["rows"]:  # type: ignore[union-attr]
+        for r in rep["rows"]:
             rows.append({"ablation": kind, "variant": name, "paper_p_at_1": PAPER[kind].get(name), **r})
     lines = [f"{'variant':<10}{'query':<15}{'lang':<5}{'P@1':>7}{'MRR':>7}{'paper P@1':>11}"]
     for r in rows:

@@ -32,7 +32,7 @@ def load_conversations(path: Path) -> list[list[QATurn]]:
         raise InputError(f"questions file {path}: expected a list of conversations")
     convs: list[list[QATurn]] = []
     for conv in data:
-        turns = []
+        turns: list[QATurn] = []
         for t in conv.get("turns", []):
             langs = [k[2:] for k in t if k.startswith("q_") and k != "q_type"]
             turns.append(

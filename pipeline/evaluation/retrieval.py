@@ -10,6 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.metrics import first_hit_rank, hit_at, p_at_1, percentile, rr_at, turn_bucket
@@ -34,7 +35,7 @@ class QuestionResult:
     top_urls: list[str] = field(default_factory=list)
 
 
-def _row(results: Sequence[QuestionResult], **keys: object) -> dict[str, object]:
+def _row(results: Sequence[QuestionResult], **keys: object) -> dict[str, Any]:
     n = len(results)
     ranks = [r.rank for r in results]
     lat = [r.latency_ms for r in results]
@@ -94,20 +95,20 @@ async def run_retrieval_eval(
 
 def summarize(
     results: Sequence[QuestionResult], *, by: Sequence[str] = (), config: dict[str, object] | None = None
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The report JSON: ``{"config": ..., "rows": [...]}`` plus optional breakdowns and averages."""
     groups: dict[tuple[str, str], list[QuestionResult]] = defaultdict(list)
     for r in results:
         groups[(r.query_type, r.lang)].append(r)
     rows = [_row(rs, query=q, lang=lang) for (q, lang), rs in groups.items()]
-    report: dict[str, object] = {"config": config or {}, "rows": rows}
+    report: dict[str, Any] = {"config": config or {}, "rows": rows}
     averages = []
     for q in dict.fromkeys(r.query_type for r in results):
         qrows = [row for row in rows if row["query"] == q]
         if len(qrows) > 1:
             averages.append({"query": q, "lang": "avg",
-                             "p_at_1": round(sum(float(r["p_at_1"]) for r in qrows) / len(qrows), 4),  # type: ignore[arg-type]
-                             "mrr_at_10": round(sum(float(r["mrr_at_10"]) for r in qrows) / len(qrows), 4)})  # type: ignore[arg-type]
+                             "p_at_1": round(sum(float(r["p_at_1"]) for r in qrows) / len(qrows), 4),
+                             "mrr_at_10": round(sum(float(r["mrr_at_10"]) for r in qrows) / len(qrows), 4)})
     if averages:
         report["averages"] = averages
     breakdowns: dict[str, list[dict[str, object]]] = {}
@@ -126,16 +127,16 @@ def summarize(
     return report
 
 
-def format_table(report: dict[str, object]) -> str:
+def format_table(report: dict[str, Any]) -> str:
     lines = [f"{'query':<15}{'lang':<6}{'n':>5}{'P@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}{'p50 ms':>9}{'p95 ms':>9}"]
-    for r in report["rows"]:  # type: ignore[union-attr]
+    for r in report["rows"]:
         lines.append(
             f"{r['query']:<15}{r['lang']:<6}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_5']:>8.3f}"
             f"{r['hit_at_10']:>8.3f}{r['mrr_at_10']:>8.3f}{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}"
         )
-    for a in report.get("averages", []):  # type: ignore[union-attr]
+    for a in report.get("averages", []):
         lines.append(f"{a['query']:<15}{'avg':<6}{'':>5}{a['p_at_1']:>8.3f}{'':>8}{'':>8}{a['mrr_at_10']:>8.3f}")
-    for dim, rows in (report.get("breakdowns") or {}).items():  # type: ignore[union-attr]
+    for dim, rows in (report.get("breakdowns") or {}).items():
         lines.append(f"\nby {dim}:")
         for r in rows:
             lines.append(f"  {r['query']:<15}{r['lang']:<4}{r['group']!s:<10}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_10']:>8.3f}")
