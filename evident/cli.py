@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,6 +15,7 @@ import click
 
 from pipeline.errors import EvidentError
 from pipeline.settings import Settings
+from pipeline.types import Page
 
 T = TypeVar("T")
 
@@ -61,13 +61,9 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     except EvidentError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else getattr(logging, settings.log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("httpx", "httpcore", "openai", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from evident.logging_setup import setup_logging
+
+    setup_logging(settings.log_level, json_lines=settings.log_format == "json", verbose=verbose)
     ctx.obj = {"settings": settings}
 
 
@@ -81,20 +77,42 @@ index_dir_option = click.option(
 
 async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None, progress: bool):  # type: ignore[no-untyped-def]
     from connectors.local import LocalFolderConnector
+    from pipeline.errors import InputError
     from pipeline.factory import ingest_options, make_embedder_from, make_index_from, make_sparse_from
     from pipeline.ingest import ingest_pages
 
     options = ingest_options(settings)
     connector = LocalFolderConnector([Path(p) for p in paths], space=space)
+
+    def explained(exc: InputError) -> InputError:
+        # "no pages found (3 files failed)" alone hides why: name the first failing file and its reason.
+        if not connector.failures:
+            return exc
+        where, reason = connector.failures[0]
+        return InputError(f"{exc}; {where}: {reason}")
+
+    # Read the first page before loading the model, so bad input fails at once, not after seconds.
+    pages = connector.iter_pages()
+    try:
+        first = await anext(pages)
+    except InputError as exc:
+        raise explained(exc) from exc
+
+    async def all_pages() -> AsyncIterator[Page]:
+        yield first
+        async for page in pages:
+            yield page
+
     embedder = make_embedder_from(settings)
     sparse = make_sparse_from(settings, embedder)
     index = make_index_from(settings)
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     try:
         report = await ingest_pages(
-            connector.iter_pages(), index=index, embedder=embedder, sparse=sparse, options=options,
-            progress=progress,
+            all_pages(), index=index, embedder=embedder, sparse=sparse, options=options, progress=progress,
         )
+    except InputError as exc:
+        raise explained(exc) from exc
     finally:
         await index.close()
     return report, connector.failures
@@ -119,6 +137,9 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
         paths = (*paths, sample_space_dir())
     if not paths:
         raise InputError("give at least one PATH to ingest (or --sample for the bundled sample space)")
+    missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
+    if missing:
+        raise InputError(f"path not found: {', '.join(missing)}")
     report, failures = run(_ingest(settings, paths, space, progress=not no_progress))
     kinds = ", ".join(f"{k} {v}" for k, v in report.evidence_by_kind.items()) or "none"
     click.echo(
@@ -150,7 +171,9 @@ async def _search(settings: Settings, query: str, k: int, mode: str | None, trac
         cfg = retrieval_config(settings)
         from dataclasses import replace
 
-        cfg = replace(cfg, final_k=k, **({"mode": mode} if mode else {}))
+        cfg = replace(cfg, final_k=k)
+        if mode:
+            cfg = replace(cfg, mode=mode)  # type: ignore[arg-type]  # click.Choice guarantees the literal
         return await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=cfg,
                               reranker=make_reranker_from(settings), trace=trace)
     finally:
@@ -193,6 +216,23 @@ def index() -> None:
     """Inspect or move the evidence index."""
 
 
+def _index_identity(settings: Settings, index_dir: Path | None) -> tuple[int, str]:
+    """(dimension, embedder name) to open an index with, for commands that never embed: the embedded
+    index's manifest when there is one (no model load, and no mismatch for an index built with another
+    embedder), else the configured embedder."""
+    if not settings.qdrant_url:
+        manifest = Path(index_dir or settings.resolved_index_dir) / "manifest.json"
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            return int(data["dim"]), str(data["embedder"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    from pipeline.factory import make_embedder_from
+
+    embedder = make_embedder_from(settings, cache=False)
+    return embedder.dim, embedder.name
+
+
 @index.command("stats")
 @index_dir_option
 @click.pass_context
@@ -204,7 +244,9 @@ def index_stats(ctx: click.Context, index_dir: Path | None) -> None:
     settings = load_settings(ctx, index_dir=index_dir)
 
     async def go() -> dict[str, object]:
+        dim, name = _index_identity(settings, index_dir)
         idx = make_index_from(settings)
+        await idx.open(dense_dim=dim, embedder=name)
         try:
             return await idx.stats()
         finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,12 @@ def register(main: click.Group) -> None:
     @click.option("--mode", type=click.Choice(["lexical", "dense", "hybrid"]), default=None)
     @click.option("--output", type=click.Path(path_type=Path), default=None)
     @click.option("--ablation", type=click.Choice(["context", "tables", "ranking"]), default=None)
+    @click.option("--strict-urls", is_flag=True,
+                  help="Compare URLs literally (modulo +/%20/slashes) instead of by Confluence page id.")
     @click.pass_context
     def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: str, query_type: str, k: int,
                        by: tuple[str, ...], strategy: str, mode: str | None, output: Path | None,
-                       ablation: str | None) -> None:
+                       ablation: str | None, strict_urls: bool) -> None:
         """Precision@1 / hit@k / MRR on ConfQuestions (paper: P@1 0.528 completed by GPT-4o, 0.658 human)."""
         from evident.cli import cli_errors
 
@@ -79,11 +80,12 @@ def register(main: click.Group) -> None:
                         results = await run_retrieval_eval(
                             convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
                             reranker=make_reranker_from(settings), langs=langs, query_types=qtypes,
-                            strategy=strategy)
+                            strategy=strategy, strict_urls=strict_urls)
                         return summarize(results, by=by, config=config_dict(
                             cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
                             context_items=list(settings.context_items), table_indexing=settings.table_indexing,
                             reranker=settings.reranker, documents=str(documents), questions=str(questions),
+                            url_match="strict" if strict_urls else "page-id",
                             evidence=await index.count()))
                     finally:
                         await index.close()
@@ -130,4 +132,7 @@ def register(main: click.Group) -> None:
 
         go()
 
-    _ = replace  # keep import for future options
+    from evident import eval_cmds, ops_cmds
+
+    eval_cmds.register(eval_group)
+    ops_cmds.register(main)

@@ -48,6 +48,7 @@ async def serve_forever(settings: Settings) -> None:
     check_tokens(settings)  # fail fast, before loading models
     engine = await build_engine(settings)
     metrics = Metrics()
+    engine.metrics = metrics  # the engine counts questions/LLM calls into the registry /metrics serves
     checks = {}
 
     async def index_check() -> None:

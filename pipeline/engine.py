@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.attribution import AttributionResult, attribute
 from pipeline.attribution.render import render_text
@@ -30,6 +31,8 @@ from pipeline.errors import (
     RemoteError,
 )
 from pipeline.extractive import extractive_answer
+from pipeline.logcontext import new_turn_ref
+from pipeline.metrics import Metrics, error_kind
 from pipeline.prompts import OUT_OF_SCOPE, PromptLibrary
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.query_builder import PriorTurn, build_query, is_followup
@@ -98,6 +101,16 @@ def user_message_for(exc: BaseException) -> str:
     return "Something went wrong while answering, please try again."
 
 
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates (undecodable input bytes) replaced by U+FFFD: SQLite, JSON and the
+    LLM client all need valid UTF-8, and one odd character must not lose the user's turn."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 class Engine:
     def __init__(
         self,
@@ -111,6 +124,7 @@ class Engine:
         llm: LLM | None = None,
         reranker: Reranker | None = None,
         options: EngineOptions | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.index = index
         self.embedder = embedder
@@ -121,6 +135,7 @@ class Engine:
         self.llm = llm
         self.reranker = reranker
         self.options = options or EngineOptions()
+        self.metrics = metrics  # None: count nothing (CLI, tests); `evident serve` shares one with /metrics
 
     # ------------------------------------------------------------------ ask
 
@@ -135,10 +150,13 @@ class Engine:
         trace: bool | None = None,
     ) -> TurnResult:
         trace = self.options.trace if trace is None else trace
+        new_turn_ref()
         timings: dict[str, float] = {}
         t_start = time.perf_counter()
+        if self.metrics is not None:
+            self.metrics.questions.inc()
         notice = None
-        question = (question or "").replace("\x00", "").strip()
+        question = valid_text(question or "").replace("\x00", "").strip()
         if len(question) > MAX_QUESTION_CHARS:
             question = question[:MAX_QUESTION_CHARS]
             notice = f"Your message was long, so I only read its first {MAX_QUESTION_CHARS} characters."
@@ -177,6 +195,8 @@ class Engine:
             log.exception("turn failed unexpectedly")
             error = user_message_for(RuntimeError())
         timings["total_ms"] = (time.perf_counter() - t_start) * 1000
+        if self.metrics is not None:
+            self.metrics.answer_seconds.observe(timings["total_ms"] / 1000)
         if notice:
             answer.trace["notice"] = notice
         turn_id = await self.store.add_turn(
@@ -255,7 +275,7 @@ class Engine:
                 question=question,
             )
             try:
-                out = await self.llm.complete(messages, role="completion", max_tokens=120, temperature=0.0)
+                out = await self._complete_llm(messages, role="completion", max_tokens=120, temperature=0.0)
                 completed = (out[0] if out else "").strip().strip('"').strip()
                 if completed:
                     return completed, completed
@@ -287,7 +307,7 @@ class Engine:
             return ans, ""
         kept, texts, dropped = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
-        out = await self.llm.complete(
+        out = await self._complete_llm(
             messages, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0
         )
         raw = (out[0] if out else "").strip()
@@ -318,13 +338,31 @@ class Engine:
         _, texts, _ = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
         temperature = 0.0 if m == 1 else 0.7
-        return await self.llm.complete(
+        return await self._complete_llm(
             messages, role="counterfactual", max_tokens=max_tokens, temperature=temperature, n=m
         )
+
+    async def _complete_llm(self, messages: Sequence[ChatMessage], *, role: str, **kwargs: Any) -> list[str]:
+        """``llm.complete`` counted in ``metrics`` (calls by role, failures by kind)."""
+        assert self.llm is not None
+        if self.metrics is not None:
+            self.metrics.llm_calls.inc(role=role)
+        try:
+            return await self.llm.complete(messages, role=role, **kwargs)
+        except Exception as exc:
+            if self.metrics is not None:
+                self.metrics.llm_errors.inc(kind=error_kind(exc))
+            raise
 
     # ------------------------------------------------------------------ explain
 
     async def explain(self, turn_id: int, *, method: str | None = None) -> ExplainResult:
+        if self.metrics is None:
+            return await self._explain(turn_id, method=method)
+        with self.metrics.explain_seconds.time():
+            return await self._explain(turn_id, method=method)
+
+    async def _explain(self, turn_id: int, *, method: str | None) -> ExplainResult:
         method = method or self.options.attribution_method
         params = dict(self.options.attribution_params)
         params_hash = hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]

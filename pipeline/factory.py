@@ -16,7 +16,10 @@ from pipeline.settings import CONTEXT_ITEMS, Settings
 
 
 def ingest_options(settings: Settings) -> IngestOptions:
-    unknown = [c for c in settings.context_items if c not in CONTEXT_ITEMS]
+    dense_items = settings.dense_context_items
+    if dense_items is not None and tuple(dense_items) in (("none",), ()):
+        dense_items = ()
+    unknown = [c for c in (*settings.context_items, *(dense_items or ())) if c not in CONTEXT_ITEMS]
     if unknown:
         raise ConfigError(
             f"EVIDENT_CONTEXT_ITEMS: unknown item(s) {', '.join(unknown)}; choose from {', '.join(CONTEXT_ITEMS)}"
@@ -27,6 +30,7 @@ def ingest_options(settings: Settings) -> IngestOptions:
         context_items=tuple(settings.context_items),
         context_item_max_chars=settings.context_item_max_chars,
         table_indexing=settings.table_indexing,
+        dense_context_items=None if dense_items is None else tuple(dense_items),
     )
 
 
@@ -136,7 +140,7 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
                 "samples": settings.attribution_samples,
                 "temperature": settings.attribution_temperature,
                 "eps": settings.attribution_eps,
-                "min_pts": settings.attribution_min_pts,
+                "min_samples": settings.attribution_min_pts,
             },
             trace=trace,
         ),

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ import qdrant_edge as qe
 
 from pipeline import index_common as ic
 from pipeline.errors import IndexError_, IndexMismatchError
-from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
+from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest, SparseVector
 
 T = TypeVar("T")
 
@@ -307,6 +307,45 @@ class EdgeIndex:
                     out[str(r.payload["page_id"])] = str(r.payload["page_hash"])
             if offset is None:
                 return out
+
+    async def export_points(
+        self, batch: int = 256, *, page_ids: Sequence[str] | None = None
+    ) -> AsyncIterator[IndexPoint]:
+        """Every live point (of ``page_ids``, default all) with its vectors; a page's points are consecutive.
+
+        For ``evident index migrate``: the consumer can ``replace_page`` each page as it completes while
+        holding only one page in memory. Each scroll of ``batch`` points is one short thread hop; run it
+        on an index nobody writes to, or a page swapped meanwhile may be exported old or new.
+        """
+        pages = sorted(await self.page_hashes()) if page_ids is None else list(page_ids)
+        for page_id in pages:
+            offset: Any = None
+            while True:
+                points, offset = await asyncio.to_thread(self._export_sync, page_id, offset, max(1, batch))
+                for point in points:
+                    yield point
+                if offset is None:
+                    break
+
+    def _export_sync(self, page_id: str, offset: Any, batch: int) -> tuple[list[IndexPoint], Any]:
+        shard = self._require()
+        flt = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
+        req = qe.ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=True, with_vector=True)
+        records, next_offset = self._call(shard.scroll, req)
+        out: list[IndexPoint] = []
+        for r in records:
+            payload = r.payload or {}
+            vectors: Any = r.vector or {}
+            sparse = vectors.get(ic.SPARSE)
+            out.append(IndexPoint(
+                evidence=ic.evidence_from_payload(payload),
+                content=str(payload.get("content", "")),
+                dense=tuple(float(x) for x in vectors.get(ic.DENSE) or ()),
+                sparse=SparseVector(tuple(int(i) for i in sparse.indices), tuple(float(v) for v in sparse.values))
+                if sparse is not None else SparseVector((), ()),
+                page_hash=str(payload.get("page_hash", "")),
+            ))
+        return out, next_offset
 
     async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
         """Live evidence by id, in the given order; unknown ids are skipped."""

@@ -29,6 +29,9 @@ class IngestOptions:
 
     context_items: tuple[str, ...] = ("title", "heading", "before", "after")
     context_item_max_chars: int = 300
+    # Context for the dense text, when it should differ from the lexical one: the dense model reads only
+    # its first ~128 tokens, so long neighbours can push the evidence itself out of its window.
+    dense_context_items: tuple[str, ...] | None = None
     table_indexing: str = "both"
     max_page_bytes: int = 4 * 1024 * 1024
     batch_evidence: int = 256  # evidence embedded per batch (across pages)
@@ -37,6 +40,7 @@ class IngestOptions:
         cfg = {
             "context_items": list(self.context_items),
             "context_item_max_chars": self.context_item_max_chars,
+            "dense_context_items": None if self.dense_context_items is None else list(self.dense_context_items),
             "table_indexing": self.table_indexing,
             "embedder": embedder,
             "sparse": sparse,
@@ -177,7 +181,15 @@ async def _embed_and_write(
         for item in batch
         for ev in item.evidence
     ]
-    dense = await asyncio.to_thread(embedder.embed_documents, texts)
+    if options.dense_context_items is None:
+        dense_texts = texts
+    else:
+        dense_texts = [
+            contextualize(ev, options.dense_context_items, options.context_item_max_chars)
+            for item in batch
+            for ev in item.evidence
+        ]
+    dense = await asyncio.to_thread(embedder.embed_documents, dense_texts)
     sparse_vecs = await asyncio.to_thread(sparse.encode_documents, texts)
     i = 0
     for item in batch:

@@ -43,6 +43,7 @@ class PriorTurn:
     question: str
     retrieved_titles: tuple[str, ...] = ()
     answer: str = ""
+    retrieved_pages: tuple[str, ...] = ()  # page ids of the system's own top evidence, best first
 
 
 def is_followup(question: str, history: Sequence[PriorTurn], *, min_own_words: int = 4) -> bool:
@@ -92,3 +93,10 @@ def build_query(
             parts.append(last.retrieved_titles[0])
         return " ".join(parts)
     raise ValueError(f"unknown query strategy {strategy!r}: choose raw, prev_questions or topic")
+
+
+def context_pages(question: str, history: Sequence[PriorTurn], *, top: int = 1) -> tuple[str, ...]:
+    """Pages a follow-up probably continues: the previous turn's top pages (none for a new topic)."""
+    if not history or not is_followup(question, history):
+        return ()
+    return tuple(dict.fromkeys(history[-1].retrieved_pages))[:top]

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
-from pipeline.types import Hit, RetrievalMode, SearchRequest
+from pipeline.types import Hit, RetrievalMode, SearchRequest, SparseVector
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,26 @@ class RetrievalConfig:
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (lexical, dense) weighted RRF
     rerank_pool: int = 20  # fused candidates handed to the reranker
+    # Page-level score aggregation: each hit gains ``page_aggregation`` x the fused score of the other
+    # evidence of its page within the top ``aggregation_pool``. Precision@1 is page-level, and a page
+    # with several matching pieces is likelier the right one than a page with one lucky match.
+    page_aggregation: float = 0.0
+    aggregation_pool: int = 30
+    # Fusion weights (lexical, dense) for queries that are not in the corpus language: lexical matching
+    # across languages only hits shared names, so the multilingual dense side should count more.
+    foreign_weights: tuple[float, float] | None = None
+    corpus_language: str = "english"
+    # Dense pseudo-relevance feedback: add the top ``prf_terms`` terms of the ``prf_docs`` best dense hits
+    # to the lexical query (weight ``prf_weight``). Across languages the dense side finds the right
+    # English evidence while the German words match nothing lexically; feedback gives lexical search
+    # the corpus-language words. ``prf_foreign_only`` applies it only to non-corpus-language queries.
+    prf_docs: int = 0
+    prf_terms: int = 10
+    prf_weight: float = 0.5
+    prf_foreign_only: bool = True
+    # Conversational continuity: for follow-ups, evidence from the pages the previous turn retrieved gets
+    # its fused score multiplied by (1 + continuity_boost). Threads mostly stay on one page.
+    continuity_boost: float = 0.0
 
 
 @dataclass
@@ -48,6 +69,7 @@ async def retrieve(
     reranker: Reranker | None = None,
     spaces: tuple[str, ...] | None = None,
     trace: bool = False,
+    context_pages: Sequence[str] = (),
 ) -> Retrieval:
     """Retrieve ``config.final_k`` hits for ``query`` within ``spaces`` (None = every space)."""
     timings: dict[str, float] = {}
@@ -61,6 +83,19 @@ async def retrieve(
     timings["embed_query"] = (time.perf_counter() - t) * 1000
 
     limit = max(config.final_k, config.rerank_pool) if reranker else config.final_k
+    if config.page_aggregation or (config.continuity_boost and context_pages):
+        limit = max(limit, config.aggregation_pool)
+    foreign = query_language(query) != config.corpus_language
+    weights = config.weights
+    if config.foreign_weights is not None and foreign:
+        weights = config.foreign_weights
+    if config.prf_docs and dense_vec is not None and config.mode == "hybrid" and (foreign or not config.prf_foreign_only):
+        t = time.perf_counter()
+        seeds = await index.search(SearchRequest(dense=dense_vec, sparse=None, mode="dense",
+                                                 dense_k=config.prf_docs, limit=config.prf_docs, spaces=spaces))
+        sparse_vec = expand_sparse(sparse_vec, sparse, [h.content or h.evidence.text for h in seeds],
+                                   n_terms=config.prf_terms, weight=config.prf_weight)
+        timings["prf"] = (time.perf_counter() - t) * 1000
     request = SearchRequest(
         dense=dense_vec,
         sparse=sparse_vec,
@@ -70,11 +105,15 @@ async def retrieve(
         limit=limit,
         spaces=spaces,
         rrf_k=config.rrf_k,
-        weights=config.weights,
+        weights=weights,
     )
     t = time.perf_counter()
     hits = await index.search(request)
     timings["search"] = (time.perf_counter() - t) * 1000
+    if config.page_aggregation and hits:
+        hits = aggregate_pages(hits, config.page_aggregation)
+    if config.continuity_boost and context_pages and hits:
+        hits = boost_pages(hits, set(context_pages), config.continuity_boost)
     result = Retrieval(query=query, hits=hits, timings_ms=timings)
     if trace:
         result.lexical = await index.search(replace(request, mode="lexical", limit=config.lexical_k))
@@ -85,3 +124,51 @@ async def retrieve(
         timings["rerank"] = (time.perf_counter() - t) * 1000
     result.hits = hits[: config.final_k]
     return result
+
+
+def aggregate_pages(hits: list[Hit], weight: float) -> list[Hit]:
+    """Rescore each hit by its own score plus ``weight`` x the scores of its page's other hits."""
+    page_total: dict[str, float] = {}
+    for h in hits:
+        page_total[h.evidence.page_id] = page_total.get(h.evidence.page_id, 0.0) + h.score
+    rescored = [
+        (h.score + weight * (page_total[h.evidence.page_id] - h.score), -h.rank, h) for h in hits
+    ]
+    rescored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    return [replace(h, score=score, rank=i) for i, (score, _, h) in enumerate(rescored, start=1)]
+
+
+def query_language(text: str) -> str:
+    """Cheap stopword-based language guess (english/german), used to pick fusion weights."""
+    from pipeline.sparse import STOPWORDS, tokenize
+
+    tokens = tokenize(text)
+    best, best_count = "english", 0
+    for lang in ("english", "german"):
+        stop = STOPWORDS.get(lang, frozenset())
+        count = sum(1 for t in tokens if t in stop)
+        if count > best_count:
+            best, best_count = lang, count
+    return best
+
+
+def boost_pages(hits: list[Hit], pages: set[str], boost: float) -> list[Hit]:
+    """Multiply the scores of hits on ``pages`` by (1 + boost) and re-rank."""
+    rescored = [(h.score * (1.0 + boost) if h.evidence.page_id in pages else h.score, -h.rank, h) for h in hits]
+    rescored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    return [replace(h, score=score, rank=i) for i, (score, _, h) in enumerate(rescored, start=1)]
+
+
+def expand_sparse(
+    query: SparseVector, encoder: SparseEncoder, feedback: Sequence[str], *, n_terms: int, weight: float
+) -> SparseVector:
+    """Add the heaviest terms of the feedback texts to a sparse query (existing terms keep their weight)."""
+    totals: dict[int, float] = {}
+    for vec in encoder.encode_documents(list(feedback)):
+        for i, v in zip(vec.indices, vec.values, strict=True):
+            totals[i] = totals.get(i, 0.0) + v
+    merged = dict(zip(query.indices, query.values, strict=True))
+    for i, _ in sorted(totals.items(), key=lambda kv: kv[1], reverse=True)[:n_terms]:
+        merged.setdefault(i, weight)
+    ordered = sorted(merged.items())
+    return SparseVector(tuple(i for i, _ in ordered), tuple(v for _, v in ordered))

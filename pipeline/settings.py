@@ -77,6 +77,9 @@ class Settings:
     context_items: tuple[str, ...] = _f(("title", "heading", "before", "after"), "EVIDENT_CONTEXT_ITEMS",
                                         "Context joined to each evidence for indexing (comma list of "
                                         + ", ".join(CONTEXT_ITEMS) + ").")
+    dense_context_items: tuple[str, ...] | None = _f(
+        None, "EVIDENT_DENSE_CONTEXT_ITEMS",
+        "Context for the dense vector only (comma list; 'none' for raw text). Unset: same as EVIDENT_CONTEXT_ITEMS.")
     context_item_max_chars: int = _f(300, "EVIDENT_CONTEXT_ITEM_MAX_CHARS", "Bound on each context item's length.")
     table_indexing: str = _f("both", "EVIDENT_TABLE_INDEXING", "Index tables as rows | tables | both.")
     # ---- retrieval
@@ -142,6 +145,7 @@ class Settings:
                              "zone, so this must exceed the largest western UTC offset plus clock skew "
                              "(13 h covers every zone).")
     log_level: str = _f("INFO", "EVIDENT_LOG_LEVEL", "Logging level.")
+    log_format: str = _f("text", "EVIDENT_LOG_FORMAT", "text | json (one JSON object per line, with turn_ref).")
 
     # ---- derived paths
     @property

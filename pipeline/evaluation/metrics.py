@@ -3,26 +3,39 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import unquote
 
+_PAGE_ID = re.compile(r"/pages/(\d+)(?:/|$)")
 
-def normalize_url(url: str) -> str:
-    """Compare URLs modulo ``+``/``%20`` encoding, case of scheme/host and trailing slashes."""
+
+def normalize_url(url: str, *, strict: bool = False) -> str:
+    """The identity of a page URL for comparisons.
+
+    Always modulo ``+``/``%20`` encoding, scheme/host case and trailing slashes. Unless ``strict``,
+    a Confluence page URL (``.../pages/<id>/<slug>``) is identified by host and page id: the slug is
+    cosmetic (Confluence's canonical link drops ``:``, ``,``, ``()``, ``[]``, ``&`` from the title, page
+    exports keep them, and a rename changes it), so two URLs of the same page compare equal.
+    """
     u = unquote(url.strip()).replace("+", " ")
     u = " ".join(u.split())
     if "://" in u:
         scheme, rest = u.split("://", 1)
         host, _, path = rest.partition("/")
         u = f"{scheme.lower()}://{host.lower()}/{path}"
+        if not strict:
+            m = _PAGE_ID.search("/" + path)
+            if m:
+                return f"{host.lower()}/pages/{m.group(1)}"
     return u.rstrip("/")
 
 
-def first_hit_rank(ranked_urls: Sequence[str], gold: Iterable[str]) -> int | None:
+def first_hit_rank(ranked_urls: Sequence[str], gold: Iterable[str], *, strict: bool = False) -> int | None:
     """1-based rank of the first gold URL in ``ranked_urls``, or None."""
-    gold_n = {normalize_url(g) for g in gold}
+    gold_n = {normalize_url(g, strict=strict) for g in gold}
     for i, u in enumerate(ranked_urls, start=1):
-        if normalize_url(u) in gold_n:
+        if normalize_url(u, strict=strict) in gold_n:
             return i
     return None
 

@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.metrics import first_hit_rank, hit_at, p_at_1, percentile, rr_at, turn_bucket
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
-from pipeline.query_builder import PriorTurn, build_query
+from pipeline.query_builder import PriorTurn, build_query, context_pages
 from pipeline.retrieve import RetrievalConfig, retrieve
 
 QUERY_TYPES = ("completed", "conversational", "raw")
@@ -66,6 +66,7 @@ async def run_retrieval_eval(
     langs: Sequence[str] = ("en", "de"),
     query_types: Sequence[str] = ("completed", "conversational"),
     strategy: str = "topic",
+    strict_urls: bool = False,
 ) -> list[QuestionResult]:
     out: list[QuestionResult] = []
     for qt in query_types:
@@ -75,21 +76,25 @@ async def run_retrieval_eval(
                 for turn in conv:
                     if lang not in turn.q:
                         continue
+                    pages: tuple[str, ...] = ()
                     if qt == "completed":
                         query = turn.completed[lang]
                     elif qt == "raw":
                         query = turn.q[lang]
                     else:
                         query = build_query(turn.q[lang], prior, strategy=strategy)
+                        pages = context_pages(turn.q[lang], prior)
                     t = time.perf_counter()
                     r = await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=config,
-                                       reranker=reranker)
+                                       reranker=reranker, context_pages=pages)
                     latency = (time.perf_counter() - t) * 1000
                     urls = [h.evidence.url for h in r.hits]
                     out.append(QuestionResult(qt, lang, turn.conv_id, turn.turn, turn.source, turn.q_type, query,
-                                              first_hit_rank(urls, turn.gold_urls), latency, urls[:3]))
+                                              first_hit_rank(urls, turn.gold_urls, strict=strict_urls), latency,
+                                              urls[:3]))
                     prior.append(PriorTurn(question=turn.q[lang],
-                                           retrieved_titles=tuple(h.evidence.title for h in r.hits[:3])))
+                                           retrieved_titles=tuple(h.evidence.title for h in r.hits[:3]),
+                                           retrieved_pages=tuple(h.evidence.page_id for h in r.hits[:3])))
     return out
 
 

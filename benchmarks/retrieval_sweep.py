@@ -1,0 +1,76 @@
+"""Compare retrieval options on ConfQuestions in one run (same index, same machine state).
+
+    python benchmarks/retrieval_sweep.py [--questions ../shared/confquestions/qa-dev.json]
+        [--documents ../shared/confquestions/documents] [--only NAME,NAME]
+
+Prints P@1 per (query type, language) and the EN+DE average for each named configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+from connectors.local import LocalFolderConnector
+from pipeline.evaluation.data import load_conversations
+from pipeline.evaluation.index_cache import open_eval_index
+from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
+from pipeline.factory import retrieval_config
+from pipeline.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def configs(base):  # type: ignore[no-untyped-def]
+    p30 = replace(base, lexical_k=30, dense_k=30)
+    return {
+        "paper_10_10": (base, "topic"),
+        "lexical30": (replace(p30, mode="lexical"), "topic"),
+        "dense30": (replace(p30, mode="dense"), "topic"),
+        "pool30": (p30, "topic"),
+        "pool30_prevq": (p30, "prev_questions"),
+        "pool30_lex2": (replace(p30, weights=(2.0, 1.0)), "topic"),
+        "pool30_page0.5": (replace(p30, page_aggregation=0.5), "topic"),
+        "foreign_dense2": (replace(p30, foreign_weights=(1.0, 2.0)), "topic"),
+        "prf3": (replace(p30, prf_docs=3), "topic"),
+        "prf5_t20": (replace(p30, prf_docs=5, prf_terms=20), "topic"),
+        "prf3_all": (replace(p30, prf_docs=3, prf_foreign_only=False), "topic"),
+        "cont0.5": (replace(p30, continuity_boost=0.5), "topic"),
+        "cont1": (replace(p30, continuity_boost=1.0), "topic"),
+        "cont0.5_prevq": (replace(p30, continuity_boost=0.5), "prev_questions"),
+    }
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--questions", type=Path, default=REPO.parent / "shared/confquestions/qa-dev.json")
+    ap.add_argument("--documents", type=Path, default=REPO.parent / "shared/confquestions/documents")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--query", default="completed,conversational")
+    args = ap.parse_args()
+    settings = Settings.load()
+    convs = load_conversations(args.questions)
+    docs = args.documents.resolve()
+    index, embedder, sparse, _ = await open_eval_index(
+        settings, str(docs), lambda: LocalFolderConnector([docs]).iter_pages(), progress=False)
+    try:
+        base = retrieval_config(settings)
+        wanted = set(filter(None, args.only.split(",")))
+        for name, (cfg, strategy) in configs(base).items():
+            if wanted and name not in wanted:
+                continue
+            results = await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
+                                               langs=("en", "de"), query_types=tuple(args.query.split(",")),
+                                               strategy=strategy)
+            rep = summarize(results)
+            cells = " ".join(f"{r['query'][:4]}-{r['lang']}={r['p_at_1']:.3f}" for r in rep["rows"])
+            avgs = " ".join(f"{a['query'][:4]}-avg={a['p_at_1']:.3f}" for a in rep.get("averages", []))
+            print(f"{name:<18} {cells} | {avgs}", flush=True)
+    finally:
+        await index.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

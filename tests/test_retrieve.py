@@ -1,0 +1,118 @@
+"""retrieve() against a real Edge index holding hand-made vectors: fusion when the legs disagree, and a
+reranker plugged in."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.index_edge import EdgeIndex
+from pipeline.retrieve import RetrievalConfig, retrieve
+from pipeline.sparse import Bm25Encoder
+from pipeline.types import Evidence, Hit, IndexPoint
+
+DIM = 4
+QUERY = "alpha"
+E1 = (1.0, 0.0, 0.0, 0.0)
+
+# name -> (text, dense vector). Lexically "alpha" ranks A > B (C, D lack it); densely C > B > A > D.
+DOCS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "A": ("alpha alpha alpha beta", (0.0, 1.0, 0.0, 0.0)),
+    "B": ("alpha gamma", (0.9, 0.0, float(np.sqrt(1 - 0.81)), 0.0)),
+    "C": ("delta epsilon", E1),
+    "D": ("zeta eta", (-1.0, 0.0, 0.0, 0.0)),
+}
+
+
+class QueryVector:
+    """Embeds every query as ``E1``: the dense leg's order is then fixed by the documents' vectors."""
+
+    name = "fixed-query"
+    dim = DIM
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        raise AssertionError("documents are indexed with hand-made vectors")
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return np.array([E1] * len(texts), dtype=np.float32)
+
+
+class ShortestFirst:
+    """A deterministic reranker: shortest text first (ties by title); records what it was given."""
+
+    name = "shortest-first"
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+
+    def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
+        self.seen.append([h.evidence.title for h in hits])
+        ordered = sorted(hits, key=lambda h: (len(h.evidence.text), h.evidence.title))
+        return [replace(h, rank=i, score=1.0 / i) for i, h in enumerate(ordered, start=1)]
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> AsyncIterator[EdgeIndex]:
+    idx = EdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder="fixed-query")
+    sparse = Bm25Encoder()
+    for n, (name, (text, vec)) in enumerate(DOCS.items()):
+        ev = Evidence(id=f"00000000-0000-0000-0000-00000000000{n}", page_id=f"p{name}", title=name,
+                      url=f"https://wiki.example/{name}", space="S", kind="passage", position=0, text=text)
+        (sv,) = sparse.encode_documents([text])
+        await idx.replace_page(ev.page_id, f"h{name}", [IndexPoint(ev, text, vec, sv, f"h{name}")])
+    yield idx
+    await idx.close()
+
+
+def _titles(hits: Sequence[Hit]) -> list[str]:
+    return [h.evidence.title for h in hits]
+
+
+async def test_legs_disagree_and_fusion_rewards_agreement(index: EdgeIndex) -> None:
+    cfg = RetrievalConfig(lexical_k=2, dense_k=2, final_k=3)
+    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True)
+    assert _titles(r.lexical) == ["A", "B"]
+    assert _titles(r.dense) == ["C", "B"]
+    # B is second in both legs, so RRF puts it ahead of either leg's winner.
+    assert _titles(r.hits)[0] == "B" and set(_titles(r.hits)[1:]) == {"A", "C"}
+    assert [h.rank for h in r.hits] == [1, 2, 3]
+    assert r.hits[0].score > r.hits[1].score >= r.hits[2].score
+    assert {"embed_query", "search"} <= set(r.timings_ms)
+
+
+async def test_single_leg_modes(index: EdgeIndex) -> None:
+    emb, sparse = QueryVector(), Bm25Encoder()
+    lexical = await retrieve(QUERY, index=index, embedder=emb, sparse=sparse,
+                             config=RetrievalConfig(mode="lexical", final_k=4))
+    dense = await retrieve(QUERY, index=index, embedder=emb, sparse=sparse, config=RetrievalConfig(mode="dense", final_k=4))
+    assert _titles(lexical.hits) == ["A", "B"]  # only documents with the term
+    assert _titles(dense.hits) == ["C", "B", "A", "D"]
+
+
+async def test_space_filter(index: EdgeIndex) -> None:
+    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=RetrievalConfig(),
+                       spaces=("OTHER",))
+    assert r.hits == []
+
+
+async def test_reranker_gets_the_pool_and_decides_the_final_order(index: EdgeIndex) -> None:
+    reranker = ShortestFirst()
+    cfg = RetrievalConfig(lexical_k=4, dense_k=4, final_k=2, rerank_pool=4)
+    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker)
+    (seen,) = reranker.seen
+    assert len(seen) == 4 and set(seen) == set(DOCS)  # rerank_pool candidates, not just final_k
+    assert _titles(r.hits) == ["D", "B"]  # "zeta eta" (8 chars) < "alpha gamma" (11)
+    assert [h.rank for h in r.hits] == [1, 2]
+    assert "rerank" in r.timings_ms
+
+
+async def test_reranker_pool_never_smaller_than_final_k(index: EdgeIndex) -> None:
+    reranker = ShortestFirst()
+    cfg = RetrievalConfig(lexical_k=4, dense_k=4, final_k=3, rerank_pool=1)
+    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker)
+    assert len(reranker.seen[0]) == 3 and len(r.hits) == 3
