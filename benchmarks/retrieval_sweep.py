@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def configs(base):  # type: ignore[no-untyped-def]
-    p30 = replace(base, lexical_k=30, dense_k=30)
+    p30 = replace(base, lexical_k=30, dense_k=30, continuity_boost=0.0, page_aggregation=0.0, prf_docs=0)
+    base = replace(base, lexical_k=10, dense_k=10, continuity_boost=0.0)
     return {
         "paper_10_10": (base, "topic"),
         "lexical30": (replace(p30, mode="lexical"), "topic"),

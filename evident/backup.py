@@ -76,6 +76,35 @@ class Manifest:
             raise InputError(f"{path} is not a valid backup manifest: {exc}") from exc
 
 
+def copy_sparse(src: str, dst: str) -> None:
+    """Copy only a file's data extents. Qdrant Edge preallocates large sparse files; a plain copy would
+    write (and hash) hundreds of MB of zeros for a small index."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        pos = 0
+        while pos < size:
+            try:
+                start = os.lseek(fin.fileno(), pos, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole is left (or SEEK_DATA unsupported: copy the rest)
+                if pos == 0:
+                    fin.seek(0)
+                    shutil.copyfileobj(fin, fout)
+                break
+            end = os.lseek(fin.fileno(), start, os.SEEK_HOLE)
+            fin.seek(start)
+            fout.seek(start)
+            remaining = end - start
+            while remaining > 0:
+                chunk = fin.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                fout.write(chunk)
+                remaining -= len(chunk)
+            pos = end
+        fout.truncate(size)
+    shutil.copystat(src, dst)
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -132,7 +161,7 @@ def backup(dest: Path, *, store_path: Path, index_dir: Path | None = None, qdran
     _backup_sqlite(Path(store_path), dest / STORE_FILE)
     index_entries: list[FileEntry] = []
     if index_dir is not None:
-        shutil.copytree(index_dir, dest / INDEX_DIR, symlinks=False)
+        shutil.copytree(index_dir, dest / INDEX_DIR, symlinks=False, copy_function=copy_sparse)
         root = dest / INDEX_DIR
         index_entries = [_entry(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*")) if p.is_file()]
     snapshot: dict[str, Any] | None = None
@@ -191,7 +220,7 @@ def restore(src: Path, *, store_path: Path, index_dir: Path | None = None, force
         staging = target.with_name(target.name + ".restoring")
         old = target.with_name(target.name + ".old")
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(src / INDEX_DIR, staging)
+        shutil.copytree(src / INDEX_DIR, staging, copy_function=copy_sparse)
         if target.exists():
             shutil.rmtree(old, ignore_errors=True)
             target.rename(old)

@@ -37,7 +37,7 @@ def register(main: click.Group) -> None:
                   default="all", show_default=True)
     @click.option("--k", default=10, show_default=True)
     @click.option("--by", "by", multiple=True, type=click.Choice(["source", "type", "turn"]))
-    @click.option("--strategy", default="topic", show_default=True, help="Conversational query builder.")
+    @click.option("--strategy", default=None, help="Conversational query builder (default: EVIDENT_QUERY_STRATEGY).")
     @click.option("--mode", type=click.Choice(["lexical", "dense", "hybrid"]), default=None)
     @click.option("--output", type=click.Path(path_type=Path), default=None)
     @click.option("--ablation", type=click.Choice(["context", "tables", "ranking"]), default=None)
@@ -45,7 +45,7 @@ def register(main: click.Group) -> None:
                   help="Compare URLs literally (modulo +/%20/slashes) instead of by Confluence page id.")
     @click.pass_context
     def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: str, query_type: str, k: int,
-                       by: tuple[str, ...], strategy: str, mode: str | None, output: Path | None,
+                       by: tuple[str, ...], strategy: str | None, mode: str | None, output: Path | None,
                        ablation: str | None, strict_urls: bool) -> None:
         """Precision@1 / hit@k / MRR on ConfQuestions (paper: P@1 0.528 completed by GPT-4o, 0.658 human)."""
         from evident.cli import cli_errors
@@ -62,12 +62,13 @@ def register(main: click.Group) -> None:
             langs = ("en", "de") if lang == "both" else (lang,)
             qtypes = ("completed", "conversational", "raw") if query_type == "all" else (query_type,)
             settings = _settings(ctx)
+            strategy_name = strategy or settings.query_strategy
             if mode:
                 settings = settings.replace(retrieval_mode=mode)
             settings = settings.replace(final_k=k)
             if ablation:
                 report = asyncio.run(run_ablation(ablation, settings, str(documents.resolve()), page_source(documents),
-                                                  convs, langs, qtypes, strategy))
+                                                  convs, langs, qtypes, strategy_name))
                 click.echo(report["table"])
             else:
                 docs_key = str(documents.resolve())
@@ -80,9 +81,9 @@ def register(main: click.Group) -> None:
                         results = await run_retrieval_eval(
                             convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
                             reranker=make_reranker_from(settings), langs=langs, query_types=qtypes,
-                            strategy=strategy, strict_urls=strict_urls)
+                            strategy=strategy_name, strict_urls=strict_urls)
                         return summarize(results, by=by, config=config_dict(
-                            cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
+                            cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy_name,
                             context_items=list(settings.context_items), table_indexing=settings.table_indexing,
                             reranker=settings.reranker, documents=str(documents), questions=str(questions),
                             url_match="strict" if strict_urls else "page-id",

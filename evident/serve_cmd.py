@@ -46,9 +46,8 @@ async def serve_forever(settings: Settings) -> None:
     from pipeline.metrics import Metrics
 
     check_tokens(settings)  # fail fast, before loading models
-    engine = await build_engine(settings)
-    metrics = Metrics()
-    engine.metrics = metrics  # the engine counts questions/LLM calls into the registry /metrics serves
+    metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it
+    engine = await build_engine(settings, metrics=metrics)
     checks = {}
 
     async def index_check() -> None:

@@ -35,7 +35,7 @@ from pipeline.logcontext import new_turn_ref
 from pipeline.metrics import Metrics, error_kind
 from pipeline.prompts import OUT_OF_SCOPE, PromptLibrary
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
-from pipeline.query_builder import PriorTurn, build_query, is_followup
+from pipeline.query_builder import PriorTurn, build_query, context_pages, is_followup
 from pipeline.retrieve import Retrieval, RetrievalConfig, retrieve
 from pipeline.store import Store
 from pipeline.types import Answer, ChatMessage, Hit
@@ -183,6 +183,7 @@ class Engine:
                 reranker=self.reranker,
                 spaces=spaces,
                 trace=trace,
+                context_pages=context_pages(question, prior),
             )
             timings.update({f"{k}_ms": v for k, v in retrieved.timings_ms.items()})
             t = time.perf_counter()
@@ -244,6 +245,7 @@ class Engine:
             PriorTurn(
                 question=r.get("completed_question") or r.get("question") or "",
                 retrieved_titles=tuple(x.get("title", "") for x in (r.get("retrieved") or [])[:3]),
+                retrieved_pages=tuple(x.get("page_id", "") for x in (r.get("retrieved") or [])[:3]),
                 answer=r.get("answer") or "",
             )
             for r in rows

@@ -19,6 +19,8 @@ def ingest_options(settings: Settings) -> IngestOptions:
     dense_items = settings.dense_context_items
     if dense_items is not None and tuple(dense_items) in (("none",), ()):
         dense_items = ()
+    elif dense_items is not None and tuple(dense_items) == ("same",):
+        dense_items = None
     unknown = [c for c in (*settings.context_items, *(dense_items or ())) if c not in CONTEXT_ITEMS]
     if unknown:
         raise ConfigError(
@@ -43,6 +45,9 @@ def retrieval_config(settings: Settings) -> RetrievalConfig:
         dense_k=settings.dense_k,
         final_k=settings.final_k,
         rrf_k=settings.rrf_k,
+        continuity_boost=settings.continuity_boost,
+        page_aggregation=settings.page_aggregation,
+        prf_docs=settings.prf_docs,
     )
 
 
@@ -112,7 +117,7 @@ def make_llm_from(settings: Settings) -> LLM | None:
     )
 
 
-async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False):  # type: ignore[no-untyped-def]
+async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False, metrics=None):  # type: ignore[no-untyped-def]
     """Compose the conversation engine from settings (the CLI's and the bot's single entry point)."""
     from pipeline.engine import Engine, EngineOptions
     from pipeline.prompts import PromptLibrary
@@ -132,7 +137,9 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
         retrieval=retrieval_config(settings),
         llm=make_llm_from(settings),
         reranker=make_reranker_from(settings),
+        metrics=metrics,
         options=EngineOptions(
+            query_strategy=settings.query_strategy,
             context_tokens=settings.llm_context_tokens,
             answer_max_tokens=settings.answer_max_tokens,
             attribution_method=settings.attribution_method,

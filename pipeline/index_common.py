@@ -162,3 +162,12 @@ def leg_weights(request: SearchRequest, sparse: bool, dense: bool) -> list[float
         return None
     lexical_w, dense_w = request.weights
     return [w for w, used in ((lexical_w, sparse), (dense_w, dense)) if used]
+
+
+def stable_order(points: list[Any]) -> list[Any]:
+    """Order scored points by score, ties broken by evidence id, so results are reproducible.
+
+    Qdrant leaves the order of equal scores unspecified (it differs after a reopen and between
+    backends), and RRF ranks, answers and benchmarks would inherit that noise.
+    """
+    return sorted(points, key=lambda p: (-float(p.score), str((p.payload or {}).get("evidence_id", ""))))

@@ -285,7 +285,7 @@ class EdgeIndex:
                 k=ic.engine_rrf_k(request.rrf_k), weights=ic.leg_weights(request, use_sparse, use_dense)
             )
             req = qe.QueryRequest(limit=request.limit, prefetches=prefetches, query=fusion, filter=flt, with_payload=True)
-        scored = self._call(shard.query, req)
+        scored = ic.stable_order(list(self._call(shard.query, req)))
         return [
             Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank, str((p.payload or {}).get("content", "")))
             for rank, p in enumerate(scored, start=1)

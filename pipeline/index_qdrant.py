@@ -282,7 +282,7 @@ class QdrantServerIndex:
         response = await self._do(client.query_points(self._collection, with_payload=True, **kwargs))
         return [
             Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank, str((p.payload or {}).get("content", "")))
-            for rank, p in enumerate(response.points, start=1)
+            for rank, p in enumerate(ic.stable_order(list(response.points)), start=1)
         ]
 
     async def _client_fused(

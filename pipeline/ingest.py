@@ -79,7 +79,7 @@ def page_to_evidence(page: Page, options: IngestOptions) -> list[Evidence]:
     size = len(page.body.encode("utf-8", "surrogatepass"))
     if size > options.max_page_bytes:
         raise InputError(
-            f"page is too large ({size / 1e6:.1f} MB > {options.max_page_bytes / 1e6:.1f} MB limit)"
+            f"page is too large ({size / 2**20:.1f} MiB > {options.max_page_bytes / 2**20:.1f} MiB limit)"
         )
     if not page.body.strip():
         raise InputError("page has no content")

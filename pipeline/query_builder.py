@@ -12,6 +12,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipeline.errors import ConfigError
+
+STRATEGIES = ("raw", "prev_questions", "topic")
+
 _WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
 
 # Words that carry no topic. Small EN+DE list; content words are everything else.
@@ -74,6 +78,8 @@ def build_query(
                          previous one, plus the title of the page the system retrieved last — applied
                          only when ``is_followup`` says the question leans on the thread.
     """
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown query strategy {strategy!r}: choose {', '.join(STRATEGIES)}")
     question = question.strip()
     if strategy == "raw" or not history:
         return question
@@ -92,7 +98,7 @@ def build_query(
         if last.retrieved_titles:
             parts.append(last.retrieved_titles[0])
         return " ".join(parts)
-    raise ValueError(f"unknown query strategy {strategy!r}: choose raw, prev_questions or topic")
+    raise AssertionError(strategy)  # pragma: no cover - STRATEGIES is checked above
 
 
 def context_pages(question: str, history: Sequence[PriorTurn], *, top: int = 1) -> tuple[str, ...]:

@@ -78,16 +78,25 @@ class Settings:
                                         "Context joined to each evidence for indexing (comma list of "
                                         + ", ".join(CONTEXT_ITEMS) + ").")
     dense_context_items: tuple[str, ...] | None = _f(
-        None, "EVIDENT_DENSE_CONTEXT_ITEMS",
-        "Context for the dense vector only (comma list; 'none' for raw text). Unset: same as EVIDENT_CONTEXT_ITEMS.")
+        ("title", "heading"), "EVIDENT_DENSE_CONTEXT_ITEMS",
+        "Context for the dense vector only (comma list; 'none' for raw text; 'same' = EVIDENT_CONTEXT_ITEMS). "
+        "Measured best: title,heading (neighbours push the evidence out of the model's 128-token window).")
     context_item_max_chars: int = _f(300, "EVIDENT_CONTEXT_ITEM_MAX_CHARS", "Bound on each context item's length.")
     table_indexing: str = _f("both", "EVIDENT_TABLE_INDEXING", "Index tables as rows | tables | both.")
     # ---- retrieval
     retrieval_mode: str = _f("hybrid", "EVIDENT_RETRIEVAL_MODE", "lexical | dense | hybrid.")
-    lexical_k: int = _f(10, "EVIDENT_LEXICAL_K", "Lexical candidates before fusion.")
-    dense_k: int = _f(10, "EVIDENT_DENSE_K", "Dense candidates before fusion.")
+    lexical_k: int = _f(30, "EVIDENT_LEXICAL_K", "Lexical candidates before fusion (paper: 10).")
+    dense_k: int = _f(30, "EVIDENT_DENSE_K", "Dense candidates before fusion (paper: 10).")
     final_k: int = _f(10, "EVIDENT_FINAL_K", "Evidence after fusion/reranking.")
     rrf_k: int = _f(60, "EVIDENT_RRF_K", "RRF constant.")
+    query_strategy: str = _f("prev_questions", "EVIDENT_QUERY_STRATEGY",
+                             "No-LLM follow-up query builder: raw | prev_questions | topic.")
+    continuity_boost: float = _f(0.5, "EVIDENT_CONTINUITY_BOOST",
+                                 "Follow-ups: boost evidence of the page the previous turn retrieved (0 = off).")
+    page_aggregation: float = _f(0.0, "EVIDENT_PAGE_AGGREGATION",
+                                 "Boost evidence by the scores of its page's other hits (0 = off; measured: hurts).")
+    prf_docs: int = _f(0, "EVIDENT_PRF_DOCS",
+                       "Dense pseudo-relevance feedback for non-English queries (0 = off; measured: hurts).")
     # ---- LLM
     llm_base_url: str | None = _f(None, "EVIDENT_LLM_BASE_URL",
                                   "OpenAI-compatible endpoint. Unset: the offline extractive answerer.")
