@@ -23,11 +23,8 @@ from pipeline.budget import fit_evidence
 from pipeline.citations import is_out_of_scope, parse_citations
 from pipeline.contextualize import prompt_text
 from pipeline.errors import (
-    AuthError,
     EvidentError,
     InputError,
-    NotFoundError,
-    RateLimitedError,
     RemoteError,
 )
 from pipeline.extractive import extractive_answer
@@ -39,6 +36,7 @@ from pipeline.query_builder import PriorTurn, build_query, context_pages, is_fol
 from pipeline.retrieve import Retrieval, RetrievalConfig, retrieve
 from pipeline.store import Store
 from pipeline.types import Answer, ChatMessage, Hit
+from pipeline.user_messages import user_message
 
 log = logging.getLogger("evident.engine")
 
@@ -84,21 +82,6 @@ class ExplainResult:
     partial: bool
     result: AttributionResult | None = None
     error: str | None = None
-
-
-def user_message_for(exc: BaseException) -> str:
-    """A short, human message for the thread; the detail goes to the logs."""
-    if isinstance(exc, InputError):
-        return str(exc)
-    if isinstance(exc, AuthError):
-        return "The language model rejected our credentials. Please tell the bot's admins."
-    if isinstance(exc, NotFoundError):
-        return "The configured language model was not found. Please tell the bot's admins."
-    if isinstance(exc, RateLimitedError):
-        return "The language model is busy right now, please try again in a minute."
-    if isinstance(exc, RemoteError):
-        return "I couldn't reach the language model, please try again."
-    return "Something went wrong while answering, please try again."
 
 
 def valid_text(text: str) -> str:
@@ -191,10 +174,10 @@ class Engine:
             timings["answer_ms"] = (time.perf_counter() - t) * 1000
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
-            error = user_message_for(exc)
+            error = user_message(exc)
         except Exception:
             log.exception("turn failed unexpectedly")
-            error = user_message_for(RuntimeError())
+            error = user_message(RuntimeError())
         timings["total_ms"] = (time.perf_counter() - t_start) * 1000
         if self.metrics is not None:
             self.metrics.answer_seconds.observe(timings["total_ms"] / 1000)

@@ -109,7 +109,7 @@ class Settings:
     llm_model_judge: str | None = _f(None, "EVIDENT_LLM_MODEL_JUDGE", "Model for the LLM judge in evals.")
     llm_timeout_s: float = _f(30.0, "EVIDENT_LLM_TIMEOUT_S", "Per-request timeout.")
     llm_max_retries: int = _f(3, "EVIDENT_LLM_MAX_RETRIES", "Retries on 429/5xx/timeouts.")
-    llm_concurrency: int = _f(8, "EVIDENT_LLM_CONCURRENCY", "Global cap on concurrent LLM requests.")
+    llm_concurrency: int = _f(16, "EVIDENT_LLM_CONCURRENCY", "Global cap on concurrent LLM requests (>= final_k + 1 lets one explanation run in one wave).")
     llm_context_tokens: int = _f(8192, "EVIDENT_LLM_CONTEXT_TOKENS", "Model context window for the budget.")
     answer_max_tokens: int = _f(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.")
     prompts_dir: Path | None = _f(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
