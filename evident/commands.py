@@ -40,7 +40,7 @@ def register(main: click.Group) -> None:
     @click.option("--strategy", default=None, help="Conversational query builder (default: EVIDENT_QUERY_STRATEGY).")
     @click.option("--mode", type=click.Choice(["lexical", "dense", "hybrid"]), default=None)
     @click.option("--output", type=click.Path(path_type=Path), default=None)
-    @click.option("--ablation", type=click.Choice(["context", "tables", "ranking"]), default=None)
+    @click.option("--ablation", type=click.Choice(["context", "tables", "ranking", "linearization"]), default=None)
     @click.option("--strict-urls", is_flag=True,
                   help="Compare URLs literally (modulo +/%20/slashes) instead of by Confluence page id.")
     @click.pass_context

@@ -39,6 +39,25 @@ def verbalize_row(headers: Sequence[str], row: Sequence[str], *, row_number: int
     return f"Row {row_number} in Table {table_number}: " + ", and ".join(parts)
 
 
+LINEARIZATIONS = ("verbalized", "markdown", "plain")
+
+
+def linearize_row(
+    headers: Sequence[str], row: Sequence[str], *, row_number: int, table_number: int, style: str = "verbalized"
+) -> str:
+    """One table row as text. ``verbalized`` is RAGonite's; ``markdown`` and ``plain`` exist for the
+    paper's linearization ablation. Returns "" when every cell is empty."""
+    if style == "verbalized":
+        return verbalize_row(headers, row, row_number=row_number, table_number=table_number)
+    if not any(v.strip() for v in row):
+        return ""
+    if style == "markdown":
+        return "| " + " | ".join(headers) + " |\n|" + "---|" * len(headers) + "\n| " + " | ".join(row) + " |"
+    if style == "plain":
+        return " ".join(v for v in row if v.strip())
+    raise ConfigError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {style!r}")
+
+
 def evidence_id(page_id: str, kind: str, position: int, text: str) -> str:
     """Deterministic id: the same page version always yields the same ids (idempotent re-indexing)."""
     digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
@@ -58,14 +77,16 @@ class _Unit:
 
 
 def build_evidence(
-    page: Page, elements: Sequence[Element], *, table_indexing: str = "both"
+    page: Page, elements: Sequence[Element], *, table_indexing: str = "both", linearization: str = "verbalized"
 ) -> list[Evidence]:
     """Turn one page's elements into evidence in document order (a table precedes its rows)."""
     if table_indexing not in TABLE_INDEXING:
         raise ConfigError(
             f"table_indexing must be one of {', '.join(TABLE_INDEXING)}, got {table_indexing!r}"
         )
-    units = _units(elements)
+    if linearization not in LINEARIZATIONS:
+        raise ConfigError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
+    units = _units(elements, linearization)
     out: list[Evidence] = []
 
     def add(
@@ -113,7 +134,7 @@ def build_evidence(
     return out
 
 
-def _units(elements: Sequence[Element]) -> list[_Unit]:
+def _units(elements: Sequence[Element], linearization: str = "verbalized") -> list[_Unit]:
     units: list[_Unit] = []
     path: list[tuple[int, str]] = []
     paragraphs: list[str] = []
@@ -147,11 +168,15 @@ def _units(elements: Sequence[Element]) -> list[_Unit]:
             verbalized = [
                 (r, text)
                 for r, row in enumerate(element.rows, start=1)
-                if (text := verbalize_row(element.headers, row, row_number=r, table_number=table_number))
+                if (text := linearize_row(element.headers, row, row_number=r, table_number=table_number,
+                                          style=linearization))
             ]
             if verbalized:
                 rows = tuple(text for _, text in verbalized)
-                text = "\n".join(((element.caption,) if element.caption else ()) + rows)
+                body: tuple[str, ...] = rows
+                if linearization == "markdown":  # the header once, then value lines
+                    body = (rows[0].rsplit("\n", 1)[0], *(r.rsplit("\n", 1)[1] for r in rows))
+                text = "\n".join(((element.caption,) if element.caption else ()) + body)
                 units.append(
                     _Unit(
                         "table",

@@ -32,6 +32,7 @@ def ingest_options(settings: Settings) -> IngestOptions:
         context_items=tuple(settings.context_items),
         context_item_max_chars=settings.context_item_max_chars,
         table_indexing=settings.table_indexing,
+        linearization=settings.linearization,
         dense_context_items=None if dense_items is None else tuple(dense_items),
     )
 

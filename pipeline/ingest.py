@@ -33,6 +33,7 @@ class IngestOptions:
     # its first ~128 tokens, so long neighbours can push the evidence itself out of its window.
     dense_context_items: tuple[str, ...] | None = None
     table_indexing: str = "both"
+    linearization: str = "verbalized"  # table rows: verbalized | markdown | plain
     max_page_bytes: int = 4 * 1024 * 1024
     batch_evidence: int = 256  # evidence embedded per batch (across pages)
 
@@ -42,6 +43,7 @@ class IngestOptions:
             "context_item_max_chars": self.context_item_max_chars,
             "dense_context_items": None if self.dense_context_items is None else list(self.dense_context_items),
             "table_indexing": self.table_indexing,
+            **({"linearization": self.linearization} if self.linearization != "verbalized" else {}),
             "embedder": embedder,
             "sparse": sparse,
         }
@@ -84,7 +86,8 @@ def page_to_evidence(page: Page, options: IngestOptions) -> list[Evidence]:
     if not page.body.strip():
         raise InputError("page has no content")
     elements = parse_storage(page.body, page_id=page.id)
-    evidence = build_evidence(page, elements, table_indexing=options.table_indexing)
+    evidence = build_evidence(page, elements, table_indexing=options.table_indexing,
+                              linearization=options.linearization)
     if not evidence:
         raise InputError("page has no text content")
     return evidence

@@ -83,6 +83,8 @@ class Settings:
         "Measured best: title,heading (neighbours push the evidence out of the model's 128-token window).")
     context_item_max_chars: int = _f(300, "EVIDENT_CONTEXT_ITEM_MAX_CHARS", "Bound on each context item's length.")
     table_indexing: str = _f("both", "EVIDENT_TABLE_INDEXING", "Index tables as rows | tables | both.")
+    linearization: str = _f("verbalized", "EVIDENT_LINEARIZATION",
+                            "Table rows as verbalized ('Row 2 in Table 1: A is x, and B is y') | markdown | plain.")
     # ---- retrieval
     retrieval_mode: str = _f("hybrid", "EVIDENT_RETRIEVAL_MODE", "lexical | dense | hybrid.")
     lexical_k: int = _f(30, "EVIDENT_LEXICAL_K", "Lexical candidates before fusion (paper: 10).")

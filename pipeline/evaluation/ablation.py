@@ -14,6 +14,7 @@ PAPER = {
     "context": {"none": 0.398, "+title": 0.483, "+heading": 0.448, "+before": 0.453, "+after": 0.460, "all": 0.528},
     "tables": {"rows": 0.405, "tables": 0.492, "both": 0.528},
     "ranking": {"lexical": 0.430, "dense": 0.465, "hybrid": 0.528},
+    "linearization": {},  # the README's figures do not include it
 }
 
 
@@ -29,6 +30,8 @@ def variants(kind: str, settings: Settings) -> list[tuple[str, Settings]]:
         ]
     if kind == "tables":
         return [(t, settings.replace(table_indexing=t)) for t in ("rows", "tables", "both")]
+    if kind == "linearization":
+        return [(x, settings.replace(linearization=x)) for x in ("verbalized", "markdown", "plain")]
     if kind == "ranking":
         return [(m, settings.replace(retrieval_mode=m)) for m in ("lexical", "dense", "hybrid")]
     raise ValueError(kind)
