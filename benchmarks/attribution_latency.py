@@ -86,6 +86,9 @@ async def main() -> None:
     ap.add_argument("--documents", type=Path, default=None)
     ap.add_argument("--limit", type=int, default=20, help="questions per language from --questions")
     ap.add_argument("--output", type=Path, default=None)
+    ap.add_argument("--no-cache", action="store_true",
+                    help="bypass the embedding cache (production keeps it: clustering then reuses the vectors "
+                         "embedded at ingest)")
     args = ap.parse_args()
 
     methods = tuple(m for m in args.methods.split(",") if m)
@@ -99,7 +102,7 @@ async def main() -> None:
 
             embedder: Embedder = HashEmbedder()
         else:
-            embedder = make_embedder_from(base, cache=False)
+            embedder = make_embedder_from(base, cache=not args.no_cache)
         index = await build_index(base, embedder, documents, Path(tmp))
         results: list[dict[str, Any]] = []
         async with StubLLMServer(responder=reply, latency=(args.latency, args.jitter)) as stub:

@@ -21,7 +21,7 @@ from pipeline.attribution import AttributionResult, attribute
 from pipeline.attribution.render import render_text
 from pipeline.budget import fit_evidence
 from pipeline.citations import is_out_of_scope, parse_citations
-from pipeline.contextualize import prompt_text
+from pipeline.contextualize import contextualize, prompt_text
 from pipeline.errors import (
     EvidentError,
     InputError,
@@ -35,7 +35,7 @@ from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.query_builder import PriorTurn, build_query, context_pages, is_followup
 from pipeline.retrieve import Retrieval, RetrievalConfig, retrieve
 from pipeline.store import Store
-from pipeline.types import Answer, ChatMessage, Hit
+from pipeline.types import Answer, ChatMessage, Evidence, Hit
 from pipeline.user_messages import user_message
 
 log = logging.getLogger("evident.engine")
@@ -52,6 +52,10 @@ class EngineOptions:
     attribution_method: str = "cfa_clusters"
     attribution_params: dict[str, float | int] = field(default_factory=dict)
     trace: bool = False
+    # The text each evidence's dense vector was built from at ingest. Attribution clusters on the same
+    # text, so the embedding cache returns the indexed vectors instead of re-embedding at explain time.
+    dense_context_items: tuple[str, ...] | None = None
+    context_item_max_chars: int = 300
 
 
 @dataclass
@@ -366,7 +370,7 @@ class Engine:
         if len(evidence) < len(ids):
             log.info("turn %s: %d of its evidence are no longer indexed", turn_id, len(ids) - len(evidence))
         # Same order and text as the generator saw, so [n] markers and clusters line up with the prompt.
-        hits = [Hit(evidence=ev, score=0.0, rank=i + 1, content=prompt_text(ev)) for i, ev in enumerate(evidence)]
+        hits = [Hit(evidence=ev, score=0.0, rank=i + 1, content=self._cluster_text(ev)) for i, ev in enumerate(evidence)]
         question = turn.get("completed_question") or turn.get("question") or ""
         answer = (turn.get("meta") or {}).get("raw_answer") or turn["answer"]
         max_tokens = max(32, int(len(answer) / 3.0) + 16)
@@ -385,6 +389,12 @@ class Engine:
         )
         await self.store.put_attribution(turn_id, method, params_hash, result.to_dict())
         return self._explain_result(turn_id, result, cached=False)
+
+    def _cluster_text(self, ev: Evidence) -> str:
+        items = self.options.dense_context_items
+        if items is None:
+            return prompt_text(ev)
+        return contextualize(ev, items, self.options.context_item_max_chars)
 
     @staticmethod
     def _explain_result(turn_id: int, result: AttributionResult, *, cached: bool) -> ExplainResult:

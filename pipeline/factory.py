@@ -120,7 +120,7 @@ def make_llm_from(settings: Settings) -> LLM | None:
 
 async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False, metrics=None):  # type: ignore[no-untyped-def]
     """Compose the conversation engine from settings (the CLI's and the bot's single entry point)."""
-    from pipeline.engine import Engine, EngineOptions
+    from pipeline.engine import Engine
     from pipeline.prompts import PromptLibrary
     from pipeline.store import Store
 
@@ -139,17 +139,23 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
         llm=make_llm_from(settings),
         reranker=make_reranker_from(settings),
         metrics=metrics,
-        options=EngineOptions(
-            query_strategy=settings.query_strategy,
-            context_tokens=settings.llm_context_tokens,
-            answer_max_tokens=settings.answer_max_tokens,
-            attribution_method=settings.attribution_method,
-            attribution_params={
-                "samples": settings.attribution_samples,
-                "temperature": settings.attribution_temperature,
-                "eps": settings.attribution_eps,
-                "min_samples": settings.attribution_min_pts,
-            },
-            trace=trace,
-        ),
+        options=engine_options(settings, trace=trace),
+    )
+
+
+def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[no-untyped-def]
+    """Engine options from settings, shared by the bot/CLI engine and the evaluation engine."""
+    from pipeline.attribution import params_from_settings
+    from pipeline.engine import EngineOptions
+
+    opts = ingest_options(settings)
+    return EngineOptions(
+        query_strategy=settings.query_strategy,
+        context_tokens=settings.llm_context_tokens,
+        answer_max_tokens=settings.answer_max_tokens,
+        attribution_method=settings.attribution_method,
+        attribution_params=params_from_settings(settings),
+        trace=trace,
+        dense_context_items=opts.dense_context_items if opts.dense_context_items is not None else opts.context_items,
+        context_item_max_chars=opts.context_item_max_chars,
     )

@@ -80,35 +80,39 @@ async def counterfactual_attribution(
     rounds = 0
     step = params.round_size if early_stop else params.samples
 
-    while state and any(g.drawn < params.samples for g in state):
-        rounds += 1
-        todo = [(g, min(step, params.samples - g.drawn)) for g in state if g.drawn < params.samples]
-        outcomes = await asyncio.gather(
-            *(regenerate(generate, without(hits, g.rows), k, limiter) for g, k in todo)
-        )
-        calls += len(todo)
-        fresh: list[tuple[_Group, list[str]]] = []
-        for (group, k), outcome in zip(todo, outcomes, strict=True):
-            group.drawn += k
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-            else:
-                fresh.append((group, outcome))
-        texts = [qa_text(question, a) for _, batch in fresh for a in batch]
-        if original is None and texts:
-            texts.insert(0, qa_text(question, answer))
-            vectors = await embed(embedder, texts)
-            original, vectors = vectors[0], vectors[1:]
-        else:
-            vectors = await embed(embedder, texts) if texts else np.zeros((0, 0))
-        row = 0
-        for group, batch in fresh:
-            for text in batch:
-                group.answers.append(text)
-                group.similarities.append(float(np.clip(vectors[row] @ original, -1.0, 1.0)))
-                row += 1
-        if early_stop and _decisive(state, params):
-            break
+    # Embeddings overlap the LLM calls: the original answer is embedded while the calls are in flight,
+    # and each counterfactual answer as soon as its own call returns, so only the slowest call's
+    # embedding remains on the critical path.
+    original_task = asyncio.ensure_future(embed(embedder, [qa_text(question, answer)]))
+
+    async def draw(group: _Group, k: int) -> tuple[list[str], np.ndarray] | BaseException:
+        out = await regenerate(generate, without(hits, group.rows), k, limiter)
+        if isinstance(out, BaseException):
+            return out
+        return out, await embed(embedder, [qa_text(question, a) for a in out])
+
+    try:
+        while state and any(g.drawn < params.samples for g in state):
+            rounds += 1
+            todo = [(g, min(step, params.samples - g.drawn)) for g in state if g.drawn < params.samples]
+            outcomes = await asyncio.gather(*(draw(g, k) for g, k in todo))
+            calls += len(todo)
+            if original is None:
+                original = (await original_task)[0]
+            for (group, k), outcome in zip(todo, outcomes, strict=True):
+                group.drawn += k
+                if isinstance(outcome, BaseException):
+                    errors.append(outcome)
+                    continue
+                batch, vectors = outcome
+                for text, vec in zip(batch, vectors, strict=True):
+                    group.answers.append(text)
+                    group.similarities.append(float(np.clip(vec @ original, -1.0, 1.0)))
+            if early_stop and _decisive(state, params):
+                break
+    finally:
+        if not original_task.done():
+            original_task.cancel()
 
     if state and all(g.contribution() is None for g in state):
         raise errors[0] if errors else EvidentError("no counterfactual answer was generated")

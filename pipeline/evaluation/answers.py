@@ -113,9 +113,8 @@ async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, s
                       store_path: Path, llm: LLM | None = None) -> Engine:
     """The production composition over the eval index, with a throwaway store so evals never mix
     their turns into the bot's history."""
-    from pipeline.attribution import params_from_settings
-    from pipeline.engine import Engine, EngineOptions
-    from pipeline.factory import make_llm_from, make_reranker_from, retrieval_config
+    from pipeline.engine import Engine
+    from pipeline.factory import engine_options, make_llm_from, make_reranker_from, retrieval_config
     from pipeline.store import Store
 
     return Engine(
@@ -127,12 +126,7 @@ async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, s
         retrieval=retrieval_config(settings),
         llm=llm if llm is not None else make_llm_from(settings),
         reranker=make_reranker_from(settings),
-        options=EngineOptions(
-            context_tokens=settings.llm_context_tokens,
-            answer_max_tokens=settings.answer_max_tokens,
-            attribution_method=settings.attribution_method,
-            attribution_params=params_from_settings(settings),
-        ),
+        options=engine_options(settings),
     )
 
 
