@@ -82,8 +82,8 @@ class ExplainResult:
     turn_id: int
     text: str
     clusters: list[ClusterShare]
-    cached: bool
-    partial: bool
+    cached: bool = False
+    partial: bool = False
     result: AttributionResult | None = None
     error: str | None = None
 

@@ -317,30 +317,8 @@ class EventSender:
 # ---------------------------------------------------------------------- a deterministic engine
 
 
-@dataclass
-class TurnResult:
-    turn_id: int
-    answer: Answer
-    completed_question: str
-    is_followup: bool
-    error: str | None = None
-
-
-@dataclass
-class ClusterShare:
-    percent: float
-    evidence_titles: list[str]
-    urls: list[str]
-    size: int
-
-
-@dataclass
-class ExplainResult:
-    turn_id: int
-    text: str
-    clusters: list[ClusterShare]
-    cached: bool = False
-    partial: bool = False
+# The engine's own result types, so the fake cannot drift from what the bot really receives.
+from pipeline.engine import ClusterShare, ExplainResult, TurnResult  # noqa: E402
 
 
 class MemoryStore:
