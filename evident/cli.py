@@ -78,7 +78,7 @@ index_dir_option = click.option(
 async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None, progress: bool):  # type: ignore[no-untyped-def]
     from connectors.local import LocalFolderConnector
     from pipeline.errors import InputError
-    from pipeline.factory import ingest_options, make_embedder_from, make_index_from, make_sparse_from
+    from pipeline.factory import ingest_options, open_stack
     from pipeline.ingest import ingest_pages
 
     options = ingest_options(settings)
@@ -103,10 +103,7 @@ async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None
         async for page in pages:
             yield page
 
-    embedder = make_embedder_from(settings)
-    sparse = make_sparse_from(settings, embedder)
-    index = make_index_from(settings)
-    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    embedder, sparse, index = await open_stack(settings)
     try:
         report = await ingest_pages(
             all_pages(), index=index, embedder=embedder, sparse=sparse, options=options, progress=progress,
@@ -154,19 +151,10 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
 
 
 async def _search(settings: Settings, query: str, k: int, mode: str | None, trace: bool):  # type: ignore[no-untyped-def]
-    from pipeline.factory import (
-        make_embedder_from,
-        make_index_from,
-        make_reranker_from,
-        make_sparse_from,
-        retrieval_config,
-    )
+    from pipeline.factory import make_reranker_from, open_stack, retrieval_config
     from pipeline.retrieve import retrieve
 
-    embedder = make_embedder_from(settings)
-    sparse = make_sparse_from(settings, embedder)
-    index = make_index_from(settings)
-    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    embedder, sparse, index = await open_stack(settings)
     try:
         cfg = retrieval_config(settings)
         from dataclasses import replace

@@ -110,11 +110,13 @@ def register(main: click.Group) -> None:
 
         @cli_errors
         def go() -> None:
-            from evident.sync_cmd import run_sync
+            from evident.sync_cmd import run_sync, summary
 
             report = asyncio.run(run_sync(_settings(ctx), spaces=spaces or None, full=full, progress=True))
-            click.echo(report.summary() if hasattr(report, "summary") else str(report))
-            if getattr(report, "failed", 0):
+            click.echo(summary(report))
+            for page_id, reason in report.failed:
+                click.echo(f"failed: {page_id}: {reason}", err=True)
+            if report.failed:
                 sys.exit(1)
 
         go()

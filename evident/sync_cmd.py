@@ -21,7 +21,7 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
     from connectors.confluence.source import ConfluenceSource
     from connectors.confluence.sync import sync_confluence
     from pipeline.errors import ConfigError
-    from pipeline.factory import ingest_options, make_embedder_from, make_index_from, make_sparse_from
+    from pipeline.factory import ingest_options, open_stack
     from pipeline.store import Store
 
     if not settings.confluence_url:
@@ -33,10 +33,7 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
     source = ConfluenceSource.from_settings(settings)
     own = engine is None
     if own:
-        embedder = make_embedder_from(settings)
-        sparse = make_sparse_from(settings, embedder)
-        index = make_index_from(settings)
-        await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+        embedder, sparse, index = await open_stack(settings)
         store = Store(settings.resolved_store_path)
     else:
         embedder, sparse, index, store = engine.embedder, engine.sparse, engine.index, engine.store
@@ -55,5 +52,4 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
         if own:
             await index.close()
             await store.close()
-    report.summary = lambda: summary(report)  # type: ignore[attr-defined]
     return report

@@ -66,17 +66,22 @@ def make_embedder_from(settings: Settings, *, cache: bool = True) -> Embedder:
 
 
 def make_sparse_from(settings: Settings, embedder: Embedder | None = None) -> SparseEncoder:
-    if settings.sparse_encoder == "bm25":
-        from pipeline.sparse import Bm25Encoder
+    from pipeline.sparse import make_sparse_encoder
 
-        return Bm25Encoder()
-    if settings.sparse_encoder == "bge-m3":
-        inner = getattr(embedder, "inner", embedder)
-        sparse = getattr(inner, "sparse_encoder", None)
-        if sparse is None:
-            raise ConfigError("EVIDENT_SPARSE_ENCODER=bge-m3 needs EVIDENT_EMBEDDER=bge-m3")
-        return sparse() if callable(sparse) else sparse
-    raise ConfigError(f"unknown sparse encoder {settings.sparse_encoder!r}: choose bm25 or bge-m3")
+    # The cache wraps the model; bge-m3's sparse half must come from the model itself.
+    return make_sparse_encoder(settings.sparse_encoder, embedder=getattr(embedder, "inner", embedder))
+
+
+async def open_stack(settings: Settings, index_dir: Path | None = None) -> tuple[Embedder, SparseEncoder, Index]:
+    """Embedder, sparse encoder and an opened index: what every command that reads or writes the index needs.
+
+    Opening checks the index was built with this embedder and dimension (``IndexMismatchError`` if not).
+    """
+    embedder = make_embedder_from(settings)
+    sparse = make_sparse_from(settings, embedder)
+    index = make_index_from(settings, index_dir)
+    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    return embedder, sparse, index
 
 
 def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
@@ -124,10 +129,7 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
     from pipeline.prompts import PromptLibrary
     from pipeline.store import Store
 
-    embedder = make_embedder_from(settings)
-    sparse = make_sparse_from(settings, embedder)
-    index = make_index_from(settings, index_dir)
-    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    embedder, sparse, index = await open_stack(settings, index_dir)
     store = Store(settings.resolved_store_path)
     return Engine(
         index=index,

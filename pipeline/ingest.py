@@ -16,7 +16,7 @@ from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.contextualize import contextualize
-from pipeline.errors import EvidentError
+from pipeline.errors import EvidentError, InputError
 from pipeline.evidence import build_evidence
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.storage_format import parse_storage
@@ -76,8 +76,6 @@ def page_hash(page: Page, fingerprint: str) -> str:
 
 def page_to_evidence(page: Page, options: IngestOptions) -> list[Evidence]:
     """Parse and split one page. Raises ``EvidentError`` subclasses for unusable pages."""
-    from pipeline.errors import InputError
-
     size = len(page.body.encode("utf-8", "surrogatepass"))
     if size > options.max_page_bytes:
         raise InputError(

@@ -54,11 +54,6 @@ class Retrieval:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-async def embed_query(embedder: Embedder, sparse: SparseEncoder, query: str) -> tuple[tuple[float, ...], object]:
-    vec = await asyncio.to_thread(embedder.embed_queries, [query])
-    return tuple(float(x) for x in vec[0]), sparse.encode_query(query)
-
-
 async def retrieve(
     query: str,
     *,
@@ -85,7 +80,9 @@ async def retrieve(
     limit = max(config.final_k, config.rerank_pool) if reranker else config.final_k
     if config.page_aggregation or (config.continuity_boost and context_pages):
         limit = max(limit, config.aggregation_pool)
-    foreign = query_language(query) != config.corpus_language
+    # The language guess only matters to the two options that depend on it.
+    needs_lang = config.foreign_weights is not None or (config.prf_docs and config.prf_foreign_only)
+    foreign = bool(needs_lang) and query_language(query) != config.corpus_language
     weights = config.weights
     if config.foreign_weights is not None and foreign:
         weights = config.foreign_weights

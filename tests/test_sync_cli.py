@@ -1,0 +1,44 @@
+"""`evident sync` end to end through the CLI, against the fake Confluence REST server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from connectors.local import sample_space_dir
+from evident.cli import main
+from tests.fake_confluence import FakeConfluence, synthetic_pages
+
+
+def _env(data: Path, url: str = "", token: str = "s3cret-token") -> dict[str, str]:
+    return {"EVIDENT_DATA_DIR": str(data), "EVIDENT_INDEX_DIR": "", "EVIDENT_STORE_PATH": "", "QDRANT_URL": "",
+            "EVIDENT_CONFIG": "", "CONFLUENCE_URL": url, "CONFLUENCE_TOKEN": token, "CONFLUENCE_USER": "",
+            "CONFLUENCE_SPACES": "ENG,OPS"}
+
+
+async def test_sync_cli_full_then_no_change(tmp_path: Path) -> None:
+    pages = synthetic_pages(2, folder=sample_space_dir())
+    runner = CliRunner()
+    async with FakeConfluence(pages, mode="dc") as fc:
+        env = _env(tmp_path, fc.url)
+        # The CLI runs its own event loop; the fake server needs ours, so the CLI goes to a thread.
+        first = await asyncio.to_thread(runner.invoke, main, ["sync"], env=env)
+        assert first.exit_code == 0, first.output
+        assert f"added {len(pages)}, updated 0, deleted 0" in first.output
+        second = await asyncio.to_thread(runner.invoke, main, ["sync"], env=env)
+        assert second.exit_code == 0, second.output
+        assert f"added 0, updated 0, deleted 0, unchanged {len(pages)}" in second.output
+        wrong = await asyncio.to_thread(runner.invoke, main, ["sync"], env=_env(tmp_path / "b", fc.url, "nope"))
+        assert wrong.exit_code == 2
+        assert "error: Confluence rejected the credentials (HTTP 401)" in wrong.output
+        assert "Traceback" not in wrong.output
+        assert "s3cret-token" not in first.output + second.output + wrong.output
+
+
+def test_sync_cli_without_confluence_url_is_one_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["sync"], env=_env(tmp_path, url=""))
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == ["error: CONFLUENCE_URL missing: set it (Cloud: "
+                                                  "https://<site>.atlassian.net/wiki)"]
