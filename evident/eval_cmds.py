@@ -129,13 +129,16 @@ def register(eval_group: click.Group) -> None:
                   help="Comma list of attribution methods.")
     @_lang
     @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N questions per language.")
+    @click.option("--sample", type=click.IntRange(min=1), default=None,
+                  help="N questions per language spread evenly over the file (covers more topics than --limit).")
     @click.option("--share-generations", is_flag=True,
                   help="Reuse identical deterministic counterfactual answers across methods (for slow local "
                        "LLMs; makes later methods' calls and ratios look smaller).")
     @_output
     @click.pass_context
     def eval_attribution(ctx: click.Context, questions: Path, documents: Path, methods: str, lang: str,
-                         limit: int | None, share_generations: bool, output: Path | None) -> None:
+                         limit: int | None, sample: int | None, share_generations: bool,
+                         output: Path | None) -> None:
         """Top-1 attribution accuracy per method on completed questions whose gold page was shown to the
         generator (paper: 364 of 600 kept), with LLM calls and explain/answer wall-clock ratio."""
         from evident.cli import cli_errors
@@ -158,9 +161,10 @@ def register(eval_group: click.Group) -> None:
 
             async def body(engine: Any) -> dict[str, Any]:
                 run = await run_attribution_eval(convs, engine, methods=names, langs=langs, limit=limit,
-                                                 share_generations=share_generations)
+                                                 sample=sample, share_generations=share_generations)
                 config = {**_base_config(settings, questions, documents), "methods": list(names),
-                          "limit_per_lang": limit, "share_generations": share_generations}
+                          "limit_per_lang": limit, "sample_per_lang": sample,
+                          "share_generations": share_generations}
                 return summarize_attribution(run, config=config)
 
             report = _run_with_engine(settings, documents, body)

@@ -195,7 +195,10 @@ async def test_report_schema(tmp_path: Path, stub: StubLLMServer) -> None:
     finally:
         await close_world(engine)
     report = summarize_attribution(run, config={"documents": "x"})
-    assert set(report) == {"config", "rows", "breakdowns"}
+    assert set(report) == {"config", "rows", "breakdowns", "paired", "questions"}
+    assert len(report["questions"]) == len(run.outcomes)
+    assert {"method", "lang", "conv_id", "turn", "correct", "top_url", "calls"} <= set(report["questions"][0])
+    assert [p["method"] for p in report["paired"]] == ["cfa_clusters"]
     assert {"documents", "questions", "asked", "eligible", "accuracy_rule"} <= set(report["config"])
     assert report["config"]["questions"] == "completed" and report["config"]["asked"] == 2
     keys = {"method", "n", "accuracy", "llm_calls_mean", "explain_answer_ratio", "explain_answer_ratio_p50",
@@ -263,6 +266,27 @@ def test_select_questions_limits_per_language(tmp_path: Path) -> None:
         ("en", "Where is visitor parking?")]
 
 
+def test_select_questions_sample_spreads_over_the_file(tmp_path: Path) -> None:
+    convs = load_conversations(write_questions(tmp_path / "q.json", ATTR_QUESTIONS))
+    every = [t.completed["en"] for _, t in select_questions(convs, ("en",), None)]
+    picked = [t.completed["en"] for _, t in select_questions(convs, ("en",), None, sample=2)]
+    assert len(every) == 4 and picked == [every[0], every[2]]
+    assert [t.completed["en"] for _, t in select_questions(convs, ("en",), None, sample=10)] == every
+
+
+def test_paired_counts_discordant_questions() -> None:
+    from pipeline.evaluation.attribution_eval import paired_counts
+
+    def outcome(method: str, turn: int, correct: float) -> AttributionOutcome:
+        return AttributionOutcome(method, "en", "1", turn, "table", "simple", correct, None, 1, 1.0, 1.0)
+
+    rows = paired_counts([outcome("naive", 1, 1.0), outcome("naive", 2, 0.0), outcome("naive", 3, 0.0),
+                          outcome("cfa", 1, 0.0), outcome("cfa", 2, 1.0), outcome("cfa", 3, 1.0)])
+    assert rows == [{"method": "cfa", "reference": "naive", "n": 3, "only_method_right": 2,
+                     "only_reference_right": 1}]
+    assert paired_counts([]) == []
+
+
 def test_summary_counts_errors_and_ratios() -> None:
     def outcome(method: str, correct: float, error: str | None = None) -> AttributionOutcome:
         return AttributionOutcome(method, "en", "1", 1, "table", "simple", correct, None, 4, 300.0, 200.0,
@@ -305,3 +329,35 @@ def test_cli_rejects_unknown_method(tmp_path: Path) -> None:
                                 env={"EVIDENT_DATA_DIR": str(tmp_path / "data")})
     assert result.exit_code == 2
     assert "unknown attribution method" in result.output
+
+
+async def test_logprob_method_teacher_forces_through_the_completions_endpoint(tmp_path: Path,
+                                                                              stub: StubLLMServer) -> None:
+    """The engine scores the stored answer under each ablation via /v1/completions (echo + logprobs); the
+    stub copies from context, so removing the evidence holding the answer's words costs the most."""
+    convs = load_conversations(write_questions(tmp_path / "q.json", ATTR_QUESTIONS))
+    engine = await open_world(tmp_path, stub.base_url, llm_prompt_logprobs=True)
+    try:
+        run = await run_attribution_eval(convs, engine, methods=("logprob",), langs=("en",))
+    finally:
+        await close_world(engine)
+    scored = [r for r in stub.requests if "prompt" in r]
+    assert scored and all(r["echo"] and r["logprobs"] == 1 for r in scored)
+    assert all(r["prompt"].startswith("<|im_start|>system\n") for r in scored)
+    outcomes = [o for o in run.outcomes if o.method == "logprob"]
+    assert len(outcomes) == 3 and all(o.error is None for o in outcomes)
+    assert [o.correct for o in outcomes] == [1.0, 1.0, 1.0]
+    assert all(o.calls >= 2 for o in outcomes)  # the full prompt plus one per ablated cluster
+
+
+async def test_logprob_method_without_the_endpoint_capability_is_a_config_error(tmp_path: Path,
+                                                                                stub: StubLLMServer) -> None:
+    from pipeline.errors import ConfigError
+
+    engine = await open_world(tmp_path, stub.base_url)
+    try:
+        turn = await engine.ask("t1", "Where are visitor badges handed out?")
+        with pytest.raises(ConfigError, match="EVIDENT_LLM_PROMPT_LOGPROBS"):
+            await engine.explain(turn.turn_id, method="logprob")
+    finally:
+        await close_world(engine)

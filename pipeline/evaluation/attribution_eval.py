@@ -91,11 +91,18 @@ def is_correct(result: AttributionResult, gold_urls: Sequence[str]) -> bool:
 
 
 def select_questions(conversations: Sequence[Sequence[QATurn]], langs: Sequence[str],
-                     limit: int | None) -> list[tuple[str, QATurn]]:
-    """(lang, turn) pairs in file order; ``limit`` caps the questions per language."""
+                     limit: int | None, sample: int | None = None) -> list[tuple[str, QATurn]]:
+    """(lang, turn) pairs in file order.
+
+    ``limit`` keeps the first N questions per language (cheap smoke runs, but they all come from the first
+    few conversations); ``sample`` keeps N spread evenly over the whole file, so a small run with a slow LLM
+    still covers many pages and topics. Both are deterministic.
+    """
     out: list[tuple[str, QATurn]] = []
     for lang in langs:
         turns = [t for conv in conversations for t in conv if lang in t.completed]
+        if sample is not None and sample < len(turns):
+            turns = [turns[(i * len(turns)) // sample] for i in range(sample)]
         out.extend((lang, t) for t in (turns if limit is None else turns[:limit]))
     return out
 
@@ -191,12 +198,14 @@ async def run_attribution_eval(
     methods: Sequence[str] = DEFAULT_METHODS,
     langs: Sequence[str] = ("en", "de"),
     limit: int | None = None,
+    sample: int | None = None,
     share_generations: bool = False,
     run_id: str = "attr",
 ) -> AttributionEval:
     """Answer, keep questions with a gold page in the shown evidence, explain each with every method."""
     check_methods(methods)
-    answered = await answer_questions(engine, select_questions(conversations, langs, limit), run_id=run_id)
+    questions = select_questions(conversations, langs, limit, sample)
+    answered = await answer_questions(engine, questions, run_id=run_id)
     outcomes: list[AttributionOutcome] = []
     for q in answered:
         if not q.eligible:
@@ -261,7 +270,39 @@ def summarize_attribution(run: AttributionEval, *, config: dict[str, Any] | None
             sub[(o.method, key_of(o))].append(o)
         breakdowns[dim] = [_row(os_, method=m, group=g) for (m, g), os_ in sub.items()]
     report["breakdowns"] = breakdowns
+    report["paired"] = paired_counts(run.outcomes)
+    report["questions"] = [
+        {"method": o.method, "lang": o.lang, "conv_id": o.conv_id, "turn": o.turn, "source": o.source,
+         "correct": bool(o.correct), "top_url": o.top_url, "calls": o.calls,
+         "explain_ms": round(o.explain_ms, 1), "answer_ms": round(o.answer_ms, 1), "partial": o.partial,
+         "error": o.error}
+        for o in run.outcomes
+    ]
     return report
+
+
+def paired_counts(outcomes: Sequence[AttributionOutcome]) -> list[dict[str, Any]]:
+    """Each method against the first one on the same questions: how many it alone gets right / wrong.
+
+    With a few dozen questions an accuracy gap of one or two points is noise; the discordant pairs are
+    what a sign test would look at, so the report keeps them.
+    """
+    by_method: dict[str, dict[tuple[str, str, int], float]] = defaultdict(dict)
+    for o in outcomes:
+        by_method[o.method][(o.lang, o.conv_id, o.turn)] = o.correct
+    if not by_method:
+        return []
+    reference, *others = list(by_method)
+    ref = by_method[reference]
+    rows = []
+    for method in others:
+        common = [k for k in by_method[method] if k in ref]
+        rows.append({
+            "method": method, "reference": reference, "n": len(common),
+            "only_method_right": sum(1 for k in common if by_method[method][k] > ref[k]),
+            "only_reference_right": sum(1 for k in common if by_method[method][k] < ref[k]),
+        })
+    return rows
 
 
 def format_attribution_table(report: dict[str, Any]) -> str:
@@ -273,6 +314,9 @@ def format_attribution_table(report: dict[str, Any]) -> str:
         p50 = "-" if r["explain_answer_ratio_p50"] is None else f"{r['explain_answer_ratio_p50']:.2f}"
         lines.append(f"{r['method']:<20}{r['n']:>5}{r['accuracy']:>8.3f}{r['llm_calls_mean']:>7.1f}"
                      f"{ratio:>7}{p50:>7}{r['errors']:>7}")
+    for p in report.get("paired") or []:
+        lines.append(f"{p['method']} vs {p['reference']}: {p['only_method_right']} questions only "
+                     f"{p['method']} got right, {p['only_reference_right']} only {p['reference']} (of {p['n']})")
     for dim, rows in (report.get("breakdowns") or {}).items():
         lines.append(f"\nby {dim}:")
         for r in rows:
