@@ -23,6 +23,7 @@ from pipeline.budget import fit_evidence
 from pipeline.citations import is_out_of_scope, parse_citations
 from pipeline.contextualize import contextualize, prompt_text
 from pipeline.errors import (
+    ConfigError,
     EvidentError,
     InputError,
     RemoteError,
@@ -31,7 +32,7 @@ from pipeline.extractive import extractive_answer
 from pipeline.logcontext import new_turn_ref
 from pipeline.metrics import Metrics, error_kind
 from pipeline.prompts import OUT_OF_SCOPE, PromptLibrary
-from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
+from pipeline.protocols import LLM, Embedder, Index, PromptScorer, Reranker, SparseEncoder
 from pipeline.query_builder import PriorTurn, build_query, context_pages, is_followup
 from pipeline.retrieve import Retrieval, RetrievalConfig, retrieve
 from pipeline.store import Store
@@ -56,6 +57,9 @@ class EngineOptions:
     # text, so the embedding cache returns the indexed vectors instead of re-embedding at explain time.
     dense_context_items: tuple[str, ...] | None = None
     context_item_max_chars: int = 300
+    # The LLM endpoint can teacher-force (prompt log-probs); the logprob attribution method needs it.
+    prompt_logprobs: bool = False
+    raw_template: str = "raw_chatml"
 
 
 @dataclass
@@ -331,6 +335,17 @@ class Engine:
             messages, role="counterfactual", max_tokens=max_tokens, temperature=temperature, n=m
         )
 
+    async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:
+        """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""
+        if not self.options.prompt_logprobs or not isinstance(self.llm, PromptScorer):
+            raise ConfigError("the logprob attribution method needs an LLM endpoint that returns prompt "
+                              "log-probs: set EVIDENT_LLM_PROMPT_LOGPROBS=true for vLLM or llama.cpp servers")
+        texts = self._fit(question, hits)[1] if hits else []
+        prompt = self.prompts.render_raw(self.options.raw_template, self._answer_messages(question, texts))
+        if self.metrics is not None:
+            self.metrics.llm_calls.inc(role="score")
+        return await self.llm.score_continuation(prompt, answer, role="counterfactual")
+
     async def _complete_llm(self, messages: Sequence[ChatMessage], *, role: str, **kwargs: Any) -> list[str]:
         """``llm.complete`` counted in ``metrics`` (calls by role, failures by kind)."""
         assert self.llm is not None
@@ -353,7 +368,7 @@ class Engine:
 
     async def _explain(self, turn_id: int, *, method: str | None) -> ExplainResult:
         method = method or self.options.attribution_method
-        params = dict(self.options.attribution_params)
+        params: dict[str, Any] = dict(self.options.attribution_params)
         params_hash = hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
         turn = await self.store.get_turn(turn_id)
         if turn is None:
@@ -377,6 +392,12 @@ class Engine:
 
         async def generate(subset: Sequence[Hit], m: int) -> list[str]:
             return await self.generate_from(question, subset, m, max_tokens)
+
+        async def score(subset: Sequence[Hit], text: str) -> float:
+            return await self.score_from(question, subset, text)
+
+        if self.options.prompt_logprobs and self.llm is not None:
+            params["score"] = score  # after params_hash: a callable has no stable hash
 
         result = await attribute(
             method,

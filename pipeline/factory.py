@@ -160,4 +160,6 @@ def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[
         trace=trace,
         dense_context_items=opts.dense_context_items if opts.dense_context_items is not None else opts.context_items,
         context_item_max_chars=opts.context_item_max_chars,
+        prompt_logprobs=settings.llm_prompt_logprobs,
+        raw_template=settings.llm_raw_template,
     )

@@ -14,10 +14,10 @@ import logging
 import random
 import re
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import openai
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVICE = "llm"
+T = TypeVar("T")
 _N_PARAM = re.compile(r"(?<![\w'])n(?![\w'])|'n'|\"n\"|`n`", re.IGNORECASE)
 
 
@@ -155,24 +156,52 @@ class OpenAILLM:
             retries=0,
         )
 
+    async def score_continuation(self, prompt: str, continuation: str, *, role: str = "counterfactual") -> float:
+        """Mean log-prob per token of ``continuation`` after ``prompt`` (teacher forcing).
+
+        Uses the legacy ``/v1/completions`` wire format with ``echo`` and ``logprobs``, which vLLM and
+        llama.cpp's servers answer with the prompt's own token log-probs and character offsets; the tokens
+        whose offset falls inside ``continuation`` are averaged. One token is generated because some
+        servers read ``max_tokens=0`` as "no limit".
+        """
+        model = self.model_for(role)
+        text = prompt + continuation
+
+        async def call() -> float:
+            resp = await self._client.completions.create(
+                model=model, prompt=text, max_tokens=1, temperature=0.0, echo=True, logprobs=1)
+            return continuation_logprob(resp.choices[0].logprobs if resp.choices else None,
+                                        start=len(prompt), end=len(text))
+
+        return await self._with_retries(call, model=model)
+
     async def close(self) -> None:
         await self._client.close()
 
     # ------------------------------------------------------------ internals
 
     async def _create(self, payload: dict[str, Any], *, retries: int | None = None) -> list[str]:
-        """One logical request with retries; returns the choices' texts in index order."""
+        """One logical chat request with retries; returns the choices' texts in index order."""
+
+        async def call() -> list[str]:
+            resp = await self._client.chat.completions.create(**payload)
+            choices = sorted(resp.choices or [], key=lambda c: c.index)
+            return [(c.message.content or "") if c.message else "" for c in choices]
+
+        return await self._with_retries(call, model=payload["model"], wants_n=payload.get("n", 1) > 1,
+                                        retries=retries)
+
+    async def _with_retries(self, call: Callable[[], Awaitable[T]], *, model: str, wants_n: bool = False,
+                            retries: int | None = None) -> T:
+        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors with backoff."""
         budget = self.max_retries if retries is None else retries
-        model = payload["model"]
         attempt = 0
         while True:
             try:
                 async with self._semaphore:
-                    resp = await self._client.chat.completions.create(**payload)
-                choices = sorted(resp.choices or [], key=lambda c: c.index)
-                return [(c.message.content or "") if c.message else "" for c in choices]
+                    return await call()
             except openai.OpenAIError as exc:
-                error = self._map_error(exc, model=model, wants_n=payload.get("n", 1) > 1)
+                error = self._map_error(exc, model=model, wants_n=wants_n)
                 retryable = isinstance(error, RateLimitedError | TransientError | UnreachableError)
                 if not retryable or attempt >= budget:
                     raise error from exc
@@ -216,6 +245,21 @@ class OpenAILLM:
             return RemoteError(f"LLM endpoint {where} returned {status}: {_error_text(exc)[:200]}",
                                service=SERVICE, status=status)
         return RemoteError(f"LLM request to {where} failed: {type(exc).__name__}", service=SERVICE)
+
+
+def continuation_logprob(logprobs: Any, *, start: int, end: int) -> float:
+    """Mean of ``token_logprobs`` over the tokens whose ``text_offset`` lies in [start, end).
+
+    A server that ignores ``echo`` or ``logprobs`` returns no prompt tokens; that is a ``RemoteError``
+    (the endpoint cannot score), not a silent zero.
+    """
+    offsets = list(getattr(logprobs, "text_offset", None) or [])
+    values = list(getattr(logprobs, "token_logprobs", None) or [])
+    picked = [float(v) for o, v in zip(offsets, values, strict=False) if start <= o < end and v is not None]
+    if not picked:
+        raise RemoteError("the LLM endpoint returned no prompt log-probs (it needs /v1/completions with "
+                          "echo and logprobs, as vLLM and llama.cpp serve)", service=SERVICE)
+    return sum(picked) / len(picked)
 
 
 class _NRejectedError(RemoteError):

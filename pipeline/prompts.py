@@ -10,6 +10,7 @@ keeps template authors (a custom ``EVIDENT_PROMPTS_DIR``) away from Python inter
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ OUT_OF_SCOPE = "The desired information cannot be found in the retrieved pool of
 
 _VERSION = re.compile(r"\A\s*\{#-?\s*version:\s*([^\s#]+)\s*-?#\}")
 _ROLES = ("system", "user")
+# Special-token look-alikes (<|im_end|>, <|eot_id|>, ...) in page text could forge turns in a raw prompt.
+_SPECIAL_TOKEN = re.compile(r"<\|[\w.-]{1,40}\|>")
 
 
 def default_prompts_dir() -> Path:
@@ -91,3 +94,17 @@ class PromptLibrary:
         except jinja2.UndefinedError as exc:
             raise ConfigError(f"prompt template '{self._file(name)}': {exc.message}") from exc
         return out
+
+    def render_raw(self, name: str, messages: Sequence[ChatMessage]) -> str:
+        """Render chat messages into one raw prompt string with a chat-format template (``raw_chatml.j2``).
+
+        Teacher-forced scoring goes through ``/v1/completions``, which applies no chat template, so the
+        model's own format has to be written out here. Special-token look-alikes are removed from the
+        message contents first, since those contents carry untrusted page text.
+        """
+        template = self._template(name)
+        clean = [{"role": m.role, "content": _SPECIAL_TOKEN.sub("", m.content)} for m in messages]
+        try:
+            return template.render(messages=clean)
+        except jinja2.UndefinedError as exc:
+            raise ConfigError(f"prompt template '{self._file(name)}': {exc.message}") from exc

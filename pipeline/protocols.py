@@ -90,6 +90,14 @@ class LLM(Protocol):
 
 
 @runtime_checkable
+class PromptScorer(Protocol):
+    """An endpoint that can teacher-force text and report its log-probs (vLLM, llama.cpp servers)."""
+
+    async def score_continuation(self, prompt: str, continuation: str, *, role: str = "counterfactual") -> float:
+        """Mean per-token log-prob of ``continuation`` right after the raw ``prompt``."""
+
+
+@runtime_checkable
 class SourceConnector(Protocol):
     """Somewhere pages come from: a local export folder, Confluence Cloud/Data Center, ..."""
 

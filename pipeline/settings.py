@@ -115,6 +115,11 @@ class Settings:
     llm_context_tokens: int = _f(8192, "EVIDENT_LLM_CONTEXT_TOKENS", "Model context window for the budget.")
     answer_max_tokens: int = _f(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.")
     prompts_dir: Path | None = _f(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
+    llm_prompt_logprobs: bool = _f(False, "EVIDENT_LLM_PROMPT_LOGPROBS",
+                                   "The endpoint returns prompt log-probs on /v1/completions (echo + logprobs, "
+                                   "as vLLM and llama.cpp do); enables the logprob attribution method.")
+    llm_raw_template: str = _f("raw_chatml", "EVIDENT_LLM_RAW_TEMPLATE",
+                               "Prompt template that writes the model's chat format out as raw text (logprob).")
     # ---- attribution
     attribution_method: str = _f("cfa_clusters", "EVIDENT_ATTRIBUTION_METHOD",
                                  "naive | cfa | cfa_clusters | page (see docs).")

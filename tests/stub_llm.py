@@ -7,6 +7,12 @@ Usage::
         ...
         stub.requests[-1]["messages"]   # what the client sent
 
+``POST /v1/completions`` answers the legacy wire format with ``echo`` + ``logprobs`` the way vLLM and
+llama.cpp do: whitespace-led word tokens with character ``text_offset``s, the first token's log-prob
+``null``. A token scores ``copy_logprob`` when the same word already occurred earlier in the text (a
+model that copies from its context) and ``novel_logprob`` otherwise; ``echo_logprobs=False`` imitates
+a server that ignores ``echo``.
+
 Replies come from ``responder(request_json) -> str | list[str]`` (a list gives the choices for ``n``),
 else from the ``replies`` queue (one per choice), else ``default_reply``. Failures are injected with
 ``fail_next("429" | "500" | "400" | "hang", count, retry_after=...)``.
@@ -18,6 +24,7 @@ import asyncio
 import contextlib
 import itertools
 import random
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -52,6 +59,9 @@ class StubLLMServer:
         max_choices: int | None = None,
         hang_s: float = 60.0,
         seed: int = 0,
+        copy_logprob: float = -0.1,
+        novel_logprob: float = -5.0,
+        echo_logprobs: bool = True,
     ) -> None:
         self.responder = responder
         self.replies: deque[str] = deque(replies)
@@ -63,6 +73,9 @@ class StubLLMServer:
         self.supports_n = supports_n
         self.max_choices = max_choices
         self.hang_s = hang_s
+        self.copy_logprob = copy_logprob
+        self.novel_logprob = novel_logprob
+        self.echo_logprobs = echo_logprobs
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -91,6 +104,7 @@ class StubLLMServer:
     async def start(self) -> StubLLMServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/v1/completions", self._text_completions)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -148,19 +162,8 @@ class StubLLMServer:
             return _error(404, f"The model `{model}` does not exist or you do not have access to it.",
                           type_="invalid_request_error", code="model_not_found")
         await self._sleep_latency()
-        if self._failures:
-            kind, retry_after = self._failures.popleft()
-            if kind == "429":
-                return _error(429, "Rate limit reached.", type_="requests", code="rate_limit_exceeded",
-                              headers={"Retry-After": f"{retry_after:g}"})
-            if kind == "400":
-                return _error(400, "This model's maximum context length is 8192 tokens.",
-                              type_="invalid_request_error", param="messages", code="context_length_exceeded")
-            if kind == "500":
-                return _error(500, "The server had an error while processing your request.", type_="server_error")
-            with contextlib.suppress(TimeoutError):  # hang until the client gives up or the server closes
-                await asyncio.wait_for(self._closing.wait(), self.hang_s)
-            return _error(500, "hung request released", type_="server_error")
+        if (failure := await self._injected_failure()) is not None:
+            return failure
         n = int(body.get("n") or 1)
         if n > 1 and not self.supports_n:
             return _error(400, "Only n=1 is supported for this model.", type_="invalid_request_error", param="n")
@@ -179,6 +182,61 @@ class StubLLMServer:
             "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
+        })
+
+    async def _injected_failure(self) -> web.Response | None:
+        """The next queued ``fail_next`` failure, if any (shared by both completion endpoints)."""
+        if not self._failures:
+            return None
+        kind, retry_after = self._failures.popleft()
+        if kind == "429":
+            return _error(429, "Rate limit reached.", type_="requests", code="rate_limit_exceeded",
+                          headers={"Retry-After": f"{retry_after:g}"})
+        if kind == "400":
+            return _error(400, "This model's maximum context length is 8192 tokens.",
+                          type_="invalid_request_error", param="messages", code="context_length_exceeded")
+        if kind == "500":
+            return _error(500, "The server had an error while processing your request.", type_="server_error")
+        with contextlib.suppress(TimeoutError):  # hang until the client gives up or the server closes
+            await asyncio.wait_for(self._closing.wait(), self.hang_s)
+        return _error(500, "hung request released", type_="server_error")
+
+    async def _text_completions(self, request: web.Request) -> web.Response:
+        """Legacy completions: one generated token, plus the prompt's token log-probs when echoed."""
+        body = await request.json()
+        self.calls += 1
+        self.requests.append(body)
+        if (err := self._auth_error(request)) is not None:
+            return err
+        await self._sleep_latency()
+        if (failure := await self._injected_failure()) is not None:
+            return failure
+        prompt = str(body.get("prompt", ""))
+        generated = " ok"
+        logprobs: dict[str, Any] | None = None
+        if body.get("logprobs") is not None:
+            text = prompt + generated if body.get("echo") and self.echo_logprobs else generated
+            base = 0 if body.get("echo") and self.echo_logprobs else len(prompt)
+            tokens, offsets, values = [], [], []
+            seen: set[str] = set()
+            for i, match in enumerate(re.finditer(r"\s*\S+", text)):
+                word = match.group().strip().lower().strip(".,:;?!()[]")
+                tokens.append(match.group())
+                offsets.append(base + match.start())
+                values.append(None if i == 0 and base == 0 else
+                              self.copy_logprob if word in seen else self.novel_logprob)
+                seen.add(word)
+            logprobs = {"tokens": tokens, "text_offset": offsets, "token_logprobs": values,
+                        "top_logprobs": [None if v is None else {t: v} for t, v in zip(tokens, values, strict=True)]}
+        return web.json_response({
+            "id": f"cmpl-stub{next(self._ids)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
+            "choices": [{"index": 0, "text": (prompt if body.get("echo") else "") + generated,
+                         "logprobs": logprobs, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 1,
+                      "total_tokens": len(prompt.split()) + 1},
         })
 
     async def _sleep_latency(self) -> None:

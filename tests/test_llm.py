@@ -248,3 +248,38 @@ def test_retry_after_header_parsing() -> None:
     assert _retry_after({}) is None
     assert _retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert _retry_after({"retry-after": "soon"}) is None
+
+
+async def test_score_continuation_reads_the_echoed_prompt_logprobs() -> None:
+    async with StubLLMServer(copy_logprob=-0.5, novel_logprob=-4.0) as stub:
+        llm = make_llm(stub, models={"counterfactual": "m-cf"})
+        try:
+            copied = await llm.score_continuation("Badges are at desk seven. Answer:", " desk seven")
+            novel = await llm.score_continuation("Badges are at desk seven. Answer:", " garage level")
+        finally:
+            await llm.close()
+    assert copied == pytest.approx(-0.5) and novel == pytest.approx(-4.0)
+    sent = stub.requests[0]
+    assert sent["model"] == "m-cf" and sent["echo"] is True and sent["logprobs"] == 1
+    assert sent["max_tokens"] == 1 and sent["prompt"] == "Badges are at desk seven. Answer: desk seven"
+
+
+async def test_score_continuation_without_prompt_logprobs_is_a_clear_error() -> None:
+    async with StubLLMServer(echo_logprobs=False) as stub:
+        llm = make_llm(stub, models={"counterfactual": "m-cf"})
+        try:
+            with pytest.raises(RemoteError, match="no prompt log-probs"):
+                await llm.score_continuation("Q:", " A")
+        finally:
+            await llm.close()
+
+
+async def test_score_continuation_retries_a_5xx() -> None:
+    async with StubLLMServer() as stub:
+        stub.fail_next("500")
+        llm = make_llm(stub, models={"counterfactual": "m-cf"})
+        try:
+            assert await llm.score_continuation("a b", " b") == pytest.approx(-0.1)
+        finally:
+            await llm.close()
+    assert stub.calls == 2

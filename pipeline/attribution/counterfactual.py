@@ -159,7 +159,8 @@ async def logprob_attribution(
     matter; 1: the answer becomes impossible), then the usual softmax(c / t). ``similarities`` holds r_i.
     """
     if params.score is None:
-        raise ConfigError("logprob attribution needs an endpoint that returns prompt log-probs")
+        raise ConfigError("logprob attribution needs an endpoint that returns prompt log-probs "
+                          "(EVIDENT_LLM_PROMPT_LOGPROBS=true with a vLLM or llama.cpp server)")
     score = params.score
     started = time.perf_counter()
     limiter = params.limiter()

@@ -198,7 +198,8 @@ async def _early_stop(*, question: str, answer: str, hits: Sequence[Hit], genera
 async def _logprob(*, question: str, answer: str, hits: Sequence[Hit], generate: Generate | None,
                    embedder: Embedder, params: AttributionParams) -> AttributionResult:
     if params.score is None:
-        raise ConfigError("logprob attribution needs an endpoint that returns prompt log-probs")
+        raise ConfigError("logprob attribution needs an endpoint that returns prompt log-probs "
+                          "(EVIDENT_LLM_PROMPT_LOGPROBS=true with a vLLM or llama.cpp server)")
     started = time.perf_counter()
     groups = await evidence_clusters(hits, embedder, params)
     result = await logprob_attribution(method="logprob", question=question, answer=answer, hits=hits,
