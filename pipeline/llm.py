@@ -160,9 +160,9 @@ class OpenAILLM:
         """Mean log-prob per token of ``continuation`` after ``prompt`` (teacher forcing).
 
         Uses the legacy ``/v1/completions`` wire format with ``echo`` and ``logprobs``, which vLLM and
-        llama.cpp's servers answer with the prompt's own token log-probs and character offsets; the tokens
-        whose offset falls inside ``continuation`` are averaged. One token is generated because some
-        servers read ``max_tokens=0`` as "no limit".
+        llama.cpp's servers answer with the prompt's own token log-probs; the tokens that spell
+        ``continuation`` are averaged. One token is generated because some servers read ``max_tokens=0``
+        as "no limit".
         """
         model = self.model_for(role)
         text = prompt + continuation
@@ -170,8 +170,9 @@ class OpenAILLM:
         async def call() -> float:
             resp = await self._client.completions.create(
                 model=model, prompt=text, max_tokens=1, temperature=0.0, echo=True, logprobs=1)
-            return continuation_logprob(resp.choices[0].logprobs if resp.choices else None,
-                                        start=len(prompt), end=len(text))
+            choice = resp.choices[0] if resp.choices else None
+            return continuation_logprob(getattr(choice, "logprobs", None), text=text, continuation=continuation,
+                                        echoed=getattr(choice, "text", None))
 
         return await self._with_retries(call, model=model)
 
@@ -247,16 +248,26 @@ class OpenAILLM:
         return RemoteError(f"LLM request to {where} failed: {type(exc).__name__}", service=SERVICE)
 
 
-def continuation_logprob(logprobs: Any, *, start: int, end: int) -> float:
-    """Mean of ``token_logprobs`` over the tokens whose ``text_offset`` lies in [start, end).
+def continuation_logprob(logprobs: Any, *, text: str, continuation: str, echoed: str | None) -> float:
+    """Mean of ``token_logprobs`` over the tokens that spell ``continuation`` at the end of ``text``.
 
-    A server that ignores ``echo`` or ``logprobs`` returns no prompt tokens; that is a ``RemoteError``
-    (the endpoint cannot score), not a silent zero.
+    Offsets are anchored at the END of the echoed text: vLLM's ``text_offset`` counts characters of the
+    prompt, but llama.cpp's counts the detokenized text, where special tokens (``<|im_start|>``) are
+    empty, so only the distance from the end means the same on both. ``echoed`` (the returned text) tells
+    how many generated characters follow the continuation. A server that ignores ``echo`` or
+    ``logprobs`` returns no prompt tokens; that is a ``RemoteError``, not a silent zero.
     """
+    tokens = list(getattr(logprobs, "tokens", None) or [])
     offsets = list(getattr(logprobs, "text_offset", None) or [])
     values = list(getattr(logprobs, "token_logprobs", None) or [])
-    picked = [float(v) for o, v in zip(offsets, values, strict=False) if start <= o < end and v is not None]
-    if not picked:
+    picked: list[float] = []
+    if tokens and len(tokens) == len(offsets) == len(values):
+        generated = len(echoed) - len(text) if echoed is not None and echoed.startswith(text) else 0
+        end = offsets[-1] + len(tokens[-1]) - generated
+        start = end - len(continuation)
+        picked = [float(v) for tok, off, v in zip(tokens, offsets, values, strict=True)
+                  if v is not None and off < end and off + max(1, len(tok)) > start]
+    if not picked or len(picked) >= len(values):  # nothing, or no prompt tokens: the prompt was not echoed
         raise RemoteError("the LLM endpoint returned no prompt log-probs (it needs /v1/completions with "
                           "echo and logprobs, as vLLM and llama.cpp serve)", service=SERVICE)
     return sum(picked) / len(picked)

@@ -11,7 +11,8 @@ Usage::
 llama.cpp do: whitespace-led word tokens with character ``text_offset``s, the first token's log-prob
 ``null``. A token scores ``copy_logprob`` when the same word already occurred earlier in the text (a
 model that copies from its context) and ``novel_logprob`` otherwise; ``echo_logprobs=False`` imitates
-a server that ignores ``echo``.
+a server that ignores ``echo``; ``hide_special_tokens=True`` imitates llama.cpp, whose offsets count
+the detokenized text, in which ``<|im_start|>``-style special tokens are empty.
 
 Replies come from ``responder(request_json) -> str | list[str]`` (a list gives the choices for ``n``),
 else from the ``replies`` queue (one per choice), else ``default_reply``. Failures are injected with
@@ -62,6 +63,7 @@ class StubLLMServer:
         copy_logprob: float = -0.1,
         novel_logprob: float = -5.0,
         echo_logprobs: bool = True,
+        hide_special_tokens: bool = False,
     ) -> None:
         self.responder = responder
         self.replies: deque[str] = deque(replies)
@@ -76,6 +78,7 @@ class StubLLMServer:
         self.copy_logprob = copy_logprob
         self.novel_logprob = novel_logprob
         self.echo_logprobs = echo_logprobs
+        self.hide_special_tokens = hide_special_tokens
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -219,7 +222,9 @@ class StubLLMServer:
             base = 0 if body.get("echo") and self.echo_logprobs else len(prompt)
             tokens, offsets, values = [], [], []
             seen: set[str] = set()
-            for i, match in enumerate(re.finditer(r"\s*\S+", text)):
+            if self.hide_special_tokens:
+                text = re.sub(r"<\|[\w.-]+\|>", "", text)
+            for i, match in enumerate(re.finditer(r"<\|[\w.-]+\|>|\s*(?:(?!<\|)\S)+|\s+", text)):
                 word = match.group().strip().lower().strip(".,:;?!()[]")
                 tokens.append(match.group())
                 offsets.append(base + match.start())

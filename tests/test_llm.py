@@ -250,18 +250,39 @@ def test_retry_after_header_parsing() -> None:
     assert _retry_after({"retry-after": "soon"}) is None
 
 
-async def test_score_continuation_reads_the_echoed_prompt_logprobs() -> None:
-    async with StubLLMServer(copy_logprob=-0.5, novel_logprob=-4.0) as stub:
+@pytest.mark.parametrize("hide_special_tokens", [False, True], ids=["vllm-offsets", "llamacpp-offsets"])
+async def test_score_continuation_reads_the_echoed_prompt_logprobs(hide_special_tokens: bool) -> None:
+    prompt = "<|im_start|>user\nBadges are at desk seven.<|im_end|>\n<|im_start|>assistant\n"
+    async with StubLLMServer(copy_logprob=-0.5, novel_logprob=-4.0, hide_special_tokens=hide_special_tokens) as stub:
         llm = make_llm(stub, models={"counterfactual": "m-cf"})
         try:
-            copied = await llm.score_continuation("Badges are at desk seven. Answer:", " desk seven")
-            novel = await llm.score_continuation("Badges are at desk seven. Answer:", " garage level")
+            copied = await llm.score_continuation(prompt, "At desk seven")
+            novel = await llm.score_continuation(prompt, "In garage two")
+            mixed = await llm.score_continuation(prompt, "In desk seven")
         finally:
             await llm.close()
     assert copied == pytest.approx(-0.5) and novel == pytest.approx(-4.0)
+    assert mixed == pytest.approx((-4.0 - 0.5 - 0.5) / 3)
     sent = stub.requests[0]
     assert sent["model"] == "m-cf" and sent["echo"] is True and sent["logprobs"] == 1
-    assert sent["max_tokens"] == 1 and sent["prompt"] == "Badges are at desk seven. Answer: desk seven"
+    assert sent["max_tokens"] == 1 and sent["prompt"] == prompt + "At desk seven"
+
+
+def test_continuation_logprob_skips_generated_tokens() -> None:
+    from dataclasses import dataclass
+
+    from pipeline.llm import continuation_logprob
+
+    @dataclass
+    class Logprobs:  # the fields of the legacy completions ``logprobs`` object
+        tokens: list[str]
+        text_offset: list[int]
+        token_logprobs: list[float | None]
+
+    lp = Logprobs(["Q", ":", " A", " B", " zzz"], [0, 1, 2, 4, 6], [None, -1.0, -2.0, -3.0, -9.0])
+    assert continuation_logprob(lp, text="Q: A B", continuation=" A B", echoed="Q: A B zzz") == -2.5
+    with pytest.raises(RemoteError):  # only generated tokens came back: the prompt was not echoed
+        continuation_logprob(Logprobs([" zzz"], [6], [-9.0]), text="Q: A B", continuation=" A B", echoed=" zzz")
 
 
 async def test_score_continuation_without_prompt_logprobs_is_a_clear_error() -> None:
