@@ -147,9 +147,16 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
 
 def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[no-untyped-def]
     """Engine options from settings, shared by the bot/CLI engine and the evaluation engine."""
-    from pipeline.attribution import params_from_settings
+    from pipeline.attribution import METHODS, params_from_settings
     from pipeline.engine import EngineOptions
 
+    # Fail at start-up, not at the first 🔍 reaction, when the default explain method cannot run.
+    if settings.attribution_method not in METHODS:
+        raise ConfigError(f"EVIDENT_ATTRIBUTION_METHOD: unknown method {settings.attribution_method!r}; "
+                          f"choose from {', '.join(METHODS)}")
+    if settings.attribution_method == "logprob" and not (settings.llm_base_url and settings.llm_prompt_logprobs):
+        raise ConfigError("EVIDENT_ATTRIBUTION_METHOD=logprob needs EVIDENT_LLM_BASE_URL and "
+                          "EVIDENT_LLM_PROMPT_LOGPROBS=true (a vLLM or llama.cpp server)")
     opts = ingest_options(settings)
     return EngineOptions(
         query_strategy=settings.query_strategy,

@@ -122,7 +122,8 @@ class Settings:
                                "Prompt template that writes the model's chat format out as raw text (logprob).")
     # ---- attribution
     attribution_method: str = _f("cfa_clusters", "EVIDENT_ATTRIBUTION_METHOD",
-                                 "naive | cfa | cfa_clusters | page (see docs).")
+                                 "Default explain method: naive | cfa | cfa_clusters | page | "
+                                 "cfa_citation_prior | sufficiency | early_stop | logprob.")
     attribution_samples: int = _f(1, "EVIDENT_ATTRIBUTION_SAMPLES", "Monte Carlo samples per counterfactual.")
     attribution_temperature: float = _f(0.05, "EVIDENT_ATTRIBUTION_TEMPERATURE", "Softmax temperature.")
     attribution_eps: float = _f(0.005, "EVIDENT_ATTRIBUTION_EPS", "DBSCAN eps (cosine distance).")

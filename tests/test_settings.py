@@ -130,3 +130,16 @@ def test_settings_are_frozen() -> None:
     with pytest.raises(AttributeError):
         s.final_k = 1  # type: ignore[misc]
     assert s.replace(final_k=1).final_k == 1
+
+
+def test_engine_options_reject_an_explain_method_that_cannot_run(tmp_path: Path) -> None:
+    from pipeline.factory import engine_options
+
+    with pytest.raises(ConfigError, match="unknown method 'bogus'"):
+        engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "bogus"}, data_dir=tmp_path))
+    with pytest.raises(ConfigError, match="EVIDENT_LLM_PROMPT_LOGPROBS"):
+        engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "logprob",
+                                          "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
+    ok = engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "logprob", "EVIDENT_LLM_PROMPT_LOGPROBS": "1",
+                                           "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
+    assert ok.attribution_method == "logprob" and ok.prompt_logprobs is True
