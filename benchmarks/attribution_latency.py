@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import tempfile
 import time
@@ -58,8 +59,16 @@ def sample_questions() -> list[list[QATurn]]:
 
 
 def reply(body: dict[str, Any]) -> str:
-    """A fixed, citing answer: the stub's content does not matter here, only its latency."""
-    return "According to the wiki, this is described in the first source [Source 1]."
+    """An answer copied from the first source in the prompt, as a grounded LLM would write it.
+
+    Its text changes with the evidence subset, so counterfactual answers differ from the original and
+    from each other and the similarity step has to embed each one (a fixed reply would be served from
+    the embedding cache after the first call and understate that cost).
+    """
+    user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
+    match = re.search(r"Source 1: (.*)", user)
+    words = (match.group(1) if match else "nothing relevant").split()[:30]
+    return " ".join(words) + " [Source 1]."
 
 
 async def build_index(settings: Settings, embedder: Embedder, documents: Path, where: Path) -> EdgeIndex:
