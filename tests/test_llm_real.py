@@ -38,3 +38,19 @@ async def test_real_llm_ask_and_explain(tmp_path: Path) -> None:
         assert explained.clusters and abs(sum(c.percent for c in explained.clusters) - 100.0) < 1e-6
     finally:
         await close_world(engine)
+
+
+async def test_real_llm_logprob_explain(tmp_path: Path) -> None:
+    """The logprob method end to end against a server with prompt log-probs (llama.cpp's or vLLM)."""
+    engine = await open_world(tmp_path, os.environ["EVIDENT_TEST_LLM_URL"],
+                              model=os.environ.get("EVIDENT_TEST_LLM_MODEL", "local"),
+                              llm_timeout_s=300.0, llm_context_tokens=2048, llm_prompt_logprobs=True)
+    try:
+        turn = await engine.ask("real-llm-lp", "Where are visitor badges handed out?")
+        assert turn.error is None, turn.error
+        explained = await engine.explain(turn.turn_id, method="logprob")
+        assert explained.error is None and explained.result is not None
+        assert explained.result.details["base_logprob"] < 0.0
+        assert explained.clusters and abs(sum(c.percent for c in explained.clusters) - 100.0) < 1e-6
+    finally:
+        await close_world(engine)
