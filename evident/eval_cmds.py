@@ -157,7 +157,8 @@ def register(eval_group: click.Group) -> None:
             convs = load_conversations(questions)
             langs = ("en", "de") if lang == "both" else (lang,)
             names = tuple(m.strip() for m in methods.split(",") if m.strip())
-            check_methods(names)  # before the (slow) index build
+            check_methods(names, prompt_logprobs=bool(settings.llm_base_url and settings.llm_prompt_logprobs))
+            # ^ before the (slow) index build
 
             async def body(engine: Any) -> dict[str, Any]:
                 run = await run_attribution_eval(convs, engine, methods=names, langs=langs, limit=limit,

@@ -393,12 +393,6 @@ class Engine:
         async def generate(subset: Sequence[Hit], m: int) -> list[str]:
             return await self.generate_from(question, subset, m, max_tokens)
 
-        async def score(subset: Sequence[Hit], text: str) -> float:
-            return await self.score_from(question, subset, text)
-
-        if self.options.prompt_logprobs and self.llm is not None:
-            params["score"] = score  # after params_hash: a callable has no stable hash
-
         result = await attribute(
             method,
             question=question,
@@ -406,10 +400,24 @@ class Engine:
             hits=hits,
             generate=generate,
             embedder=self.embedder,
-            params=params,
+            params=self.attribution_params_for(question, params),
         )
         await self.store.put_attribution(turn_id, method, params_hash, result.to_dict())
         return self._explain_result(turn_id, result, cached=False)
+
+    def attribution_params_for(self, question: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The attribution params plus, where the endpoint can teacher-force, the logprob scorer.
+
+        Added after the params hash is taken: a callable has no stable hash.
+        """
+        out = dict(self.options.attribution_params if params is None else params)
+        if self.options.prompt_logprobs and self.llm is not None:
+
+            async def score(subset: Sequence[Hit], text: str) -> float:
+                return await self.score_from(question, subset, text)
+
+            out["score"] = score
+        return out
 
     def _cluster_text(self, ev: Evidence) -> str:
         items = self.options.dense_context_items

@@ -361,3 +361,25 @@ async def test_logprob_method_without_the_endpoint_capability_is_a_config_error(
             await engine.explain(turn.turn_id, method="logprob")
     finally:
         await close_world(engine)
+
+
+async def test_logprob_with_shared_generations_and_the_early_capability_check(tmp_path: Path,
+                                                                             stub: StubLLMServer) -> None:
+    from pipeline.errors import ConfigError
+
+    convs = load_conversations(write_questions(tmp_path / "q.json", ATTR_QUESTIONS))
+    plain = await open_world(tmp_path / "a", stub.base_url)
+    try:
+        with pytest.raises(ConfigError, match="EVIDENT_LLM_PROMPT_LOGPROBS"):
+            await run_attribution_eval(convs, plain, methods=("naive", "logprob"), langs=("en",))
+    finally:
+        await close_world(plain)
+    assert stub.calls == 0  # refused before answering anything
+    engine = await open_world(tmp_path / "b", stub.base_url, llm_prompt_logprobs=True)
+    try:
+        run = await run_attribution_eval(convs, engine, methods=("cfa_clusters", "logprob"), langs=("en",),
+                                         share_generations=True)
+    finally:
+        await close_world(engine)
+    logprob = [o for o in run.outcomes if o.method == "logprob"]
+    assert len(logprob) == 3 and all(o.error is None and o.correct == 1.0 for o in logprob)

@@ -68,12 +68,16 @@ class AttributionOutcome:
     error: str | None = None
 
 
-def check_methods(methods: Sequence[str]) -> None:
-    """Fail before any work when a method name is unknown or none is given."""
+def check_methods(methods: Sequence[str], *, prompt_logprobs: bool = True) -> None:
+    """Fail before any work when a method name is unknown, none is given, or ``logprob`` is asked for
+    without an endpoint that can teacher-force (answering every question first would waste the run)."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ConfigError(f"unknown attribution method(s) {', '.join(unknown) or '(none given)'}; "
                           f"choose from {', '.join(METHODS)}")
+    if "logprob" in methods and not prompt_logprobs:
+        raise ConfigError("the logprob method needs an LLM endpoint with prompt log-probs: set "
+                          "EVIDENT_LLM_BASE_URL and EVIDENT_LLM_PROMPT_LOGPROBS=true")
 
 
 def top_evidence_url(result: AttributionResult) -> str | None:
@@ -170,7 +174,7 @@ async def explain_one(engine: Engine, q: AnsweredQuestion, method: str,
         else:
             result = await attribute(method, question=q.question, answer=q.raw_answer, hits=q.hits,
                                      generate=shared, embedder=engine.embedder,
-                                     params=engine.options.attribution_params)
+                                     params=engine.attribution_params_for(q.question))
     except ConfigError:
         raise
     except EvidentError as exc:
@@ -203,7 +207,7 @@ async def run_attribution_eval(
     run_id: str = "attr",
 ) -> AttributionEval:
     """Answer, keep questions with a gold page in the shown evidence, explain each with every method."""
-    check_methods(methods)
+    check_methods(methods, prompt_logprobs=engine.options.prompt_logprobs and engine.llm is not None)
     questions = select_questions(conversations, langs, limit, sample)
     answered = await answer_questions(engine, questions, run_id=run_id)
     outcomes: list[AttributionOutcome] = []
