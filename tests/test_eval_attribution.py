@@ -383,3 +383,17 @@ async def test_logprob_with_shared_generations_and_the_early_capability_check(tm
         await close_world(engine)
     logprob = [o for o in run.outcomes if o.method == "logprob"]
     assert len(logprob) == 3 and all(o.error is None and o.correct == 1.0 for o in logprob)
+
+
+def test_cli_refuses_logprob_without_the_endpoint_capability(tmp_path: Path) -> None:
+    from evident.cli import main
+
+    docs = write_wiki(tmp_path)
+    questions = write_questions(tmp_path / "q.json", ATTR_QUESTIONS)
+    result = CliRunner().invoke(main, ["eval", "attribution", "--questions", str(questions), "--documents",
+                                       str(docs), "--methods", "naive,logprob"],
+                                env={"EVIDENT_DATA_DIR": str(tmp_path / "data"),
+                                     "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert result.exit_code == 2
+    assert "EVIDENT_LLM_PROMPT_LOGPROBS" in result.output
+    assert not (tmp_path / "data" / "eval-index").exists()  # refused before the index build
