@@ -157,6 +157,10 @@ def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[
     if settings.attribution_method == "logprob" and not (settings.llm_base_url and settings.llm_prompt_logprobs):
         raise ConfigError("EVIDENT_ATTRIBUTION_METHOD=logprob needs EVIDENT_LLM_BASE_URL and "
                           "EVIDENT_LLM_PROMPT_LOGPROBS=true (a vLLM or llama.cpp server)")
+    if settings.llm_prompt_logprobs:
+        from pipeline.prompts import PromptLibrary
+
+        PromptLibrary(settings.resolved_prompts_dir).check(settings.llm_raw_template)
     opts = ingest_options(settings)
     return EngineOptions(
         query_strategy=settings.query_strategy,

@@ -62,6 +62,10 @@ class PromptLibrary:
         except jinja2.TemplateSyntaxError as exc:
             raise ConfigError(f"prompt template '{self._file(name)}' line {exc.lineno}: {exc.message}") from exc
 
+    def check(self, name: str) -> None:
+        """Load (and so parse) a template now; a configured name that is missing fails at start-up."""
+        self._template(name)
+
     def version(self, name: str) -> str:
         """The ``{# version: N #}`` header, stored with every turn so answers can be traced to a prompt."""
         path = self.prompts_dir / self._file(name)

@@ -143,3 +143,6 @@ def test_engine_options_reject_an_explain_method_that_cannot_run(tmp_path: Path)
     ok = engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "logprob", "EVIDENT_LLM_PROMPT_LOGPROBS": "1",
                                            "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
     assert ok.attribution_method == "logprob" and ok.prompt_logprobs is True
+    with pytest.raises(ConfigError, match=r"raw_chatlm\.j2' not found"):
+        engine_options(Settings.load(env={"EVIDENT_LLM_PROMPT_LOGPROBS": "1", "EVIDENT_LLM_RAW_TEMPLATE": "raw_chatlm",
+                                          "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
