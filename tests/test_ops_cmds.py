@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connectors.local import LocalFolderConnector, sample_space_dir
+from evident.backup import copy_sparse
 from evident.cli import main
 from evident.ops_cmds import same_ranking
 from pipeline.index_edge import EdgeIndex
@@ -148,29 +149,11 @@ def built_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield path
 
 
-def _copy_sparse(src: str, dst: str) -> None:
-    """Copy only a file's data extents: Edge preallocates ~200 MB of sparse files that a plain copy fills in."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        size = os.fstat(fin.fileno()).st_size
-        pos = 0
-        while pos < size:
-            try:
-                start = os.lseek(fin.fileno(), pos, os.SEEK_DATA)
-            except OSError:  # ENXIO: only a hole is left
-                break
-            end = os.lseek(fin.fileno(), start, os.SEEK_HOLE)
-            fin.seek(start)
-            fout.seek(start)
-            fout.write(fin.read(end - start))
-            pos = end
-        fout.truncate(size)
-
-
 @pytest.fixture
 def data_dir(work: Path, built_index: Path) -> Path:
     data = work / "data"
     data.mkdir()
-    shutil.copytree(built_index, data / "index", copy_function=_copy_sparse)
+    shutil.copytree(built_index, data / "index", copy_function=copy_sparse)
     return data
 
 
