@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.attribution import AttributionResult, attribute
+from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
 from pipeline.attribution.render import render_text
 from pipeline.budget import fit_evidence
 from pipeline.citations import is_out_of_scope, parse_citations
@@ -338,8 +339,7 @@ class Engine:
     async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:
         """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""
         if not self.options.prompt_logprobs or not isinstance(self.llm, PromptScorer):
-            raise ConfigError("the logprob attribution method needs an LLM endpoint that returns prompt "
-                              "log-probs: set EVIDENT_LLM_PROMPT_LOGPROBS=true for vLLM or llama.cpp servers")
+            raise ConfigError(NEEDS_PROMPT_LOGPROBS)
         texts = self._fit(question, hits)[1] if hits else []
         prompt = self.prompts.render_raw(self.options.raw_template, self._answer_messages(question, texts))
         if self.metrics is not None:
@@ -384,7 +384,8 @@ class Engine:
         evidence = await self.index.get(ids)
         if len(evidence) < len(ids):
             log.info("turn %s: %d of its evidence are no longer indexed", turn_id, len(ids) - len(evidence))
-        # Same order and text as the generator saw, so [n] markers and clusters line up with the prompt.
+        # Same order as the generator saw, so [n] markers line up with the prompt (prompts are rebuilt from
+        # the evidence). ``content`` is the text embedded at ingest, so clustering reuses the cached vectors.
         hits = [Hit(evidence=ev, score=0.0, rank=i + 1, content=self._cluster_text(ev)) for i, ev in enumerate(evidence)]
         question = turn.get("completed_question") or turn.get("question") or ""
         answer = (turn.get("meta") or {}).get("raw_answer") or turn["answer"]

@@ -25,6 +25,9 @@ from pipeline.errors import ConfigError, EvidentError
 from pipeline.protocols import Embedder
 from pipeline.types import Hit
 
+NEEDS_PROMPT_LOGPROBS = ("logprob attribution needs an endpoint that returns prompt log-probs "
+                         "(EVIDENT_LLM_PROMPT_LOGPROBS=true with a vLLM or llama.cpp server)")
+
 # Failures that degrade an explanation. Anything else is a bug and propagates.
 RECOVERABLE = (EvidentError, TimeoutError)
 
@@ -159,8 +162,7 @@ async def logprob_attribution(
     matter; 1: the answer becomes impossible), then the usual softmax(c / t). ``similarities`` holds r_i.
     """
     if params.score is None:
-        raise ConfigError("logprob attribution needs an endpoint that returns prompt log-probs "
-                          "(EVIDENT_LLM_PROMPT_LOGPROBS=true with a vLLM or llama.cpp server)")
+        raise ConfigError(NEEDS_PROMPT_LOGPROBS)
     score = params.score
     started = time.perf_counter()
     limiter = params.limiter()

@@ -35,7 +35,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.attribution.cluster import cluster_embeddings
-from pipeline.attribution.counterfactual import counterfactual_attribution, logprob_attribution, regenerate
+from pipeline.attribution.counterfactual import (
+    NEEDS_PROMPT_LOGPROBS,
+    counterfactual_attribution,
+    logprob_attribution,
+    regenerate,
+)
 from pipeline.attribution.naive import naive_attribution
 from pipeline.attribution.params import AttributionParams, Generate, parse_params
 from pipeline.attribution.scoring import embed, evidence_text, only, qa_text, reweight
@@ -198,8 +203,7 @@ async def _early_stop(*, question: str, answer: str, hits: Sequence[Hit], genera
 async def _logprob(*, question: str, answer: str, hits: Sequence[Hit], generate: Generate | None,
                    embedder: Embedder, params: AttributionParams) -> AttributionResult:
     if params.score is None:
-        raise ConfigError("logprob attribution needs an endpoint that returns prompt log-probs "
-                          "(EVIDENT_LLM_PROMPT_LOGPROBS=true with a vLLM or llama.cpp server)")
+        raise ConfigError(NEEDS_PROMPT_LOGPROBS)
     started = time.perf_counter()
     groups = await evidence_clusters(hits, embedder, params)
     result = await logprob_attribution(method="logprob", question=question, answer=answer, hits=hits,
