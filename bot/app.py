@@ -23,8 +23,9 @@ def make_client(settings: Settings, *, base_url: str | None = None,
     Pass a long-lived ``session`` in servers: without one the SDK opens a new connection (and TLS
     handshake) for every call.
     """
+    url = base_url or settings.slack_api_url or AsyncWebClient.BASE_URL
     client = AsyncWebClient(token=settings.slack_bot_token.reveal() or None, timeout=30,
-                            base_url=base_url or AsyncWebClient.BASE_URL, session=session)
+                            base_url=url if url.endswith("/") else url + "/", session=session)
     ensure_retry_handlers(client)
     return client
 

@@ -147,7 +147,8 @@ def backup(dest: Path, *, store_path: Path, index_dir: Path | None = None, qdran
            collection: str = "evident") -> Manifest:
     """Write a backup into ``dest`` (absent or empty) and return its manifest.
 
-    ``index_dir``: the embedded index directory, already flushed and closed by the caller. ``qdrant``: a
+    ``index_dir``: the embedded index directory; the caller holds its lease (``pipeline.index_lease``), so no
+    process has it open. ``qdrant``: a
     client for a Qdrant server; a server-side snapshot of ``collection`` is created and its name recorded
     (download it from the server's snapshot storage; TODO: fetch it into ``dest``).
     """
@@ -161,7 +162,8 @@ def backup(dest: Path, *, store_path: Path, index_dir: Path | None = None, qdran
     _backup_sqlite(Path(store_path), dest / STORE_FILE)
     index_entries: list[FileEntry] = []
     if index_dir is not None:
-        shutil.copytree(index_dir, dest / INDEX_DIR, symlinks=False, copy_function=copy_sparse)
+        shutil.copytree(index_dir, dest / INDEX_DIR, symlinks=False, copy_function=copy_sparse,
+                        ignore=shutil.ignore_patterns("lease.*", ".lease.*"))
         root = dest / INDEX_DIR
         index_entries = [_entry(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*")) if p.is_file()]
     snapshot: dict[str, Any] | None = None

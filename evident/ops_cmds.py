@@ -14,8 +14,9 @@ with ``replace_page``, so it is resumable: pages already there with the same con
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,19 +64,37 @@ async def run_backup(settings: Settings, dest: Path) -> Any:
     elif settings.resolved_index_dir.is_dir():
         index_dir = settings.resolved_index_dir
     try:
-        return await asyncio.to_thread(backup_mod.backup, dest, store_path=settings.resolved_store_path,
-                                       index_dir=index_dir, qdrant=qdrant, collection=settings.collection)
+        async with _index_lease(settings, index_dir, "evident backup"):
+            return await asyncio.to_thread(backup_mod.backup, dest, store_path=settings.resolved_store_path,
+                                           index_dir=index_dir, qdrant=qdrant, collection=settings.collection)
     finally:
         if qdrant is not None:
             qdrant.close()
+
+
+@contextlib.asynccontextmanager
+async def _index_lease(settings: Settings, index_dir: Path | None, command: str) -> AsyncIterator[None]:
+    """Hold the embedded index's lease: a running `evident serve` hands its shard over meanwhile."""
+    if index_dir is None:
+        yield
+        return
+    from pipeline.index_lease import IndexLease
+
+    lease = IndexLease(index_dir, command=command, wait_s=settings.index_wait_s)
+    await asyncio.to_thread(lease.acquire)
+    try:
+        yield
+    finally:
+        lease.release()
 
 
 async def run_restore(settings: Settings, src: Path, *, force: bool) -> Any:
     from evident import backup as backup_mod
 
     index_dir = None if settings.qdrant_url else settings.resolved_index_dir
-    return await asyncio.to_thread(backup_mod.restore, src, store_path=settings.resolved_store_path,
-                                   index_dir=index_dir, force=force)
+    async with _index_lease(settings, index_dir, "evident restore"):
+        return await asyncio.to_thread(backup_mod.restore, src, store_path=settings.resolved_store_path,
+                                       index_dir=index_dir, force=force)
 
 
 # ---------------------------------------------------------------- index migrate

@@ -7,7 +7,8 @@ Tree::
     ├── InputError                  bad user input (empty path, non-JSON file, empty question, ...)
     │   └── ParseError              a page whose storage format cannot be parsed (carries page_id)
     ├── IndexError_                 the vector index failed
-    │   └── IndexMismatchError      index built with another embedding model/dimension
+    │   ├── IndexMismatchError      index built with another embedding model/dimension
+    │   └── IndexBusyError          the embedded index stayed in use by another process too long
     ├── EmbeddingError              the embedding model failed or is unavailable
     ├── RemoteError                 a remote service failed (base for LLM / Confluence / Slack)
     │   ├── RateLimitedError        429 / throttled; carries ``retry_after_s``
@@ -49,6 +50,10 @@ class IndexError_(EvidentError):
 
 class IndexMismatchError(IndexError_):
     """The index on disk was built with another embedding model or dimension."""
+
+
+class IndexBusyError(IndexError_):
+    """Another process held the embedded index for longer than ``EVIDENT_INDEX_WAIT_S``."""
 
 
 class EmbeddingError(EvidentError):

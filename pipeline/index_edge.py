@@ -10,11 +10,17 @@ one critical section deletes the old live points and flips the new ones to live.
 holds ``self._lock``, so in-process readers see the old or the new version — never a mix and never
 a gap. An exception while staging leaves the old version live; the staged leftovers are deleted by
 the next ``replace_page`` of that page and by ``open``.
+
+Several processes share one directory through ``pipeline.index_lease``: every public operation runs
+inside ``_use()``, which (re)opens the shard under the lease, and a watcher thread hands the shard
+over (flush, close, release) once another process waits and no operation is in flight. Staged
+leftovers can therefore only be a crashed writer's: nobody hands over in the middle of a page swap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +34,7 @@ import qdrant_edge as qe
 
 from pipeline import index_common as ic
 from pipeline.errors import IndexError_, IndexMismatchError
+from pipeline.index_lease import IndexLease
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest, SparseVector
 
 T = TypeVar("T")
@@ -63,13 +70,21 @@ class EdgeIndex:
 
     batch_size: int = ic.WRITE_BATCH
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None) -> None:
         self._path = Path(path)
         self._shard: qe.EdgeShard | None = None
         self._dim = 0
         self._embedder = ""
         self._lock = threading.RLock()  # every shard call; makes the swap invisible to readers
         self._write_lock = asyncio.Lock()  # one writer at a time (staging cleanup vs. staging)
+        self._lease = IndexLease(self._path, command=command, wait_s=wait_s)
+        self._state = threading.Lock()  # guards _shard open/closed and _busy
+        self._busy = 0  # operations in flight; the shard is never handed over while > 0
+        self._opened = False
+        self._poke = threading.Event()
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.handovers = 0
 
     @property
     def path(self) -> Path:
@@ -96,15 +111,97 @@ class EdgeIndex:
             must.append(_match_any("space", spaces))
         return qe.Filter(must=must)
 
+    # ------------------------------------------------------------------ the lease
+
+    @contextlib.asynccontextmanager
+    async def _use(self) -> AsyncIterator[None]:
+        """One operation: the shard is open (waiting for the lease if it was handed over) and stays open."""
+        while True:
+            with self._state:
+                if not self._opened:
+                    raise IndexError_(f"index at {self._path} is not open; call open() first")
+                if self._shard is not None:
+                    self._busy += 1
+                    break
+            await asyncio.to_thread(self._reacquire_sync)
+        try:
+            yield
+        finally:
+            with self._state:
+                self._busy -= 1
+            self._poke.set()  # the watcher hands over if someone waits
+
+    def _reacquire_sync(self) -> None:
+        self._lease.acquire()
+        with self._state:
+            if self._shard is not None:
+                return
+            try:
+                self._shard = self._load_shard(self._dim, self._path / SHARD_DIR, has_manifest=True)
+                self._after_load(self._shard)
+            except BaseException:
+                self._shard = None
+                self._lease.release()
+                raise
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self._poke.wait(0.1)
+            self._poke.clear()
+            with self._state:
+                if self._shard is not None and self._busy == 0 and self._lease.others_waiting():
+                    self._release_shard_locked(yielding=True)
+                    self.handovers += 1
+
+    def _release_shard_locked(self, *, yielding: bool) -> None:
+        try:
+            self._close_shard_locked()
+        finally:
+            self._lease.release(yielding=yielding)
+
+    def _close_shard_locked(self) -> None:
+        shard, self._shard = self._shard, None
+        if shard is not None:
+            with self._lock:
+                try:
+                    shard.flush()
+                finally:
+                    shard.close()
+
+    def _stop_watcher(self) -> None:
+        self._stop.set()
+        self._poke.set()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.join()
+
     # ------------------------------------------------------------------ open / close
 
     async def open(self, *, dense_dim: int, embedder: str) -> None:
-        """Create or load the shard; raise ``IndexMismatchError`` on another embedder or dimension."""
-        await asyncio.to_thread(self._open_sync, dense_dim, embedder)
+        """Create or load the shard; raise ``IndexMismatchError`` on another embedder or dimension.
+
+        Waits (logging who holds it) while another process holds the index's lease.
+        """
+        if self._opened:
+            raise IndexError_(f"index at {self._path} is already open")
+        await asyncio.to_thread(self._lease.acquire)
+        try:
+            await asyncio.to_thread(self._open_sync, dense_dim, embedder)
+        except BaseException:
+            self._lease.release()
+            raise
+        self._opened = True
+        self._stop.clear()
+        self._watcher = threading.Thread(target=self._watch, name=f"index-lease:{self._path.name}", daemon=True)
+        self._watcher.start()
+
+    def _config(self, dense_dim: int) -> qe.EdgeConfig:
+        return qe.EdgeConfig(
+            vectors={ic.DENSE: qe.EdgeVectorParams(size=dense_dim, distance=qe.Distance.Cosine)},
+            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        )
 
     def _open_sync(self, dense_dim: int, embedder: str) -> None:
-        if self._shard is not None:
-            raise IndexError_(f"index at {self._path} is already open")
         self._path.mkdir(parents=True, exist_ok=True)
         manifest_path = self._path / MANIFEST_FILE
         shard_path = self._path / SHARD_DIR
@@ -115,51 +212,60 @@ class EdgeIndex:
             except (OSError, ValueError) as exc:
                 raise IndexError_(f"cannot read {manifest_path}: {exc}") from exc
             ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=str(self._path))
-        config = qe.EdgeConfig(
-            vectors={ic.DENSE: qe.EdgeVectorParams(size=dense_dim, distance=qe.Distance.Cosine)},
-            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        )
+        exists = shard_path.is_dir() and any(shard_path.iterdir())
+        if not exists and not has_manifest:  # a new index: the manifest first, so a crash never leaves
+            _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim))  # a shard without one
+            has_manifest = True
+        shard = self._load_shard(dense_dim, shard_path, has_manifest=has_manifest, embedder=embedder)
+        with self._state:
+            self._shard, self._dim, self._embedder = shard, dense_dim, embedder
+        try:
+            self._after_load(shard)
+            if not has_manifest:
+                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim))
+        except BaseException:
+            self._release_shard_locked(yielding=False)
+            raise
+
+    def _load_shard(self, dense_dim: int, shard_path: Path, *, has_manifest: bool, embedder: str = "") -> qe.EdgeShard:
+        config = self._config(dense_dim)
         exists = shard_path.is_dir() and any(shard_path.iterdir())
         try:
             if exists:
                 # Passing the config makes Edge check the stored vectors against it (a second guard
                 # for shards whose manifest is missing).
-                shard = qe.EdgeShard.load(str(shard_path), config)
-            else:
-                shard = qe.EdgeShard.create(str(shard_path), config)
+                return qe.EdgeShard.load(str(shard_path), config)
+            return qe.EdgeShard.create(str(shard_path), config)
         except Exception as exc:
+            if "WouldBlock" in str(exc):
+                raise IndexError_(
+                    f"index at {self._path} is open in a process that does not take evident's lease "
+                    "(an older evident?); stop it and retry"
+                ) from exc
             if exists and not has_manifest:
                 raise IndexMismatchError(
                     f"index at {self._path} has no manifest and does not match '{embedder}' (dim {dense_dim}): "
                     f"{exc}. Use another --index-dir or re-ingest with --rebuild"
                 ) from exc
             raise IndexError_(f"cannot open qdrant edge shard at {shard_path}: {exc}") from exc
-        self._shard, self._dim, self._embedder = shard, dense_dim, embedder
-        try:
-            schema = self._call(lambda: shard.info().payload_schema)
-            for name in ic.KEYWORD_FIELDS:
-                if name not in schema:
-                    self._call(shard.update, qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
-            # Leftovers of a write that crashed while staging.
-            self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])))
-            if not has_manifest:
-                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim))
-        except BaseException:
-            self._close_sync()
-            raise
+
+    def _after_load(self, shard: qe.EdgeShard) -> None:
+        schema = self._call(lambda: shard.info().payload_schema)
+        for name in ic.KEYWORD_FIELDS:
+            if name not in schema:
+                self._call(shard.update, qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+        # Leftovers of a write that crashed while staging (no live process is mid-swap: see module doc).
+        self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])))
 
     async def close(self) -> None:
-        """Flush and release the shard. Safe to call twice."""
+        """Flush and release the shard and the lease. Safe to call twice."""
         await asyncio.to_thread(self._close_sync)
 
     def _close_sync(self) -> None:
-        shard, self._shard = self._shard, None
-        if shard is not None:
-            with self._lock:
-                try:
-                    shard.flush()
-                finally:
-                    shard.close()
+        self._stop_watcher()
+        with self._state:
+            self._opened = False
+            self._release_shard_locked(yielding=False)
 
     async def optimize(self) -> bool:
         """Merge segments, vacuum deleted points and build HNSW; call after a bulk ingest.
@@ -167,26 +273,37 @@ class EdgeIndex:
         Blocks the event loop for seconds on large indexes (Edge holds the GIL), so never call it
         on the serving path. Returns whether anything was optimized.
         """
-        async with self._write_lock:
+        async with self._write_lock, self._use():
             shard = self._require()
             changed = await asyncio.to_thread(self._call, shard.optimize)
             await asyncio.to_thread(self._call, shard.flush)
             return changed
 
     async def drop(self) -> None:
-        """Delete the shard and manifest (``--rebuild``). The index must be opened again afterwards."""
-        await self.close()
-        await asyncio.to_thread(self._drop_sync)
+        """Delete the shard and manifest (``--rebuild``), holding the lease throughout, then close.
+
+        The index must be opened again afterwards.
+        """
+        async with self._write_lock:
+            await asyncio.to_thread(self._drop_sync)
 
     def _drop_sync(self) -> None:
-        shutil.rmtree(self._path / SHARD_DIR, ignore_errors=True)
-        (self._path / MANIFEST_FILE).unlink(missing_ok=True)
+        self._lease.acquire()
+        try:
+            self._stop_watcher()
+            with self._state:
+                self._opened = False
+                self._close_shard_locked()
+            shutil.rmtree(self._path / SHARD_DIR, ignore_errors=True)
+            (self._path / MANIFEST_FILE).unlink(missing_ok=True)
+        finally:
+            self._lease.release()
 
     # ------------------------------------------------------------------ writes
 
     async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
         """Swap in a page version atomically (see module docstring); idempotent for the same hash."""
-        async with self._write_lock:
+        async with self._write_lock, self._use():
             shard = self._require()
             staged = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.STAGED)])
             await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(staged))
@@ -251,7 +368,7 @@ class EdgeIndex:
         """Remove pages (live and staged points)."""
         if not page_ids:
             return
-        async with self._write_lock:
+        async with self._write_lock, self._use():
             shard = self._require()
             flt = qe.Filter(must=[_match_any("page_id", list(page_ids))])
             await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(flt))
@@ -260,7 +377,8 @@ class EdgeIndex:
 
     async def search(self, request: SearchRequest) -> list[Hit]:
         """Lexical, dense, or hybrid (RRF fused inside Edge, weighted when ``request.weights``)."""
-        return await asyncio.to_thread(self._search_sync, request)
+        async with self._use():
+            return await asyncio.to_thread(self._search_sync, request)
 
     def _search_sync(self, request: SearchRequest) -> list[Hit]:
         shard = self._require()
@@ -292,7 +410,8 @@ class EdgeIndex:
         ]
 
     async def page_hashes(self) -> dict[str, str]:
-        return await asyncio.to_thread(self._page_hashes_sync)
+        async with self._use():
+            return await asyncio.to_thread(self._page_hashes_sync)
 
     def _page_hashes_sync(self) -> dict[str, str]:
         shard = self._require()
@@ -321,7 +440,8 @@ class EdgeIndex:
         for page_id in pages:
             offset: Any = None
             while True:
-                points, offset = await asyncio.to_thread(self._export_sync, page_id, offset, max(1, batch))
+                async with self._use():
+                    points, offset = await asyncio.to_thread(self._export_sync, page_id, offset, max(1, batch))
                 for point in points:
                     yield point
                 if offset is None:
@@ -351,7 +471,8 @@ class EdgeIndex:
         """Live evidence by id, in the given order; unknown ids are skipped."""
         if not evidence_ids:
             return []
-        return await asyncio.to_thread(self._get_sync, list(evidence_ids))
+        async with self._use():
+            return await asyncio.to_thread(self._get_sync, list(evidence_ids))
 
     def _get_sync(self, evidence_ids: list[str]) -> list[Evidence]:
         shard = self._require()
@@ -370,20 +491,22 @@ class EdgeIndex:
 
     async def count(self) -> int:
         """Live points."""
-        return await asyncio.to_thread(self._count_sync, self._live_filter())
+        async with self._use():
+            return await asyncio.to_thread(self._count_sync, self._live_filter())
 
     def _count_sync(self, flt: qe.Filter) -> int:
         return self._call(self._require().count, qe.CountRequest(exact=True, filter=flt))
 
     async def stats(self) -> dict[str, object]:
-        return await asyncio.to_thread(self._stats_sync)
+        async with self._use():
+            return await asyncio.to_thread(self._stats_sync)
 
     def _stats_sync(self) -> dict[str, object]:
         shard = self._require()
         live = _match(ic.STATE, ic.LIVE)
         by_kind = {k: self._count_sync(qe.Filter(must=[live, _match("kind", k)])) for k in EVIDENCE_KINDS}
         info = self._call(shard.info)
-        disk = sum(f.stat().st_blocks * 512 for f in self._path.rglob("*") if f.is_file())  # allocated, not sparse size
+        disk = sum(f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file())  # allocated, not sparse size
         return {
             "backend": "qdrant-edge",
             "path": str(self._path),

@@ -32,7 +32,7 @@ async def test_manifest_is_written_atomically(tmp_path: Path) -> None:
     idx = EdgeIndex(tmp_path / "index")
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)
     await idx.close()
-    files = sorted(p.name for p in (tmp_path / "index").iterdir())
+    files = sorted(p.name for p in (tmp_path / "index").iterdir() if not p.name.startswith("lease."))
     assert files == [MANIFEST_FILE, "shard"]  # no temp files left behind
     data = json.loads((tmp_path / "index" / MANIFEST_FILE).read_text())
     assert data["embedder"] == EMBEDDER and data["dim"] == DIM
