@@ -2,7 +2,12 @@
 
 This is the offline way into evident (the bundled sample space, benchmark documents, a space
 exported from Confluence). Bad files are skipped and listed in ``failures`` instead of aborting the
-whole ingest, because one broken export file should not block a space of hundreds.
+whole ingest, because one broken export file should not block a space of hundreds. In a JSON file
+holding a list of pages, each page stands alone: ``file.json[3]`` names the one that failed.
+
+Bounded: files over ``max_file_bytes`` are not read; JSON must be strict (no NaN/Infinity, integers
+within Python's 4,300-digit limit, nesting within the interpreter's recursion limit); symbolic links
+that lead out of the folder being read are reported, not followed.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,10 +24,11 @@ import lxml.etree
 import lxml.html
 
 from pipeline.errors import InputError
+from pipeline.pages import clean_line, page_from_record
 from pipeline.types import Page
 
-REQUIRED_FIELDS = ("id", "title", "url", "space", "content")
 PAGE_SUFFIXES = (".json", ".html", ".htm")
+MAX_FILE_BYTES = 64 * 2**20
 
 
 def sample_space_dir() -> Path:
@@ -38,9 +45,11 @@ class LocalFolderConnector:
 
     name = "local"
 
-    def __init__(self, paths: Sequence[Path], space: str | None = None) -> None:
+    def __init__(self, paths: Sequence[Path], space: str | None = None, *,
+                 max_file_bytes: int = MAX_FILE_BYTES) -> None:
         self.paths = [Path(p).expanduser() for p in paths]
         self.space = space
+        self.max_file_bytes = max_file_bytes
         self.failures: list[tuple[str, str]] = []
 
     async def iter_pages(self) -> AsyncIterator[Page]:
@@ -49,15 +58,21 @@ class LocalFolderConnector:
         seen: dict[str, str] = {}
         for root, path in files:
             try:
-                pages = await asyncio.to_thread(self._load_file, root, path)
+                loaded = await asyncio.to_thread(self._load_file, root, path)
             except InputError as exc:
                 self.failures.append((str(path), str(exc)))
                 continue
-            for page in pages:
-                if page.id in seen:
-                    self.failures.append((str(path), f"duplicate page id {page.id} (also in {seen[page.id]})"))
+            except (RecursionError, MemoryError, ValueError, OSError) as exc:  # never abort the run
+                self.failures.append((str(path), f"cannot be read ({type(exc).__name__})"))
+                continue
+            for where, page in loaded:
+                if isinstance(page, InputError):
+                    self.failures.append((where, str(page)))
                     continue
-                seen[page.id] = str(path)
+                if page.id in seen:
+                    self.failures.append((where, f"duplicate page id {page.id} (also in {seen[page.id]})"))
+                    continue
+                seen[page.id] = where
                 yield page
         if not seen:
             where = ", ".join(str(p) for p in self.paths) or "(no paths)"
@@ -70,59 +85,56 @@ class LocalFolderConnector:
     # ------------------------------------------------------------------ files
 
     def _discover(self) -> list[tuple[Path, Path]]:
-        """(root, file) pairs in a stable order; ``root`` anchors ids of HTML pages."""
+        """(root, file) pairs in a stable order; ``root`` anchors ids of HTML pages.
+
+        Walks without following directory links; a file link that leads out of its root is a failure.
+        """
         found: list[tuple[Path, Path]] = []
         for root in self.paths:
             if root.is_file():
                 found.append((root.parent, root))
             elif root.is_dir():
-                found.extend(
-                    (root, p)
-                    for p in sorted(root.rglob("*"))
-                    if p.is_file() and p.suffix.lower() in PAGE_SUFFIXES and not p.name.startswith(".")
-                )
+                real_root = root.resolve()
+                for folder, dirs, names in os.walk(root):
+                    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                    for name in sorted(names):
+                        path = Path(folder) / name
+                        if name.startswith(".") or path.suffix.lower() not in PAGE_SUFFIXES:
+                            continue
+                        if path.is_symlink() and not path.resolve().is_relative_to(real_root):
+                            self.failures.append((str(path), f"symbolic link to {path.resolve()} leads out of "
+                                                              f"{root}; not followed"))
+                            continue
+                        if path.is_file():
+                            found.append((root, path))
         if not found:
             where = ", ".join(str(p) for p in self.paths) or "(no paths)"
             raise InputError(f"no pages found in {where}")
         return found
 
-    def _load_file(self, root: Path, path: Path) -> list[Page]:
+    def _load_file(self, root: Path, path: Path) -> list[tuple[str, Page | InputError]]:
         try:
+            size = path.stat().st_size
+            if size > self.max_file_bytes:
+                raise InputError(f"file is too large ({size / 2**20:.1f} MiB > {self.max_file_bytes / 2**20:.0f} MiB)")
             data = path.read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read file: {exc.strerror or exc}") from exc
         if path.suffix.lower() == ".json":
-            return self._json_pages(data)
-        return [self._html_page(root, path, data)]
+            return self._json_pages(path, data)
+        return [(str(path), self._html_page(root, path, data))]
 
-    def _json_pages(self, data: bytes) -> list[Page]:
-        try:
-            doc = json.loads(data.decode("utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"not valid JSON: {exc}") from exc
+    def _json_pages(self, path: Path, data: bytes) -> list[tuple[str, Page | InputError]]:
+        doc = parse_json(data)
         items = doc if isinstance(doc, list) else [doc]
-        return [self._json_page(item) for item in items]
-
-    def _json_page(self, item: Any) -> Page:
-        if not isinstance(item, dict):
-            raise InputError("JSON page must be an object")
-        missing = [f for f in REQUIRED_FIELDS if item.get(f) in (None, "")]
-        if missing:
-            raise InputError(f"JSON page lacks required fields: {', '.join(missing)}")
-        ancestors = item.get("ancestors") or ()
-        labels = item.get("labels") or ()
-        version = item.get("version")
-        return Page(
-            id=str(item["id"]),
-            title=str(item["title"]),
-            url=str(item["url"]),
-            space=self.space or str(item["space"]),
-            body=str(item["content"]),
-            version=int(version) if isinstance(version, int | str) and str(version).isdigit() else None,
-            updated=str(item["date"]) if item.get("date") else None,
-            ancestors=tuple(str(a.get("title", "")) if isinstance(a, dict) else str(a) for a in ancestors),
-            labels=tuple(str(label) for label in labels),
-        )
+        out: list[tuple[str, Page | InputError]] = []
+        for i, item in enumerate(items):
+            where = f"{path}[{i}]" if isinstance(doc, list) else str(path)
+            try:
+                out.append((where, page_from_record(item, space=self.space)))
+            except InputError as exc:
+                out.append((where, exc))
+        return out
 
     def _html_page(self, root: Path, path: Path, data: bytes) -> Page:
         if not data.strip():
@@ -144,15 +156,38 @@ class LocalFolderConnector:
         body = (main.text or "") + "".join(
             lxml.html.tostring(child, encoding="unicode", with_tail=True) for child in main
         )
-        rel = path.resolve().relative_to(root.resolve()).as_posix()
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:  # a link inside the folder to elsewhere in it: the link's own path
+            rel = os.path.relpath(path, root)
         return Page(
-            id="html-" + hashlib.sha1(rel.encode("utf-8")).hexdigest()[:16],
-            title=title,
+            id="html-" + hashlib.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+            title=clean_line(title) or path.stem,
             url=path.resolve().as_uri(),
             space=space,
             body=body,
             ancestors=tuple(c for c in crumbs[1:] if c),
         )
+
+
+def parse_json(data: bytes) -> Any:
+    """Strict JSON from UTF-8 bytes, every failure an ``InputError`` with a one-line reason."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid JSON: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from exc
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise InputError("not valid JSON: nested too deeply") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc}") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits, NaN/Infinity
+        raise InputError(f"not valid JSON: {str(exc).split(';')[0]}") from exc
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _strip_space(title: str, spaces: Sequence[str]) -> str:

@@ -7,7 +7,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -139,15 +139,23 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
         raise InputError(f"path not found: {', '.join(missing)}")
     report, failures = run(_ingest(settings, paths, space, progress=not no_progress))
     kinds = ", ".join(f"{k} {v}" for k, v in report.evidence_by_kind.items()) or "none"
+    partial = f", partial {len({pid for pid, _ in report.partial})}" if report.partial else ""
     click.echo(
         f"pages {report.pages_seen} (added {report.added}, updated {report.updated}, unchanged "
-        f"{report.unchanged}, failed {len(report.failed) + len(failures)}) · evidence {report.evidence} "
+        f"{report.unchanged}, failed {len(report.failed) + len(failures)}{partial}) · evidence {report.evidence} "
         f"({kinds}) · {report.seconds:.1f} s · index {settings.resolved_index_dir}"
     )
-    for page_id, reason in [*failures, *report.failed]:
-        click.echo(f"failed: {page_id}: {reason}", err=True)
-    if report.failed or failures:
+    echo_page_problems([*failures, *report.failed], report.partial, report.warnings)
+    if report.failed or failures or report.partial:
         sys.exit(1)
+
+
+def echo_page_problems(failed: Sequence[tuple[str, str]], partial: Sequence[tuple[str, str]],
+                       warnings: Sequence[tuple[str, str]]) -> None:
+    """One stderr line per page problem: ``failed:`` (not indexed), ``partial:`` (text lost), ``warning:``."""
+    for label, rows in (("failed", failed), ("partial", partial), ("warning", warnings)):
+        for where, reason in rows:
+            click.echo(f"{label}: {where}: {reason}", err=True)
 
 
 async def _search(settings: Settings, query: str, k: int, mode: str | None, trace: bool):  # type: ignore[no-untyped-def]

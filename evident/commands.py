@@ -110,13 +110,13 @@ def register(main: click.Group) -> None:
 
         @cli_errors
         def go() -> None:
+            from evident.cli import echo_page_problems
             from evident.sync_cmd import run_sync, summary
 
             report = asyncio.run(run_sync(_settings(ctx), spaces=spaces or None, full=full, progress=True))
             click.echo(summary(report))
-            for page_id, reason in report.failed:
-                click.echo(f"failed: {page_id}: {reason}", err=True)
-            if report.failed:
+            echo_page_problems(report.failed, report.partial, report.warnings)
+            if report.failed or report.partial:
                 sys.exit(1)
 
         go()

@@ -32,6 +32,9 @@ class SyncLoop:
             try:
                 report = await run_sync(self.settings, spaces=None, full=False, progress=False, engine=self.engine)
                 log.info("sync: %s", summary(report))
+                for label, rows in (("failed", report.failed), ("partial", report.partial)):
+                    for where, reason in rows[:50]:
+                        log.warning("sync %s: %s: %s", label, where, reason)
                 if not report.failed:
                     self.last_ok = time.monotonic()
             except EvidentError as exc:

@@ -8,9 +8,10 @@ from pipeline.settings import Settings
 
 
 def summary(report) -> str:  # type: ignore[no-untyped-def]
+    partial = f", partial {len(report.partial)}" if report.partial else ""
     return (
         f"added {report.added}, updated {report.updated}, deleted {report.deleted}, unchanged {report.unchanged}, "
-        f"skipped-restricted {report.skipped_restricted}, failed {len(report.failed)}, "
+        f"skipped-restricted {report.skipped_restricted}, failed {len(report.failed)}{partial}, "
         f"API calls {report.api_calls}, {report.seconds:.1f} s"
     )
 

@@ -6,6 +6,7 @@ Tree::
     ├── ConfigError                 missing/invalid settings (unknown embedder, missing token, ...)
     ├── InputError                  bad user input (empty path, non-JSON file, empty question, ...)
     │   └── ParseError              a page whose storage format cannot be parsed (carries page_id)
+    │       └── ParseTimeoutError   a page that took longer than EVIDENT_PAGE_TIMEOUT_S to parse
     ├── IndexError_                 the vector index failed
     │   ├── IndexMismatchError      index built with another embedding model/dimension
     │   └── IndexBusyError          the embedded index stayed in use by another process too long
@@ -42,6 +43,10 @@ class ParseError(InputError):
     def __init__(self, message: str, *, page_id: str | None = None) -> None:
         super().__init__(message)
         self.page_id = page_id
+
+
+class ParseTimeoutError(ParseError):
+    """Parsing one page took longer than its time bound."""
 
 
 class IndexError_(EvidentError):

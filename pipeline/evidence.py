@@ -14,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.types import Element, Evidence, EvidenceKind, Heading, ListBlock, Page, Paragraph, Table
@@ -76,17 +77,25 @@ class _Unit:
     row_numbers: tuple[int, ...] = ()  # 1-based data row number of each verbalized row
 
 
+MAX_EVIDENCE_CHARS = 64_000  # above the largest ConfQuestions table (41,891 characters)
+
+
 def build_evidence(
-    page: Page, elements: Sequence[Element], *, table_indexing: str = "both", linearization: str = "verbalized"
+    page: Page, elements: Sequence[Element], *, table_indexing: str = "both", linearization: str = "verbalized",
+    max_chars: int = MAX_EVIDENCE_CHARS, notes: list[str] | None = None,
 ) -> list[Evidence]:
-    """Turn one page's elements into evidence in document order (a table precedes its rows)."""
+    """Turn one page's elements into evidence in document order (a table precedes its rows).
+
+    A table or list longer than ``max_chars`` becomes several evidence of consecutive rows or items
+    (nothing is lost); a single row longer than that is cut, and ``notes`` says so.
+    """
     if table_indexing not in TABLE_INDEXING:
         raise ConfigError(
             f"table_indexing must be one of {', '.join(TABLE_INDEXING)}, got {table_indexing!r}"
         )
     if linearization not in LINEARIZATIONS:
         raise ConfigError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
-    units = _units(elements, linearization)
+    units = _units(elements, linearization, max_chars, notes if notes is not None else [])
     out: list[Evidence] = []
 
     def add(
@@ -134,7 +143,7 @@ def build_evidence(
     return out
 
 
-def _units(elements: Sequence[Element], linearization: str = "verbalized") -> list[_Unit]:
+def _units(elements: Sequence[Element], linearization: str, max_chars: int, notes: list[str]) -> list[_Unit]:
     units: list[_Unit] = []
     path: list[tuple[int, str]] = []
     paragraphs: list[str] = []
@@ -160,9 +169,9 @@ def _units(elements: Sequence[Element], linearization: str = "verbalized") -> li
                     path.pop()
                 path.append((element.level, element.text.strip()))
         elif isinstance(element, ListBlock):
-            items = tuple(i for i in element.items if i.strip())
-            if items:
-                units.append(_Unit("list", "\n".join(items), headings(), tuple(i.strip() for i in items)))
+            items = [_cap(i, max_chars, notes, "list item") for i in element.items if i.strip()]
+            for chunk in _chunks(items, max_chars):
+                units.append(_Unit("list", "\n".join(chunk), headings(), tuple(i.strip() for i in chunk)))
         elif isinstance(element, Table):
             table_number += 1
             verbalized = [
@@ -171,24 +180,54 @@ def _units(elements: Sequence[Element], linearization: str = "verbalized") -> li
                 if (text := linearize_row(element.headers, row, row_number=r, table_number=table_number,
                                           style=linearization))
             ]
-            if verbalized:
-                rows = tuple(text for _, text in verbalized)
+            verbalized = [(r, _cap(text, max_chars, notes, f"row {r} of table {table_number}"))
+                          for r, text in verbalized]
+            caption = (element.caption,) if element.caption else ()
+            for part in _chunks(verbalized, max(max_chars // 2, max_chars - len(element.caption)), key=lambda rt: rt[1]):
+                rows = tuple(text for _, text in part)
                 body: tuple[str, ...] = rows
                 if linearization == "markdown":  # the header once, then value lines
                     body = (rows[0].rsplit("\n", 1)[0], *(r.rsplit("\n", 1)[1] for r in rows))
-                text = "\n".join(((element.caption,) if element.caption else ()) + body)
                 units.append(
                     _Unit(
                         "table",
-                        text,
+                        "\n".join(caption + body),
                         headings(),
                         rows,
                         table_index=table_number,
-                        row_numbers=tuple(r for r, _ in verbalized),
+                        row_numbers=tuple(r for r, _ in part),
                     )
                 )
     flush()
     return units
+
+
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], limit: int, key: Callable[[T], str] = str) -> list[list[T]]:
+    """Consecutive runs of ``items`` whose joined text stays within ``limit`` (one run when it all fits)."""
+    out: list[list[T]] = []
+    current: list[T] = []
+    size = 0
+    for item in items:
+        n = len(key(item)) + 1
+        if current and size + n > limit:
+            out.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += n
+    if current:
+        out.append(current)
+    return out
+
+
+def _cap(text: str, limit: int, notes: list[str], what: str) -> str:
+    if len(text) <= limit:
+        return text
+    notes.append(f"{what} cut from {len(text)} to {limit} characters (EVIDENT_MAX_EVIDENCE_CHARS)")
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > limit // 2 else limit]
 
 
 def split_passage(paragraphs: Sequence[str], limit: int = PASSAGE_CHARS) -> list[str]:

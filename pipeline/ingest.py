@@ -1,8 +1,15 @@
-"""Pages -> evidence -> vectors -> index, page by page, never leaving a page half-written.
+"""Pages -> evidence -> vectors -> index, page by page: a bad page is reported, never fatal, never half-written.
 
 Embedding is the slow stage, so evidence of several pages is embedded in one batch; each page is then
 swapped into the index as a unit (``Index.replace_page``). Unchanged pages (same content hash under
 the same indexing configuration) are skipped without parsing or embedding.
+
+Every stage is isolated per page: a page that fails to parse, contextualize, embed, sparse-encode or
+write is reported with a one-line reason (``IngestReport.failed``) and every other page proceeds; a
+batch whose embedding fails is retried page by page. A page indexed with less than all of its text
+(bounds, low parse coverage) is listed in ``partial``; what was recovered without loss in ``warnings``.
+Bounds per page (``IngestOptions``, docs/ingest.md): size, parse time, markup depth, table size,
+evidence length and count.
 """
 
 from __future__ import annotations
@@ -12,15 +19,18 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.contextualize import contextualize
 from pipeline.errors import EvidentError, InputError
-from pipeline.evidence import build_evidence
+from pipeline.evidence import MAX_EVIDENCE_CHARS, build_evidence
 from pipeline.protocols import Embedder, Index, SparseEncoder
-from pipeline.storage_format import parse_storage
-from pipeline.types import Evidence, IndexPoint, Page
+from pipeline.storage import ParseLimits, parse_page
+from pipeline.types import Evidence, IndexPoint, Page, SparseVector
+
+PARSER_VERSION = 2  # part of every page hash: a parser change re-reads pages (the embedding cache keeps it cheap)
 
 
 @dataclass(frozen=True)
@@ -35,10 +45,13 @@ class IngestOptions:
     table_indexing: str = "both"
     linearization: str = "verbalized"  # table rows: verbalized | markdown | plain
     max_page_bytes: int = 4 * 1024 * 1024
+    max_evidence_chars: int = MAX_EVIDENCE_CHARS
+    max_evidence_per_page: int = 2_000
+    parse: ParseLimits = field(default_factory=ParseLimits)
     batch_evidence: int = 256  # evidence embedded per batch (across pages)
 
     def fingerprint(self, embedder: str, sparse: str) -> str:
-        cfg = {
+        cfg: dict[str, Any] = {
             "context_items": list(self.context_items),
             "context_item_max_chars": self.context_item_max_chars,
             "dense_context_items": None if self.dense_context_items is None else list(self.dense_context_items),
@@ -46,7 +59,12 @@ class IngestOptions:
             **({"linearization": self.linearization} if self.linearization != "verbalized" else {}),
             "embedder": embedder,
             "sparse": sparse,
+            "parser": PARSER_VERSION,
         }
+        defaults = IngestOptions()
+        for name in ("max_evidence_chars", "max_evidence_per_page", "parse"):
+            if getattr(self, name) != getattr(defaults, name):
+                cfg[name] = str(getattr(self, name))
         return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -56,13 +74,30 @@ class IngestReport:
     added: int = 0
     updated: int = 0
     unchanged: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)  # (page id, reason)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (page id, reason): not indexed
+    partial: list[tuple[str, str]] = field(default_factory=list)  # indexed, but not all of its text
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # indexed in full after a recovery
     evidence_by_kind: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    slowest_page: tuple[str, float] = ("", 0.0)  # parse + evidence, seconds
 
     @property
     def evidence(self) -> int:
         return sum(self.evidence_by_kind.values())
+
+    @property
+    def ok(self) -> bool:
+        """No page failed or lost text (what the exit code of `evident ingest` reports)."""
+        return not self.failed and not self.partial
+
+
+@dataclass
+class PageEvidence:
+    """One page split into evidence, with what happened on the way."""
+
+    evidence: list[Evidence]
+    lost: list[str] = field(default_factory=list)  # text not indexed (partial page)
+    recovered: list[str] = field(default_factory=list)  # informational
 
 
 def page_hash(page: Page, fingerprint: str) -> str:
@@ -76,6 +111,11 @@ def page_hash(page: Page, fingerprint: str) -> str:
 
 def page_to_evidence(page: Page, options: IngestOptions) -> list[Evidence]:
     """Parse and split one page. Raises ``EvidentError`` subclasses for unusable pages."""
+    return split_page(page, options).evidence
+
+
+def split_page(page: Page, options: IngestOptions) -> PageEvidence:
+    """Parse and split one page within its bounds; ``EvidentError`` for a page that cannot be indexed."""
     size = len(page.body.encode("utf-8", "surrogatepass"))
     if size > options.max_page_bytes:
         raise InputError(
@@ -83,12 +123,43 @@ def page_to_evidence(page: Page, options: IngestOptions) -> list[Evidence]:
         )
     if not page.body.strip():
         raise InputError("page has no content")
-    elements = parse_storage(page.body, page_id=page.id)
-    evidence = build_evidence(page, elements, table_indexing=options.table_indexing,
-                              linearization=options.linearization)
+    parsed = parse_page(page.body, page_id=page.id, limits=options.parse)
+    notes: list[str] = []
+    evidence = build_evidence(page, parsed.elements, table_indexing=options.table_indexing,
+                              linearization=options.linearization, max_chars=options.max_evidence_chars,
+                              notes=notes)
     if not evidence:
         raise InputError("page has no text content")
-    return evidence
+    result = PageEvidence(evidence, lost=notes, recovered=list(parsed.notes))
+    if parsed.low_coverage(options.parse):
+        result.lost.append(f"only {parsed.coverage:.0%} of the page's visible text could be read "
+                           f"({parsed.mode} parse)")
+    _cap_evidence(result, options.max_evidence_per_page)
+    return result
+
+
+def _cap_evidence(result: PageEvidence, cap: int) -> None:
+    """At most ``cap`` evidence: rows go first (their tables keep the text), then the page's tail."""
+    n = len(result.evidence)
+    if n <= cap:
+        return
+    rows = sum(1 for e in result.evidence if e.kind == "row")
+    drop_rows = min(rows, n - cap)
+    if drop_rows:
+        kept: list[Evidence] = []
+        dropped = 0
+        for e in reversed(result.evidence):
+            if e.kind == "row" and dropped < drop_rows:
+                dropped += 1
+                continue
+            kept.append(e)
+        result.evidence = kept[::-1]
+        result.recovered.append(f"{drop_rows} table rows not indexed one by one (EVIDENT_MAX_EVIDENCE_PER_PAGE "
+                                f"{cap}); their tables are indexed whole")
+    if len(result.evidence) > cap:
+        result.lost.append(f"only the first {cap} of {len(result.evidence)} evidence indexed "
+                           "(EVIDENT_MAX_EVIDENCE_PER_PAGE)")
+        result.evidence = result.evidence[:cap]
 
 
 @dataclass
@@ -99,13 +170,26 @@ class _Pending:
     evidence: list[Evidence]
 
 
-async def _aiter(pages: AsyncIterable[Page] | Iterable[Page]):  # type: ignore[no-untyped-def]
+async def _aiter(pages: AsyncIterable[Page] | Iterable[Page]) -> AsyncIterator[Page]:
     if isinstance(pages, AsyncIterable):
         async for p in pages:
             yield p
     else:
         for p in pages:
             yield p
+
+
+def _split_isolated(page: Page, options: IngestOptions) -> tuple[PageEvidence | None, str, float]:
+    """``split_page`` that never raises: (result, failure reason, seconds)."""
+    start = time.perf_counter()
+    try:
+        return split_page(page, options), "", time.perf_counter() - start
+    except EvidentError as exc:
+        return None, str(exc), time.perf_counter() - start
+    except (RecursionError, MemoryError) as exc:
+        return None, f"too complex to parse ({type(exc).__name__})", time.perf_counter() - start
+    except Exception as exc:  # noqa: BLE001 - a parser bug on one page must not abort the run
+        return None, f"could not be parsed ({type(exc).__name__}: {exc})", time.perf_counter() - start
 
 
 async def ingest_pages(
@@ -125,11 +209,7 @@ async def ingest_pages(
     live = await index.page_hashes()
     pending: list[_Pending] = []
     pending_n = 0
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(desc="ingest", unit="page")
+    bar = _progress_bar(progress)
 
     async def flush() -> None:
         nonlocal pending, pending_n
@@ -138,25 +218,28 @@ async def ingest_pages(
         batch, pending, pending_n = pending, [], 0
         await _embed_and_write(batch, index=index, embedder=embedder, sparse=sparse, options=options,
                                report=report, kinds=kinds)
+        if bar is not None:
+            bar.update(sum(len(p.evidence) for p in batch))
 
     async for page in _aiter(pages):
         report.pages_seen += 1
-        if bar is not None:
-            bar.update(1)
         h = page_hash(page, fingerprint)
         if live.get(page.id) == h:
             report.unchanged += 1
             continue
-        try:
-            evidence = await asyncio.to_thread(page_to_evidence, page, options)
-        except EvidentError as exc:
-            report.failed.append((page.id, str(exc)))
+        result, reason, seconds = await asyncio.to_thread(_split_isolated, page, options)
+        if seconds > report.slowest_page[1]:
+            report.slowest_page = (page.id, seconds)
+        if result is None:
+            report.failed.append((page.id, reason))
             continue
-        except Exception as exc:  # noqa: BLE001 - a parser bug on one page must not abort the run
-            report.failed.append((page.id, f"could not be parsed ({type(exc).__name__}: {exc})"))
-            continue
-        pending.append(_Pending(page, h, page.id in live, evidence))
-        pending_n += len(evidence)
+        report.partial.extend((page.id, why) for why in result.lost)
+        report.warnings.extend((page.id, why) for why in result.recovered)
+        pending.append(_Pending(page, h, page.id in live, result.evidence))
+        pending_n += len(result.evidence)
+        if bar is not None:
+            bar.total = (bar.total or 0) + len(result.evidence)
+            bar.refresh()
         if pending_n >= options.batch_evidence:
             await flush()
     await flush()
@@ -165,6 +248,15 @@ async def ingest_pages(
     report.evidence_by_kind = dict(sorted(kinds.items()))
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _progress_bar(enabled: bool) -> Any:
+    """Evidence embedded out of the evidence found so far (pages are streamed, so the total grows)."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc="embedding", unit="evidence", total=0, dynamic_ncols=True)
 
 
 async def _embed_and_write(
@@ -177,34 +269,57 @@ async def _embed_and_write(
     report: IngestReport,
     kinds: Counter[str],
 ) -> None:
-    texts = [
-        contextualize(ev, options.context_items, options.context_item_max_chars)
-        for item in batch
-        for ev in item.evidence
-    ]
-    if options.dense_context_items is None:
-        dense_texts = texts
-    else:
-        dense_texts = [
-            contextualize(ev, options.dense_context_items, options.context_item_max_chars)
-            for item in batch
-            for ev in item.evidence
-        ]
-    dense = await asyncio.to_thread(embedder.embed_documents, dense_texts)
-    sparse_vecs = await asyncio.to_thread(sparse.encode_documents, texts)
-    i = 0
+    encoded = await _encode(batch, embedder=embedder, sparse=sparse, options=options)
+    if encoded is None:  # the batch failed as a whole: find the page(s) at fault one by one
+        for item in batch:
+            single = await _encode([item], embedder=embedder, sparse=sparse, options=options, report=report)
+            if single is not None:
+                await _write(item, *single, index=index, report=report, kinds=kinds)
+        return
+    texts, dense, sparse_vecs = encoded
+    start = 0
     for item in batch:
-        points = []
-        for ev in item.evidence:
-            points.append(IndexPoint(ev, texts[i], tuple(float(x) for x in dense[i]), sparse_vecs[i], item.hash))
-            i += 1
-        try:
-            await index.replace_page(item.page.id, item.hash, points)
-        except EvidentError as exc:
-            report.failed.append((item.page.id, f"index write failed: {exc}"))
-            continue
-        if item.existed:
-            report.updated += 1
-        else:
-            report.added += 1
-        kinds.update(ev.kind for ev in item.evidence)
+        end = start + len(item.evidence)
+        await _write(item, texts[start:end], dense[start:end], sparse_vecs[start:end], index=index,
+                     report=report, kinds=kinds)
+        start = end
+
+
+async def _encode(
+    batch: Sequence[_Pending], *, embedder: Embedder, sparse: SparseEncoder, options: IngestOptions,
+    report: IngestReport | None = None,
+) -> tuple[list[str], Any, list[SparseVector]] | None:
+    """Contextualized texts, dense and sparse vectors of a batch; None (or a failure per page) on error."""
+    try:
+        evidence = [ev for item in batch for ev in item.evidence]
+        texts = [contextualize(ev, options.context_items, options.context_item_max_chars) for ev in evidence]
+        dense_texts = texts if options.dense_context_items is None else [
+            contextualize(ev, options.dense_context_items, options.context_item_max_chars) for ev in evidence
+        ]
+        dense = await asyncio.to_thread(embedder.embed_documents, dense_texts)
+        sparse_vecs = await asyncio.to_thread(sparse.encode_documents, texts)
+        if len(dense) != len(texts) or len(sparse_vecs) != len(texts):
+            raise EvidentError(f"got {len(dense)} dense and {len(sparse_vecs)} sparse vectors for {len(texts)} texts")
+        return texts, dense, sparse_vecs
+    except (EvidentError, ValueError, RuntimeError, MemoryError, UnicodeError) as exc:
+        if report is not None:
+            report.failed.extend((item.page.id, f"embedding failed: {exc}") for item in batch)
+        return None
+
+
+async def _write(item: _Pending, texts: Sequence[str], dense: Any, sparse_vecs: Sequence[SparseVector], *,
+                 index: Index, report: IngestReport, kinds: Counter[str]) -> None:
+    points = [
+        IndexPoint(ev, texts[i], tuple(float(x) for x in dense[i]), sparse_vecs[i], item.hash)
+        for i, ev in enumerate(item.evidence)
+    ]
+    try:
+        await index.replace_page(item.page.id, item.hash, points)
+    except EvidentError as exc:
+        report.failed.append((item.page.id, f"index write failed: {exc}"))
+        return
+    if item.existed:
+        report.updated += 1
+    else:
+        report.added += 1
+    kinds.update(ev.kind for ev in item.evidence)

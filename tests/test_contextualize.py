@@ -9,7 +9,7 @@ import pytest
 from pipeline.contextualize import clip, clip_tail, contextualize, prompt_text
 from pipeline.errors import ConfigError
 from pipeline.evidence import build_evidence
-from pipeline.storage_format import parse_storage
+from pipeline.storage import parse_storage
 from pipeline.types import Evidence, Page
 
 ROW1 = "Row 1 in Table 1: Member is Alice, and Task is Prepare the evaluation todo list"

@@ -12,12 +12,13 @@ ancestors are learnt from the space listing, so restricted ancestors *outside* t
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, to_utc_iso
 from pipeline.errors import ConfigError, InputError
+from pipeline.pages import page_from_record
 from pipeline.settings import Settings
 from pipeline.types import Page
 
@@ -164,26 +165,13 @@ def _has_read_restrictions(r: dict[str, Any]) -> bool:
 
 
 def to_page(r: dict[str, Any], site_url: str) -> Page:
-    """Convert one ``content`` JSON object (expanded with ``EXPAND_PAGE``) into a ``Page``."""
-    pid = str(r.get("id", ""))
+    """Convert one ``content`` JSON object (expanded with ``EXPAND_PAGE``) into a ``Page``.
+
+    Validation is the page schema's (``pipeline.pages``); here only the time becomes UTC.
+    """
+    pid = str(r.get("id", "")) if isinstance(r, dict) else ""
     try:
-        body = r["body"]["storage"]["value"]
-        space = r["space"]["key"]
-        version = r["version"]
-        when = version.get("when")
-    except (KeyError, TypeError) as exc:
-        raise InputError(f"page {pid}: response lacks {exc} (body.storage/space/version not expanded?)") from exc
-    links = r.get("_links") or {}
-    webui = str(links.get("webui") or f"/pages/viewpage.action?pageId={pid}")
-    labels = tuple(str(x.get("name")) for x in ((r.get("metadata") or {}).get("labels") or {}).get("results", []))
-    return Page(
-        id=pid,
-        title=str(r.get("title", "")),
-        url=webui if webui.startswith("http") else site_url.rstrip("/") + "/" + webui.lstrip("/"),
-        space=str(space),
-        body=str(body or ""),
-        version=int(version["number"]) if version.get("number") is not None else None,
-        updated=to_utc_iso(when) if when else None,
-        ancestors=tuple(str(a.get("title", "")) for a in r.get("ancestors") or []),
-        labels=labels,
-    )
+        page = page_from_record(r, site_url=site_url)
+    except InputError as exc:
+        raise InputError(f"page {pid or '?'}: {exc}") from exc
+    return replace(page, updated=to_utc_iso(page.updated) if page.updated else None)

@@ -6,7 +6,7 @@ checkpoint (minus the overlap, see ``connectors.confluence.cql``) into ``pipelin
 the checkpoint to the newest ``lastmodified`` that is safely behind us.
 
 "Safely behind us": pages arrive oldest edit first, so the checkpoint is the newest ``lastmodified``
-of the pages before the first page that failed in a retryable way (an index write, or a results
+of the pages before the first page that failed in a retryable way (an index write or embedding, or a results
 page the API would not serve after retries). Pages after a failure are re-read next time, and
 ingest's content hashes make that cheap. Content failures (an empty or unparsable page version) do
 not hold the checkpoint back: only an edit can fix them, and an edit is seen by the next sync. When
@@ -31,7 +31,8 @@ from pipeline.types import Page
 if TYPE_CHECKING:
     from pipeline.ingest import IngestOptions
 
-RETRYABLE_INGEST_PREFIX = "index write failed"
+# Failures that another try may fix (a transient embedder or index): the checkpoint waits for them.
+RETRYABLE_INGEST_PREFIXES = ("index write failed", "embedding failed")
 
 
 class CheckpointStore(Protocol):
@@ -48,6 +49,8 @@ class SyncReport:
     unchanged: int = 0
     skipped_restricted: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (page id or "space:KEY", reason)
+    partial: list[tuple[str, str]] = field(default_factory=list)  # indexed without all of their text
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # indexed in full after a recovery
     api_calls: int = 0
     seconds: float = 0.0
     pages_seen: int = 0
@@ -138,9 +141,11 @@ async def sync_confluence(
         report.updated += ing.updated
         report.unchanged += ing.unchanged
         report.failed.extend(ing.failed)
+        report.partial.extend(ing.partial)
+        report.warnings.extend(ing.warnings)
         if tracker.fetch_error is not None:
             report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
-        blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIX)}
+        blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
         new = tracker.checkpoint(blocking, old)
         if new and new != old:
             await store.set_checkpoint(source.source_key, key, new)

@@ -1,38 +1,78 @@
-"""Confluence storage-format XHTML -> an ordered stream of page elements.
+"""The tree walker: an lxml tree of one page -> ``Heading | Paragraph | ListBlock | Table`` in order.
 
-Storage format is XHTML with undeclared ``ac:``/``ri:`` namespaces, HTML named entities and, in
-practice, the odd stray ``&`` or ``<``. We repair those textually (outside CDATA), wrap the fragment in
-a root that declares the namespaces and parse it with lxml in recover mode, so a sloppy page still
-yields its text. One walker then turns the tree into ``Heading | Paragraph | ListBlock | Table``:
-block tags flush the running inline text as a paragraph, inline tags append to it, and Confluence
-macros are reduced to the content a reader sees (bodies kept, parameters dropped).
+Block tags flush the running inline text as a paragraph, inline tags append to it, and Confluence
+macros are reduced to the content a reader sees (bodies kept, parameters dropped). Bounded per page:
+markup nested deeper than ``max_depth`` is kept as flat text, the walk checks a deadline every 1,024
+elements (``ParseTimeoutError``), and tables spend from one ``TableBudget`` (``pipeline.storage.tables``).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable
-from html.entities import name2codepoint
+from dataclasses import dataclass, field
 
 from lxml import etree
 
-from pipeline.errors import ParseError
+from pipeline.errors import ParseTimeoutError
+from pipeline.storage.tables import TableBudget, build_table, cell_label
+from pipeline.storage.tree import AC, HIDDEN_AC, HIDDEN_LOCAL, RI
 from pipeline.types import Element, Heading, ListBlock, Paragraph, Table
 
-AC = "http://atlassian.com/content"
-RI = "http://atlassian.com/resource/identifier"
-_ROOT_OPEN = f'<evident-root xmlns:ac="{AC}" xmlns:ri="{RI}">'
-_ROOT_CLOSE = "</evident-root>"
-
-MAX_DEPTH = 200  # deeper nesting than any real page; guards the recursive walker
-_MAX_SPAN = 1000  # clamp absurd row/colspan values
-
-_CDATA = re.compile(r"(<!\[CDATA\[.*?(?:\]\]>|$))", re.S)
-_ENTITY = re.compile(r"&(#[0-9]+;|#[xX][0-9a-fA-F]+;|[A-Za-z][A-Za-z0-9]*;)?")
-_STRAY_LT = re.compile(r"<(?![A-Za-z_/!?])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _WS = re.compile(r"\s+")
-_GENERIC_HEADER = re.compile(r"Column \d+")
+_TICK_EVERY = 1024
+
+
+@dataclass
+class WalkContext:
+    """Per-page state shared by a walker and its sub-walkers."""
+
+    page_id: str = ""
+    max_depth: int = 200
+    deadline: float = float("inf")  # time.monotonic() bound
+    timeout_s: float = 0.0
+    tables: TableBudget = field(default_factory=TableBudget)
+    table_count: int = 0
+    ticks: int = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+        if self.ticks % _TICK_EVERY == 0 and time.monotonic() > self.deadline:
+            raise ParseTimeoutError(
+                f"page {self.page_id or '?'} took longer than {self.timeout_s:g} s to parse "
+                "(EVIDENT_PAGE_TIMEOUT_S)", page_id=self.page_id)
+
+
+def walk_tree(root: etree._Element, ctx: WalkContext) -> list[Element]:
+    walker = Walker(ctx)
+    walker.walk_children(root, 0)
+    walker.flush()
+    return walker.out
+
+
+def flat_text(el: etree._Element) -> str:
+    """The text a reader sees under ``el``, hidden elements left out, without recursion."""
+    parts: list[str] = []
+    walker = etree.iterwalk(el, events=("start", "end"))
+    for event, node in walker:
+        if node is el:
+            if event == "start" and node.text:
+                parts.append(node.text)
+            continue
+        if event == "start":
+            tag = node.tag if isinstance(node.tag, str) else ""
+            if not tag or tag in _DROP:
+                walker.skip_subtree()
+                if node.tail:
+                    parts.append(node.tail)
+                continue
+            if node.text:
+                parts.append(node.text)
+        elif node.tail:
+            parts.append(node.tail)
+    return " ".join(parts)
+
 
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 # Containers whose children are walked in block context; they only separate paragraphs.
@@ -65,81 +105,9 @@ _BLOCK_CONTAINERS = {
 }
 # Paragraph-like tags; table/list parts only reach here when stray (recover mode): kept as blocks.
 _BLOCK_TAGS = {"p", "hr", "li", "tr", "td", "th", "tbody", "thead", "tfoot", "caption"}
-_DROP = {
-    "script",
-    "style",
-    "colgroup",
-    "col",
-    "head",
-    "title",
-    f"{{{AC}}}parameter",
-    f"{{{AC}}}emoticon",
-    f"{{{AC}}}hipchat-emoticon",
-    f"{{{AC}}}placeholder",
-    f"{{{AC}}}adf-attribute",
-    f"{{{AC}}}adf-fallback",
-    f"{{{AC}}}task-id",
-    f"{{{AC}}}task-status",
-}
+_DROP = set(HIDDEN_LOCAL) | {f"{{{AC}}}{name}" for name in HIDDEN_AC}
 # Macros whose only visible content is a parameter (Confluence renders it as inline text).
 _PARAM_MACROS = {"jira": "key", "status": "title"}
-
-
-def parse_storage(xhtml: str, *, page_id: str = "") -> list[Element]:
-    """Parse one page's ``body.storage.value`` into document-ordered elements.
-
-    Raises ``ParseError`` (carrying ``page_id``) when not even recover-mode parsing yields a tree.
-    """
-    if not xhtml or not xhtml.strip():
-        return []
-    root = _parse_tree(xhtml, page_id)
-    walker = _Walker(page_id)
-    try:
-        walker.walk_children(root, 0)
-    except RecursionError as exc:  # only reachable when called from an already deep stack
-        raise ParseError(
-            f"storage format of page {page_id or '?'} nests too deeply", page_id=page_id
-        ) from exc
-    walker.flush()
-    return walker.out
-
-
-def _parse_tree(xhtml: str, page_id: str) -> etree._Element:
-    text = _CONTROL.sub("", _repair(xhtml))
-    parser = etree.XMLParser(recover=True, resolve_entities=False, no_network=True, huge_tree=True)
-    try:
-        root = etree.fromstring((_ROOT_OPEN + text + _ROOT_CLOSE).encode("utf-8"), parser)
-    except (etree.XMLSyntaxError, ValueError) as exc:
-        raise ParseError(
-            f"cannot parse storage format of page {page_id or '?'}: {exc}", page_id=page_id
-        ) from exc
-    if root is None:
-        raise ParseError(f"cannot parse storage format of page {page_id or '?'}: no content", page_id=page_id)
-    return root
-
-
-def _repair(xhtml: str) -> str:
-    """Make every entity a numeric character reference and escape stray ``&``/``<``, outside CDATA.
-
-    Numeric references also for ``&amp;``/``&lt;``: after its first error, libxml2's recover mode
-    silently drops predefined entity references but keeps numeric ones.
-    """
-    parts = _CDATA.split(xhtml)
-    for i in range(0, len(parts), 2):  # odd indices are CDATA sections
-        parts[i] = _STRAY_LT.sub("&#60;", _ENTITY.sub(_fix_entity, parts[i]))
-    return "".join(parts)
-
-
-def _fix_entity(match: re.Match[str]) -> str:
-    ref = match.group(1)
-    if ref is None:
-        return "&#38;"
-    if ref.startswith("#"):
-        return match.group(0)
-    code = name2codepoint.get(ref[:-1])
-    if code is None and ref[:-1] == "apos":
-        code = 39
-    return f"&#{code};" if code is not None else "&#38;" + ref
 
 
 def _local(el: etree._Element) -> str:
@@ -150,14 +118,6 @@ def _local(el: etree._Element) -> str:
 
 def _attr(el: etree._Element, ns: str, name: str) -> str:
     return (el.get(f"{{{ns}}}{name}") or el.get(name) or "").strip()
-
-
-def _span(value: str | None) -> int:
-    try:
-        n = int((value or "1").strip())
-    except ValueError:
-        return 1
-    return max(1, min(n, _MAX_SPAN))
 
 
 def _clean_inline(raw: str) -> str:
@@ -179,11 +139,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-class _Walker:
+class Walker:
     """Depth-first walk that emits block elements and accumulates inline text between them."""
 
-    def __init__(self, page_id: str, copies: set[int] | None = None) -> None:
-        self.page_id = page_id
+    def __init__(self, ctx: WalkContext, copies: set[int] | None = None) -> None:
+        self.ctx = ctx
         self.out: list[Element] = []
         self._buf: list[str] = []
         # ids of tables re-emitted after the table/list that contains them; already part of the
@@ -207,18 +167,14 @@ class _Walker:
         if raw:
             self._buf.append(_WS.sub(" ", raw))
 
-    def _check_depth(self, depth: int) -> None:
-        if depth > MAX_DEPTH:
-            raise ParseError(
-                f"storage format of page {self.page_id or '?'} nests deeper than {MAX_DEPTH} levels",
-                page_id=self.page_id,
-            )
+    def _too_deep(self, depth: int) -> bool:
+        return depth > self.ctx.max_depth
 
     def sub(
-        self, el: etree._Element, depth: int, walk: Callable[[_Walker], None] | None = None
+        self, el: etree._Element, depth: int, walk: Callable[[Walker], None] | None = None
     ) -> list[Element]:
         """Walk ``el``'s children into a fresh element list (for cells, items, headings)."""
-        child = _Walker(self.page_id, self.copies)
+        child = Walker(self.ctx, self.copies)
         if walk is None:
             child.walk_children(el, depth + 1)
         else:
@@ -227,7 +183,9 @@ class _Walker:
         return child.out
 
     def walk_children(self, el: etree._Element, depth: int) -> None:
-        self._check_depth(depth)
+        if self._too_deep(depth):  # deeper than any real page: keep the text, drop the structure
+            self.text(flat_text(el))
+            return
         self.text(el.text)
         for child in el:
             self.walk(child, depth + 1)
@@ -236,9 +194,12 @@ class _Walker:
     # ------------------------------------------------------------ dispatch
 
     def walk(self, el: etree._Element, depth: int) -> None:
-        self._check_depth(depth)
+        self.ctx.tick()
         tag = _local(el)
         if not tag or tag in _DROP:  # comments, processing instructions, noise
+            return
+        if self._too_deep(depth):
+            self.text(" " + flat_text(el) + " ")
             return
         name = etree.QName(tag).localname if tag.startswith("{") else tag.lower()
         ns = etree.QName(tag).namespace if tag.startswith("{") else None
@@ -351,7 +312,9 @@ class _Walker:
 
     def _list_items(self, el: etree._Element, depth: int, level: int) -> list[tuple[str, list[Table]]]:
         """Flatten a list: one (indented text, tables found inside) per item, nested lists indented."""
-        self._check_depth(depth)
+        if self._too_deep(depth):
+            text = _one_line(flat_text(el))
+            return [("  " * level + text, [])] if text else []
         out: list[tuple[str, list[Table]]] = []
         indent = "  " * level
         for li in el:
@@ -367,7 +330,7 @@ class _Walker:
                 continue
             nested: list[etree._Element] = [c for c in li if _local(c).lower() in ("ul", "ol")]
 
-            def walk_item(w: _Walker, li: etree._Element = li, nested: list[etree._Element] = nested) -> None:
+            def walk_item(w: Walker, li: etree._Element = li, nested: list[etree._Element] = nested) -> None:
                 w._walk_skipping(li, nested, depth + 1)
 
             elements = self.sub(li, depth, walk_item)
@@ -384,9 +347,10 @@ class _Walker:
         return out
 
     def _walk_skipping(self, el: etree._Element, skip: list[etree._Element], depth: int) -> None:
+        skipped = {id(s) for s in skip}  # a set: an item with thousands of sub-lists stays linear
         self.text(el.text)
         for child in el:
-            if not any(child is s for s in skip):
+            if id(child) not in skipped:
                 self.walk(child, depth + 1)
             self.text(child.tail)
 
@@ -421,34 +385,13 @@ class _Walker:
                 rows.extend(r for r in child if _local(r).lower() == "tr")
             elif tag == "caption":
                 caption = self.render(self.sub(child, depth))
-        nested: list[Table] = []
-        grid: dict[tuple[int, int], tuple[str, bool]] = {}
-        n_rows = len(rows)
-        width = 0
-        for r, tr in enumerate(rows):
-            c = 0
-            for cell in tr:
-                tag = _local(cell).lower()
-                if tag not in ("td", "th"):
-                    continue
-                while (r, c) in grid:
-                    c += 1
-                elements = self.sub(cell, depth + 1)
-                nested.extend(e for e in elements if isinstance(e, Table))
-                value = self.render(elements)
-                rowspan = cell.get("rowspan")
-                rs = n_rows - r if (rowspan or "").strip() == "0" else min(_span(rowspan), n_rows - r)
-                cs = _span(cell.get("colspan"))
-                for dr in range(rs):
-                    for dc in range(cs):
-                        grid.setdefault((r + dr, c + dc), (value, tag == "th"))
-                c += cs
-                width = max(width, c)
-        table = _make_table(grid, n_rows, width, caption)
+        self.ctx.table_count += 1
+        table, nested = build_table(rows, caption, lambda cell: self.sub(cell, depth + 1), self.render,
+                                    self.ctx.tables, self.ctx.table_count)
         if table is not None:
             self.emit(table)
-        for table in nested:
-            self._copy(table)
+        for inner in nested:
+            self._copy(inner)
 
     def _copy(self, table: Table) -> None:
         self.copies.add(id(table))
@@ -456,65 +399,7 @@ class _Walker:
 
     def render(self, elements: Iterable[Element]) -> str:
         """Flatten elements to one line of text, skipping re-emitted nested tables."""
-        return _one_line(_render_text(e for e in elements if id(e) not in self.copies))
-
-
-def _make_table(
-    grid: dict[tuple[int, int], tuple[str, bool]], n_rows: int, width: int, caption: str
-) -> Table | None:
-    """Pick the header row(s), pad ragged rows, drop empty rows, make header names unique.
-
-    The first row is the header. When it is all ``th``, following all-``th`` rows are header rows too
-    (grouped headers such as "Legacy" spanning "Install | Upgrade" become "Legacy Install", ...).
-    A table with a single row has no header: its row is data under "Column 1", "Column 2", ...
-    """
-    matrix = [[grid.get((r, c), ("", False)) for c in range(width)] for r in range(n_rows)]
-    matrix = [row for row in matrix if any(v for v, _ in row)]
-    if not matrix or width == 0:
-        return None
-    if len(matrix) == 1:
-        headers = [""] * width
-        body = matrix
-    else:
-        n_head = 1
-        if all(th for _, th in matrix[0]):
-            while n_head < len(matrix) - 1 and all(th for _, th in matrix[n_head]):
-                n_head += 1
-        headers = [_join_header([matrix[r][c][0] for r in range(n_head)]) for c in range(width)]
-        body = matrix[n_head:]
-    return Table(
-        headers=_unique_headers(headers),
-        rows=tuple(tuple(v for v, _ in row) for row in body),
-        caption=caption,
-    )
-
-
-def _join_header(parts: list[str]) -> str:
-    """Stack header cells of one column, skipping the repeats a rowspan produces."""
-    out: list[str] = []
-    for part in parts:
-        if part and (not out or out[-1] != part):
-            out.append(part)
-    return " ".join(out)
-
-
-def _unique_headers(headers: list[str]) -> tuple[str, ...]:
-    seen: dict[str, int] = {}
-    out: list[str] = []
-    for i, raw in enumerate(headers, start=1):
-        name = raw or f"Column {i}"
-        base = name
-        n = seen.get(base, 0) + 1
-        seen[base] = n
-        if n > 1:
-            name = f"{base} ({n})"
-            while name in seen:
-                n += 1
-                name = f"{base} ({n})"
-            seen[base] = n
-        seen.setdefault(name, 1)
-        out.append(name)
-    return tuple(out)
+        return _one_line(render_text(e for e in elements if id(e) not in self.copies))
 
 
 # ---------------------------------------------------------------- inline Confluence resources
@@ -540,7 +425,7 @@ def _resource_text(el: etree._Element) -> str:
     return ""
 
 
-def _link_text(el: etree._Element, walker: _Walker, depth: int) -> str:
+def _link_text(el: etree._Element, walker: Walker, depth: int) -> str:
     """``ac:link``: the link body if it has text, else the target's readable name."""
     for child in el:
         tag = _local(child)
@@ -575,7 +460,7 @@ def _image_text(el: etree._Element) -> str:
 # ---------------------------------------------------------------- element -> flat text
 
 
-def _render_text(elements: Iterable[Element]) -> str:
+def render_text(elements: Iterable[Element]) -> str:
     """Flatten elements to text (cells, items, headings); tables become ``H: v, H: v; ...``."""
     parts: list[str] = []
     for e in elements:
@@ -585,13 +470,8 @@ def _render_text(elements: Iterable[Element]) -> str:
             parts.append("; ".join(i.strip() for i in e.items))
         elif isinstance(e, Table):
             rows = [
-                ", ".join(_cell_label(h, v) for h, v in zip(e.headers, row, strict=True) if v)
+                ", ".join(cell_label(h, v) for h, v in zip(e.headers, row, strict=True) if v)
                 for row in e.rows
             ]
             parts.append("; ".join(r for r in rows if r))
     return " ".join(p for p in parts if p)
-
-
-def _cell_label(header: str, value: str) -> str:
-    """``Header: value``; a generated "Column N" header adds nothing, so the value stands alone."""
-    return value if _GENERIC_HEADER.fullmatch(header) else f"{header}: {value}"
