@@ -28,7 +28,14 @@ def ingest_options(settings: Settings) -> IngestOptions:
         )
     if settings.table_indexing not in ("rows", "tables", "both"):
         raise ConfigError("EVIDENT_TABLE_INDEXING must be rows, tables or both")
+    from pipeline.storage import ParseLimits
+
     return IngestOptions(
+        max_page_bytes=settings.max_page_bytes,
+        max_evidence_chars=settings.max_evidence_chars,
+        max_evidence_per_page=settings.max_evidence_per_page,
+        parse=ParseLimits(timeout_s=settings.page_timeout_s, max_table_cells=settings.max_table_cells,
+                          min_coverage=settings.min_text_coverage),
         context_items=tuple(settings.context_items),
         context_item_max_chars=settings.context_item_max_chars,
         table_indexing=settings.table_indexing,

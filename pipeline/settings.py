@@ -93,6 +93,17 @@ class Settings:
     table_indexing: str = _f("both", "EVIDENT_TABLE_INDEXING", "Index tables as rows | tables | both.")
     linearization: str = _f("verbalized", "EVIDENT_LINEARIZATION",
                             "Table rows as verbalized ('Row 2 in Table 1: A is x, and B is y') | markdown | plain.")
+    # ---- ingest bounds (per page; docs/ingest.md)
+    max_page_bytes: int = _f(4 * 2**20, "EVIDENT_MAX_PAGE_BYTES", "Largest page body indexed (bytes of storage format).")
+    page_timeout_s: float = _f(30.0, "EVIDENT_PAGE_TIMEOUT_S", "Time one page may take to parse and split.")
+    max_evidence_chars: int = _f(64_000, "EVIDENT_MAX_EVIDENCE_CHARS",
+                                 "Longest evidence text; longer tables and lists are split, longer rows cut.")
+    max_evidence_per_page: int = _f(2_000, "EVIDENT_MAX_EVIDENCE_PER_PAGE",
+                                    "Evidence per page; table rows beyond it are left to their tables' evidence.")
+    max_table_cells: int = _f(500_000, "EVIDENT_MAX_TABLE_CELLS",
+                              "Cells of one table after span expansion (extra columns are joined into the last).")
+    min_text_coverage: float = _f(0.9, "EVIDENT_MIN_TEXT_COVERAGE",
+                                  "A page whose parse keeps less of its visible text is reported as partial.")
     # ---- retrieval
     retrieval_mode: str = _f("hybrid", "EVIDENT_RETRIEVAL_MODE", "lexical | dense | hybrid.")
     lexical_k: int = _f(30, "EVIDENT_LEXICAL_K", "Lexical candidates before fusion (paper: 10).")

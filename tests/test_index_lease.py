@@ -116,21 +116,21 @@ async def test_real_processes_share_the_index(tmp_path: Path) -> None:
     total = await idx.count()
     await idx.close()
     script = HOLDER.format(tests=str(REPO / "tests"), repo=str(REPO), index=str(index_dir))
-    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    holder = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdin=asyncio.subprocess.PIPE,
+                                                  stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().split() == ["open", str(total)]
+        assert holder.stdout is not None
+        first_line = await asyncio.wait_for(holder.stdout.readline(), 60)
+        assert first_line.decode().split() == ["open", str(total)]
         mine = EdgeIndex(index_dir, wait_s=20)
         await mine.open(dense_dim=embedder.dim, embedder=embedder.name)  # the other process holds it: we wait
         assert await mine.count() == total
         await mine.delete_pages(["100001"])
         remaining = await mine.count()
         await mine.close()
-        holder.stdin.write("go\n")
-        holder.stdin.flush()
-        out, err = holder.communicate(timeout=30)
+        out, err = await asyncio.wait_for(holder.communicate(b"go\n"), 30)
     finally:
-        holder.kill()
-    assert holder.returncode == 0, err
-    assert out.split() == ["after", "2", str(remaining), "1"]  # it reopened and saw our delete
+        if holder.returncode is None:
+            holder.kill()
+    assert holder.returncode == 0, err.decode()
+    assert out.decode().split() == ["after", "2", str(remaining), "1"]  # it reopened and saw our delete
