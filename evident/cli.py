@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from pipeline.errors import EvidentError
+from pipeline.redact import Redactor
 from pipeline.settings import Settings
 from pipeline.types import Page
 
@@ -26,6 +27,22 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def redactor() -> Redactor:
+    """The redactor of the running command (built from its settings in ``main``)."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(dict) if ctx is not None else None
+    return found.get("redactor") or Redactor() if found else Redactor()
+
+
+MAX_ERROR_CHARS = 600
+
+
+def echo_error(line: str) -> None:
+    """One line on stderr, credentials masked (a quoted response body can span lines and pages)."""
+    text = " ".join(redactor()(line).split())
+    click.echo(text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…", err=True)
+
+
 def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn evident's errors into one clear line and exit code 2."""
 
@@ -34,7 +51,7 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except EvidentError as exc:
-            click.echo(f"error: {exc}", err=True)
+            echo_error(f"error: {exc}")
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -59,12 +76,13 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     try:
         settings = Settings.load(toml_path=config_path)
     except EvidentError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(Redactor()(f"error: {exc}"), err=True)
         sys.exit(2)
     from evident.logging_setup import setup_logging
 
-    setup_logging(settings.log_level, json_lines=settings.log_format == "json", verbose=verbose)
-    ctx.obj = {"settings": settings}
+    secrets = Redactor.from_settings(settings)
+    setup_logging(settings.log_level, json_lines=settings.log_format == "json", verbose=verbose, redactor=secrets)
+    ctx.obj = {"settings": settings, "redactor": secrets}
 
 
 index_dir_option = click.option(
@@ -155,14 +173,14 @@ def echo_page_problems(failed: Sequence[tuple[str, str]], partial: Sequence[tupl
     """One stderr line per page problem: ``failed:`` (not indexed), ``partial:`` (text lost), ``warning:``."""
     for label, rows in (("failed", failed), ("partial", partial), ("warning", warnings)):
         for where, reason in rows:
-            click.echo(f"{label}: {where}: {reason}", err=True)
+            echo_error(f"{label}: {where}: {reason}")
 
 
 async def _search(settings: Settings, query: str, k: int, mode: str | None, trace: bool):  # type: ignore[no-untyped-def]
     from pipeline.factory import make_reranker_from, open_stack, retrieval_config
     from pipeline.retrieve import retrieve
 
-    embedder, sparse, index = await open_stack(settings)
+    embedder, sparse, index = await open_stack(settings, require_index=True)
     try:
         cfg = retrieval_config(settings)
         from dataclasses import replace
@@ -254,11 +272,15 @@ def index_stats(ctx: click.Context, index_dir: Path | None) -> None:
 # ---------------------------------------------------------------- ask / chat / explain
 
 
-def _print_turn(result: Any, trace: bool) -> None:
+def _print_turn(result: Any, trace: bool, *, interactive: bool = False) -> None:
+    """Print a turn; a failed one is an error line and exit 1 (``interactive``: a warning, go on)."""
     ans = result.answer
     if result.error:
-        click.echo(f"⚠ {result.error}")
-        return
+        if interactive:
+            click.echo(f"⚠ {result.error}")
+            return
+        echo_error(f"error: {result.error}")
+        sys.exit(1)
     if result.is_followup and result.completed_question:
         click.echo(click.style(f"(answering: {result.completed_question})", dim=True))
     click.echo(ans.text)
@@ -307,12 +329,8 @@ def ask(ctx: click.Context, question: str, trace: bool, session: str | None, ind
     key = f"cli:{session}" if session else f"cli:ask:{time.time_ns()}"
 
     async def go() -> Any:
-        engine = await build_engine(settings, trace=trace)
-        try:
+        async with await build_engine(settings, trace=trace, require_index=True) as engine:
             return await engine.ask(key, question, trace=trace)
-        finally:
-            await engine.index.close()
-            await engine.store.close()
 
     _print_turn(run(go()), trace)
 
@@ -330,7 +348,7 @@ def chat(ctx: click.Context, session: str, trace: bool, index_dir: Path | None) 
     settings = load_settings(ctx, index_dir=index_dir)
 
     async def go() -> None:
-        engine = await build_engine(settings, trace=trace)
+        engine = await build_engine(settings, trace=trace, require_index=True)
         key = f"cli:{session}:{time.time_ns()}"
         last_turn: int | None = None
         try:
@@ -357,10 +375,9 @@ def chat(ctx: click.Context, session: str, trace: bool, index_dir: Path | None) 
                     continue
                 result = await engine.ask(key, line, trace=trace)
                 last_turn = result.turn_id
-                _print_turn(result, trace)
+                _print_turn(result, trace, interactive=True)
         finally:
-            await engine.index.close()
-            await engine.store.close()
+            await engine.aclose()
 
     run(go())
 
@@ -380,19 +397,18 @@ def explain(ctx: click.Context, turn_id: int | None, method: str | None, trace: 
     settings = load_settings(ctx, index_dir=index_dir)
 
     async def go() -> Any:
-        engine = await build_engine(settings)
-        try:
+        async with await build_engine(settings, require_index=True) as engine:
             tid = turn_id
             if tid is None:
                 tid = await engine.store.latest_turn_id()
                 if tid is None:
                     raise InputError("no turns yet: ask something first")
             return await engine.explain(tid, method=method)
-        finally:
-            await engine.index.close()
-            await engine.store.close()
 
     ex = run(go())
+    if ex.error:
+        echo_error(f"error: {ex.error}")
+        sys.exit(1)
     click.echo(ex.text)
     if trace and ex.result is not None:
         click.echo("--- counterfactuals")
@@ -420,12 +436,8 @@ def demo(ctx: click.Context, question: str) -> None:
     click.echo(f"\nQ: {question}")
 
     async def go() -> Any:
-        engine = await build_engine(settings)
-        try:
+        async with await build_engine(settings) as engine:
             return await engine.ask(f"cli:demo:{time.time_ns()}", question)
-        finally:
-            await engine.index.close()
-            await engine.store.close()
 
     _print_turn(run(go()), trace=False)
 

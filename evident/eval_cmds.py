@@ -38,14 +38,8 @@ def _run_with_engine(settings: Settings, documents: Path, body: Callable[[Any], 
         except BaseException:
             await index.close()
             raise
-        try:
+        async with engine:
             return await body(engine)
-        finally:
-            close = getattr(engine.llm, "close", None)
-            if close is not None:
-                await close()
-            await engine.store.close()
-            await index.close()
 
     return asyncio.run(run())
 

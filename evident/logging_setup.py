@@ -7,10 +7,15 @@ import logging
 import sys
 import time
 
-from pipeline.logcontext import TurnRefFilter, redact
+from pipeline.logcontext import TurnRefFilter
+from pipeline.redact import Redactor
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self.redactor = redactor or Redactor()
+
     def format(self, record: logging.LogRecord) -> str:
         out = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
@@ -22,15 +27,15 @@ class JsonFormatter(logging.Formatter):
         if ref:
             out["turn_ref"] = ref
         if record.exc_info:
-            out["exc"] = redact(self.formatException(record.exc_info))
+            out["exc"] = record.exc_text or self.redactor(self.formatException(record.exc_info))
         return json.dumps(out, ensure_ascii=False)
 
 
-def setup_logging(level: str, *, json_lines: bool, verbose: bool = False) -> None:
+def setup_logging(level: str, *, json_lines: bool, verbose: bool = False, redactor: Redactor | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(TurnRefFilter())
+    handler.addFilter(TurnRefFilter(redactor))
     if json_lines:
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(redactor))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

@@ -73,5 +73,4 @@ async def serve_forever(settings: Settings) -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await engine.index.close()
-        await engine.store.close()
+        await engine.aclose()

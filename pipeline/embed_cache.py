@@ -72,8 +72,12 @@ class CachedEmbedder:
             return int(self._db.execute("SELECT count(*) FROM vectors").fetchone()[0])
 
     def close(self) -> None:
+        """Close the cache and the model it wraps (when that holds resources of its own)."""
         with self._lock:
             self._db.close()
+        inner_close = getattr(self.inner, "close", None)
+        if inner_close is not None:
+            inner_close()
 
     def __enter__(self) -> CachedEmbedder:
         return self

@@ -9,6 +9,7 @@ Shared by the CLI and the Slack bot. Every failure becomes a stored turn with a 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -128,6 +129,28 @@ class Engine:
         self.reranker = reranker
         self.options = options or EngineOptions()
         self.metrics = metrics  # None: count nothing (CLI, tests); `evident serve` shares one with /metrics
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close what the engine owns: LLM client, store, index, embedder. Safe to call twice."""
+        try:
+            if self.llm is not None and hasattr(self.llm, "close"):
+                await self.llm.close()
+            await self.store.close()
+        finally:
+            try:
+                await self.index.close()
+            finally:
+                close = getattr(self.embedder, "close", None)
+                if close is not None:
+                    await asyncio.to_thread(close)
 
     # ------------------------------------------------------------------ ask
 

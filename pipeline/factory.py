@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
 from pipeline.ingest import IngestOptions
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.retrieve import RetrievalConfig
@@ -81,15 +81,30 @@ def make_sparse_from(settings: Settings, embedder: Embedder | None = None) -> Sp
     return make_sparse_encoder(settings.sparse_encoder, embedder=getattr(embedder, "inner", embedder))
 
 
-async def open_stack(settings: Settings, index_dir: Path | None = None) -> tuple[Embedder, SparseEncoder, Index]:
+async def open_stack(settings: Settings, index_dir: Path | None = None, *,
+                     require_index: bool = False) -> tuple[Embedder, SparseEncoder, Index]:
     """Embedder, sparse encoder and an opened index: what every command that reads or writes the index needs.
 
     Opening checks the index was built with this embedder and dimension (``IndexMismatchError`` if not).
+    ``require_index`` (commands that only read): a missing or empty index is an ``InputError`` that says
+    so, instead of answers that "cannot be found".
     """
     embedder = make_embedder_from(settings)
     sparse = make_sparse_from(settings, embedder)
+    where = index_dir or settings.resolved_index_dir
+    if require_index and not settings.qdrant_url and not (Path(where) / "manifest.json").is_file():
+        raise InputError(f"no index at {where}: ingest pages first (evident ingest PATH, evident ingest --sample "
+                         "or evident sync), or point EVIDENT_DATA_DIR / --index-dir at the right one")
     index = make_index_from(settings, index_dir)
-    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    try:
+        await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    except BaseException:
+        await index.close()  # a client built for a server that refused us is closed, not left to the GC
+        raise
+    if require_index and await index.count() == 0:
+        await index.close()
+        what = f"collection {settings.collection!r} at {settings.qdrant_url}" if settings.qdrant_url else f"index at {where}"
+        raise InputError(f"the {what} is empty: ingest pages first (evident ingest PATH or evident sync)")
     return embedder, sparse, index
 
 
@@ -132,13 +147,14 @@ def make_llm_from(settings: Settings) -> LLM | None:
     )
 
 
-async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False, metrics=None):  # type: ignore[no-untyped-def]
+async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False, metrics=None,  # type: ignore[no-untyped-def]
+                       require_index: bool = False):
     """Compose the conversation engine from settings (the CLI's and the bot's single entry point)."""
     from pipeline.engine import Engine
     from pipeline.prompts import PromptLibrary
     from pipeline.store import Store
 
-    embedder, sparse, index = await open_stack(settings, index_dir)
+    embedder, sparse, index = await open_stack(settings, index_dir, require_index=require_index)
     store = Store(settings.resolved_store_path)
     return Engine(
         index=index,

@@ -30,6 +30,7 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
+from pipeline.prompts import neutralize_special_tokens
 from pipeline.types import ChatMessage
 
 if TYPE_CHECKING:
@@ -120,7 +121,8 @@ class OpenAILLM:
         model = self.model_for(role)
         payload: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            # every prompt path ends here: no untrusted text reaches the model as a control token
+            "messages": [{"role": m.role, "content": neutralize_special_tokens(m.content)} for m in messages],
             "temperature": temperature,
         }
         if max_tokens is not None:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import re
 import uuid
+
+from pipeline.redact import Redactor, redact
 
 turn_ref: contextvars.ContextVar[str] = contextvars.ContextVar("evident_turn_ref", default="")
 
-# Token shapes that must never reach a log line, whatever a library prints.
-_SECRET = re.compile(
-    r"(xox[abprs]-[A-Za-z0-9-]{6,}|xapp-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{12,}|"
-    r"(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}|(?i:basic)\s+[A-Za-z0-9+/=]{8,})"
-)
+__all__ = ["TurnRefFilter", "new_turn_ref", "redact", "turn_ref"]
 
 
 def new_turn_ref() -> str:
@@ -22,18 +19,21 @@ def new_turn_ref() -> str:
     return ref
 
 
-def redact(text: str) -> str:
-    return _SECRET.sub("[redacted]", text)
-
-
 class TurnRefFilter(logging.Filter):
-    """Adds ``record.turn_ref`` and scrubs token-shaped strings from the message."""
+    """Adds ``record.turn_ref`` and scrubs credentials from the message and any traceback."""
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self.redactor = redactor or Redactor()
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.turn_ref = turn_ref.get()
-        if isinstance(record.msg, str):
-            msg = record.getMessage()
-            clean = redact(msg)
-            if clean != msg:
-                record.msg, record.args = clean, ()
+        msg = record.getMessage()
+        clean = self.redactor(msg)
+        if clean != msg or record.args:
+            record.msg, record.args = clean, ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.redactor(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = self.redactor(record.exc_text)
         return True

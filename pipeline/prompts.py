@@ -24,8 +24,15 @@ OUT_OF_SCOPE = "The desired information cannot be found in the retrieved pool of
 
 _VERSION = re.compile(r"\A\s*\{#-?\s*version:\s*([^\s#]+)\s*-?#\}")
 _ROLES = ("system", "user")
-# Special-token look-alikes (<|im_end|>, <|eot_id|>, ...) in page text could forge turns in a raw prompt.
-_SPECIAL_TOKEN = re.compile(r"<\|[\w.-]{1,40}\|>")
+# Chat-format control tokens in untrusted text (page text, questions, earlier answers) could forge a
+# turn wherever a server parses special tokens in message content: ChatML/Qwen/Llama-3/Phi <|...|>,
+# Mistral [INST], Gemma <start_of_turn>, SentencePiece <s>.
+_SPECIAL_TOKEN = re.compile(r"<\|[\w.-]{1,40}\|>|\[/?INST\]|<(?:start|end)_of_turn>|</?s>")
+
+
+def neutralize_special_tokens(text: str) -> str:
+    """Remove chat control tokens from untrusted text, so no tokenizer can read one as special."""
+    return _SPECIAL_TOKEN.sub("", text)
 
 
 def default_prompts_dir() -> Path:
@@ -107,7 +114,7 @@ class PromptLibrary:
         message contents first, since those contents carry untrusted page text.
         """
         template = self._template(name)
-        clean = [{"role": m.role, "content": _SPECIAL_TOKEN.sub("", m.content)} for m in messages]
+        clean = [{"role": m.role, "content": neutralize_special_tokens(m.content)} for m in messages]
         try:
             return template.render(messages=clean)
         except jinja2.UndefinedError as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.redact import mask_url_credentials
 
 CONTEXT_ITEMS = ("title", "heading", "before", "after", "breadcrumb")
 
@@ -218,6 +219,8 @@ class Settings:
                 out[f.name] = "***" if v else ""
             elif isinstance(v, Path):
                 out[f.name] = str(v)
+            elif isinstance(v, str) and "://" in v:
+                out[f.name] = mask_url_credentials(v)
             elif isinstance(v, tuple):
                 out[f.name] = list(v)
             elif isinstance(v, Mapping):

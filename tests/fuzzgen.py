@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,7 @@ class _Gen:
             f"<p>undefined &foo; &bar entity {c}</p>",
             f'<xyz:thing a="1">{c} unknown prefix</xyz:thing>',
             f"</div></span><p>{c} after stray end tags</p>",
+            f"</body></html><p>{c} after a stray document end</p><body>",
             f"<p><b><i>{c} never closed",
             f"<p><b><i>{c} crossed</b></i></p>",
             f"<![CDATA[{c} bare cdata]]>",
@@ -143,15 +144,16 @@ def _json(obj: Any) -> bytes:
 
 def generate(n: int, seed: int = 0) -> list[Case]:
     """``n`` cases, cycling through every category with seeded variation."""
+    return list(iter_cases(n, seed))
+
+
+def iter_cases(n: int, seed: int = 0) -> Iterator[Case]:
     makers: list[Callable[[_Gen, int], Case]] = [
         _valid, _malformed, _deep, _spans, _huge_table, _wide_table, _quadratic, _flood, _too_large,
         _wrong_types, _json_pathology, _rest_shapes, _surrogate_title, _list_file, _html_export, _symlink,
     ]
-    out = []
     for i in range(n):
-        gen = _Gen(seed * 1_000_003 + i)
-        out.append(makers[i % len(makers)](gen, i))
-    return out
+        yield makers[i % len(makers)](_Gen(seed * 1_000_003 + i), i)
 
 
 def _with(gen: _Gen, i: int, category: str, body: str, expect: Expect = "index") -> Case:
@@ -298,9 +300,11 @@ class FuzzResult:
     report: IngestReport | None = None
 
 
-def write_cases(cases: list[Case], folder: Path, outside: Path) -> None:
+def write_cases(cases: Iterable[Case], folder: Path, outside: Path) -> list[Case]:
+    """Write each case's file and drop its bytes (1,000 cases would otherwise hold ~300 MB)."""
     folder.mkdir(parents=True, exist_ok=True)
     outside.mkdir(parents=True, exist_ok=True)
+    written = []
     for case in cases:
         if case.symlink_outside:
             target = outside / case.name
@@ -308,13 +312,16 @@ def write_cases(cases: list[Case], folder: Path, outside: Path) -> None:
             (folder / case.name).symlink_to(target)
         else:
             (folder / case.name).write_bytes(case.data)
+        case.data = b""
+        written.append(case)
+    return written
 
 
-async def run_cases(cases: list[Case], workdir: Path, *, embedder: Embedder, sparse: SparseEncoder,
+async def run_cases(cases: Iterable[Case], workdir: Path, *, embedder: Embedder, sparse: SparseEncoder,
                     options: IngestOptions | None = None) -> FuzzResult:
     """Write ``cases`` as an export folder, ingest it into a fresh index and check every expectation."""
     folder = workdir / "export"
-    write_cases(cases, folder, workdir / "outside")
+    cases = write_cases(cases, folder, workdir / "outside")
     index = EdgeIndex(workdir / "index")
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     result = FuzzResult(cases=len(cases))

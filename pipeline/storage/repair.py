@@ -6,8 +6,9 @@
   ``R&D`` and ``<!channel>`` stay text. CDATA sections are left alone.
 - ``limit_depth``: tags nested deeper than a bound are dropped (their text stays), because libxml2
   stops at 2,048 levels and loses everything after.
-- ``for_html``: what the HTML fallback parser needs in addition: CDATA as escaped text and
-  self-closing ``ac:``/``ri:`` tags written out as open + close.
+- ``for_html``: what the HTML fallback parser needs in addition: CDATA as escaped text,
+  self-closing ``ac:``/``ri:`` tags written out as open + close, and no ``html``/``body``/``head`` tags
+  (in a page fragment they are junk, but an HTML parser would end the document at a stray ``</body>``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _ATTRS = r"""((?:"[^"<]*"|'[^'<]*'|[^<>"'])*?)"""
 _TAG = re.compile(r"<(/?)([A-Za-z][\w:.-]*)" + _ATTRS + r"(/?)>")
 _SELF_CLOSING = re.compile(r"<([A-Za-z][\w.-]*:[\w.-]+)" + _ATTRS + r"/>")
+_DOCUMENT_TAGS = re.compile(r"</?(?:html|body|head)\b[^<>]*>", re.I)  # junk in a fragment; HTML obeys them
 _VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
                    "source", "track", "wbr"})
 
@@ -110,5 +112,5 @@ def for_html(xhtml: str) -> str:
             body = parts[i][len("<![CDATA[") :]
             parts[i] = html.escape(body[:-3] if body.endswith("]]>") else body, quote=False)
         else:
-            parts[i] = _SELF_CLOSING.sub(r"<\1\2></\1>", parts[i])
+            parts[i] = _DOCUMENT_TAGS.sub(" ", _SELF_CLOSING.sub(r"<\1\2></\1>", parts[i]))
     return "".join(parts)
