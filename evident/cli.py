@@ -93,10 +93,11 @@ index_dir_option = click.option(
 # ---------------------------------------------------------------- ingest / search / index
 
 
-async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None, progress: bool):  # type: ignore[no-untyped-def]
+async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None, progress: bool,  # type: ignore[no-untyped-def]
+                  rebuild: bool = False):
     from connectors.local import LocalFolderConnector
     from pipeline.errors import InputError
-    from pipeline.factory import ingest_options, open_stack
+    from pipeline.factory import drop_index, ingest_options, open_stack
     from pipeline.ingest import ingest_pages
 
     options = ingest_options(settings)
@@ -121,6 +122,8 @@ async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None
         async for page in pages:
             yield page
 
+    if rebuild:
+        await drop_index(settings)
     embedder, sparse, index = await open_stack(settings)
     try:
         report = await ingest_pages(
@@ -138,11 +141,13 @@ async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None
 @click.option("--space", default=None, help="Override the space key of every page.")
 @index_dir_option
 @click.option("--sample", is_flag=True, help="Ingest the bundled sample space.")
-@click.option("--no-progress", is_flag=True)
+@click.option("--no-progress", is_flag=True, help="No progress bar (evidence embedded, rate, ETA).")
+@click.option("--rebuild", is_flag=True,
+              help="Delete the index first (another embedder or recipe); every page is embedded again.")
 @click.pass_context
 @cli_errors
 def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index_dir: Path | None,
-           sample: bool, no_progress: bool) -> None:
+           sample: bool, no_progress: bool, rebuild: bool) -> None:
     """Index Confluence pages from export folders (ConfQuestions-style JSON or HTML exports)."""
     from connectors.local import sample_space_dir
     from pipeline.errors import InputError
@@ -155,7 +160,7 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
     missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
     if missing:
         raise InputError(f"path not found: {', '.join(missing)}")
-    report, failures = run(_ingest(settings, paths, space, progress=not no_progress))
+    report, failures = run(_ingest(settings, paths, space, progress=not no_progress, rebuild=rebuild))
     kinds = ", ".join(f"{k} {v}" for k, v in report.evidence_by_kind.items()) or "none"
     partial = f", partial {len({pid for pid, _ in report.partial})}" if report.partial else ""
     click.echo(

@@ -103,8 +103,10 @@ def register(main: click.Group) -> None:
     @main.command()
     @click.option("--space", "spaces", multiple=True, help="Space key (repeatable); default CONFLUENCE_SPACES.")
     @click.option("--full", is_flag=True, help="Ignore checkpoints and re-list every page.")
+    @click.option("--rebuild", is_flag=True,
+                  help="Delete the index first (another embedder or recipe) and sync everything (implies --full).")
     @click.pass_context
-    def sync(ctx: click.Context, spaces: tuple[str, ...], full: bool) -> None:
+    def sync(ctx: click.Context, spaces: tuple[str, ...], full: bool, rebuild: bool) -> None:
         """Sync Confluence spaces (Cloud or Data Center) into the index."""
         from evident.cli import cli_errors
 
@@ -113,7 +115,8 @@ def register(main: click.Group) -> None:
             from evident.cli import echo_page_problems
             from evident.sync_cmd import run_sync, summary
 
-            report = asyncio.run(run_sync(_settings(ctx), spaces=spaces or None, full=full, progress=True))
+            report = asyncio.run(run_sync(_settings(ctx), spaces=spaces or None, full=full or rebuild, progress=True,
+                                          rebuild=rebuild))
             click.echo(summary(report))
             echo_page_problems(report.failed, report.partial, report.warnings)
             if report.failed or report.partial:

@@ -16,8 +16,8 @@ def summary(report) -> str:  # type: ignore[no-untyped-def]
     )
 
 
-async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bool, progress: bool,
-                   engine=None):  # type: ignore[no-untyped-def]
+async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bool, progress: bool,  # type: ignore[no-untyped-def]
+                   engine=None, rebuild: bool = False):
     """One sync. Reuses the engine's index/embedder/store when given (``evident serve``)."""
     from connectors.confluence.source import ConfluenceSource
     from connectors.confluence.sync import sync_confluence
@@ -34,6 +34,10 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
     source = ConfluenceSource.from_settings(settings)
     own = engine is None
     if own:
+        if rebuild:
+            from pipeline.factory import drop_index
+
+            await drop_index(settings)
         embedder, sparse, index = await open_stack(settings)
         store = Store(settings.resolved_store_path)
     else:

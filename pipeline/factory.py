@@ -7,6 +7,7 @@ what it uses.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.ingest import IngestOptions
@@ -61,11 +62,18 @@ def retrieval_config(settings: Settings) -> RetrievalConfig:
 
 def make_embedder_from(settings: Settings, *, cache: bool = True) -> Embedder:
     from pipeline.embedders import make_embedder
+    from pipeline.models.openai_embedder import RemoteEmbedding
 
+    remote = RemoteEmbedding(
+        base_url=settings.embed_base_url or "", api_key=settings.embed_api_key.reveal(),
+        concurrency=settings.embed_concurrency, max_request_tokens=settings.embed_max_request_tokens,
+        dimensions=settings.embed_dimensions or None, query_prefix=settings.embed_query_prefix,
+        document_prefix=settings.embed_document_prefix, api_version=settings.embed_api_version,
+    )
     embedder = make_embedder(
         settings.embedder, batch_size=settings.embed_batch_size, max_tokens=settings.embed_max_tokens,
         runtime=settings.embed_runtime, device=settings.embed_device, precision=settings.embed_precision,
-        threads=settings.embed_threads,
+        threads=settings.embed_threads, remote=remote, process=settings.embed_process,
     )
     if cache:
         from pipeline.embed_cache import CachedEmbedder
@@ -97,7 +105,7 @@ async def open_stack(settings: Settings, index_dir: Path | None = None, *,
                          "or evident sync), or point EVIDENT_DATA_DIR / --index-dir at the right one")
     index = make_index_from(settings, index_dir)
     try:
-        await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+        await index.open(dense_dim=embedder.dim, embedder=embedder.name, recipe=embedder_recipe(embedder, sparse))
     except BaseException:
         await index.close()  # a client built for a server that refused us is closed, not left to the GC
         raise
@@ -106,6 +114,18 @@ async def open_stack(settings: Settings, index_dir: Path | None = None, *,
         what = f"collection {settings.collection!r} at {settings.qdrant_url}" if settings.qdrant_url else f"index at {where}"
         raise InputError(f"the {what} is empty: ingest pages first (evident ingest PATH or evident sync)")
     return embedder, sparse, index
+
+
+async def drop_index(settings: Settings, index_dir: Path | None = None) -> None:
+    """Delete the configured index (``--rebuild``), whatever embedder built it; it is created again on open."""
+    await make_index_from(settings, index_dir).drop()
+
+
+def embedder_recipe(embedder: Embedder, sparse: SparseEncoder) -> dict[str, Any]:
+    """How texts become vectors beyond the dense model's name: recorded with the index, checked on every open
+    (vectors cut at another length, or sparse vectors of another encoder, must not be mixed)."""
+    return {"max_tokens": int(getattr(embedder, "max_tokens", 0) or 0), "sparse": sparse.name,
+            "sparse_idf": bool(sparse.idf)}
 
 
 def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:

@@ -100,19 +100,40 @@ def check_point(page_id: str, page_hash: str, point: IndexPoint, dim: int) -> No
         raise IndexError_(f"evidence {point.evidence.id} has a {len(point.dense)}-dim vector; index expects {dim}")
 
 
-def manifest(embedder: str, dense_dim: int) -> dict[str, Any]:
-    return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "embedder": embedder, "dim": dense_dim}
+REEMBED = ("re-embed with `evident ingest --rebuild PATH` or `evident sync --rebuild`, "
+           "or use another --index-dir / EVIDENT_COLLECTION")
 
 
-def check_manifest(stored: Mapping[str, Any], *, embedder: str, dense_dim: int, where: str) -> None:
-    """Raise ``IndexMismatchError`` when an existing index was built with another model or dimension."""
+def manifest(embedder: str, dense_dim: int, recipe: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What an index records about how its vectors were made: model, dimension and text recipe."""
+    out: dict[str, Any] = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "embedder": embedder,
+                           "dim": dense_dim}
+    if recipe:
+        out["recipe"] = dict(recipe)
+    return out
+
+
+def check_manifest(stored: Mapping[str, Any], *, embedder: str, dense_dim: int, where: str,
+                   recipe: Mapping[str, Any] | None = None) -> None:
+    """Raise ``IndexMismatchError`` when an existing index was built with another model, dimension or recipe
+    (e.g. another ``EVIDENT_EMBED_MAX_TOKENS``): vectors made differently must never be mixed.
+
+    An index without a recorded recipe (built before recipes were recorded) is accepted.
+    """
     old_embedder = str(stored.get("embedder", "?"))
     old_dim = stored.get("dim")
     if old_embedder != embedder or old_dim != dense_dim:
         raise IndexMismatchError(
             f"index at {where} was built with embedder '{old_embedder}' (dim {old_dim}); "
-            f"this run uses '{embedder}' (dim {dense_dim}). "
-            "Use another --index-dir or re-ingest with --rebuild"
+            f"this run uses '{embedder}' (dim {dense_dim}): {REEMBED}"
+        )
+    old_recipe = stored.get("recipe")
+    if recipe and isinstance(old_recipe, Mapping) and dict(old_recipe) != dict(recipe):
+        def fmt(r: Mapping[str, Any]) -> str:
+            return ", ".join(f"{k} {v}" for k, v in sorted(r.items()))
+        raise IndexMismatchError(
+            f"index at {where} holds '{embedder}' vectors made with {fmt(old_recipe)}; this run makes them with "
+            f"{fmt(recipe)}: {REEMBED}"
         )
 
 

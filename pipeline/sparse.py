@@ -98,6 +98,7 @@ class Bm25Encoder:
     """BM25 document/query vectors with English + German stopwords and Snowball stemming."""
 
     name = "bm25"
+    idf = True  # term frequencies here; the index weighs terms by IDF
 
     def __init__(
         self,

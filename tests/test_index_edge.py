@@ -46,7 +46,8 @@ async def test_mismatch_message_names_the_directory(tmp_path: Path) -> None:
         await EdgeIndex(tmp_path / "index").open(dense_dim=768, embedder="big")
     assert str(err.value) == (
         f"index at {tmp_path / 'index'} was built with embedder '{EMBEDDER}' (dim {DIM}); this run uses 'big' "
-        "(dim 768). Use another --index-dir or re-ingest with --rebuild"
+        "(dim 768): re-embed with `evident ingest --rebuild PATH` or `evident sync --rebuild`, or use another "
+        "--index-dir / EVIDENT_COLLECTION"
     )
 
 

