@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import threading
-import time
 from collections import deque
 from typing import Any
 
 import numpy as np
 from aiohttp import web
+from thread_server import ThreadedServer
 
 
 class FakeEmbeddingsServer:
@@ -30,10 +29,6 @@ class FakeEmbeddingsServer:
         self.max_in_flight = 0
         self._in_flight = 0
         self._failures: deque[tuple[int, float | None]] = deque()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._runner: web.AppRunner
         self.base_url = ""
 
     def fail_next(self, status: int, count: int = 1, *, retry_after: float | None = None) -> None:
@@ -76,35 +71,15 @@ class FakeEmbeddingsServer:
         finally:
             self._in_flight -= 1
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def start() -> None:
-            app = web.Application(client_max_size=64 * 2**20)
-            app.router.add_post("/v1/embeddings", self._embeddings)
-            runner = web.AppRunner(app, access_log=None)
-            self._runner = runner
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self.base_url = f"http://127.0.0.1:{port}/v1"
-            self._ready.set()
-
-        self._loop.run_until_complete(start())
-        self._loop.run_forever()
-
     def __enter__(self) -> FakeEmbeddingsServer:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("fake embeddings server did not start")
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        self._server = ThreadedServer(app).__enter__()
+        self.base_url = f"http://{self._server.url}/v1"
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        time.sleep(0)
+        self._server.__exit__(*exc)
 
 
 def _error(status: int, message: str, code: str | None, headers: dict[str, str] | None = None) -> web.Response:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from aiohttp import web
 from click.testing import Result
 from helpers import CliData, cli_data_fixture, invoke_cli  # noqa: F401
 from stub_llm import StubLLMServer
+from thread_server import ThreadedServer
 
 SECRETS = {
     "EVIDENT_LLM_API_KEY": "llmkey-Zq81x9Rk3",
@@ -26,49 +26,20 @@ SECRETS = {
 URL_PASSWORD = "urlpass-Kk9Lm2Nn"
 
 
-class EchoServer:
+class EchoServer(ThreadedServer):
     """Answers every request with an error whose body quotes the request's headers and URL."""
 
     def __init__(self, status: int) -> None:
         self.status = status
-        self.url = ""
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._runner: web.AppRunner
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
 
         async def echo(request: web.Request) -> web.Response:
             body = {"error": {"message": f"denied {request.url} headers={dict(request.headers)}",
                               "type": "invalid_request_error"}, "ok": False, "error_code": "invalid_auth"}
             return web.json_response(body, status=self.status)
 
-        async def start() -> None:
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", echo)
-            runner = web.AppRunner(app, access_log=None)
-            self._runner = runner
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self.url = f"127.0.0.1:{port}"
-            self._ready.set()
-
-        self._loop.run_until_complete(start())
-        self._loop.run_forever()
-
-    def __enter__(self) -> EchoServer:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", echo)
+        super().__init__(app)
 
 
 @pytest.fixture
