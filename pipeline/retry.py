@@ -14,7 +14,7 @@ class retry_after_wait(wait_base):
     """Wait ``exc.retry_after_s`` when the failed attempt's exception carries it, else exponential jitter."""
 
     def __init__(self, *, initial_s: float = 0.5, max_s: float = 30.0) -> None:
-        self._fallback = wait_exponential_jitter(initial=initial_s, max=max_s)
+        self._fallback = wait_exponential_jitter(multiplier=initial_s, max=max_s)
         self._max = max_s
 
     def __call__(self, retry_state: RetryCallState) -> float:

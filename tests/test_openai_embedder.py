@@ -44,6 +44,7 @@ def test_request_token_budget_splits_long_inputs() -> None:
     with FakeEmbeddingsServer() as server:
         emb = embedder(server, batch_size=100, max_tokens=100, max_request_tokens=120)
         emb.embed_documents(["word " * 200] * 6)  # each cut to ~100 tokens: one per request
+        emb.close()
         assert [len(r["input"]) for r in server.requests[1:]] == [1] * 6
         assert all(len(t) <= 300 for r in server.requests[1:] for t in r["input"])
 
@@ -60,6 +61,7 @@ def test_429_with_retry_after_is_retried() -> None:
         with pytest.raises(RateLimitedError) as info:
             emb.embed_documents(["c"])
         assert info.value.retry_after_s == 0.01
+        emb.close()
 
 
 def test_batch_too_large_for_the_server_is_halved() -> None:
@@ -69,6 +71,7 @@ def test_batch_too_large_for_the_server_is_halved() -> None:
         assert out.shape == (8, 64)
         assert max(len(r["input"]) for r in server.requests[1:] if r) <= 8
         assert np.allclose(out[5], FakeEmbeddingsServer.vector("t5", 64), atol=1e-5)
+        emb.close()
 
 
 def test_startup_errors_name_the_setting() -> None:
@@ -77,9 +80,12 @@ def test_startup_errors_name_the_setting() -> None:
             embedder(server, api_key="wrong")
         ok = embedder(server, api_key="right")
         assert ok.dim == 64 and server.headers[-1]["Authorization"] == "Bearer right"
+        ok.close()
         with pytest.raises(NotFoundError, match="'nope' is unknown at EVIDENT_EMBED_BASE_URL"):
             OpenAIEmbedder("nope", base_url=server.base_url, api_key="right")
-        assert embedder(server, api_key="right", dimensions=32).dim == 32  # text-embedding-3 style
+        small = embedder(server, api_key="right", dimensions=32)
+        assert small.dim == 32  # text-embedding-3 style
+        small.close()
     with FakeEmbeddingsServer(honour_dimensions=False) as server:
         with pytest.raises(EmbeddingError, match="EVIDENT_EMBED_DIMENSIONS asks for 32"):
             embedder(server, dimensions=32)
@@ -87,6 +93,7 @@ def test_startup_errors_name_the_setting() -> None:
         server.dim = 96  # the model behind the name changed
         with pytest.raises(EmbeddingError, match="96-dim vectors; this index uses 64"):
             emb.embed_documents(["x"])
+        emb.close()
     with pytest.raises(UnreachableError, match="EVIDENT_EMBED_BASE_URL"):
         OpenAIEmbedder("fake-embed", base_url="http://127.0.0.1:9/v1", max_retries=0)
     with pytest.raises(EmbeddingError, match="EVIDENT_EMBED_BASE_URL"):
@@ -98,6 +105,7 @@ def test_azure_style_key_and_api_version() -> None:
         emb = embedder(server, api_key="azkey", api_version="2024-02-01")
         assert server.headers[-1].get("api-key") == "azkey" and "Authorization" not in server.headers[-1]
         emb.embed_documents(["x"])
+        emb.close()
 
 
 async def test_ingest_through_a_remote_embedder(tmp_path: Path) -> None:

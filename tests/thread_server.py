@@ -37,7 +37,10 @@ class ThreadedServer:
             self._ready.set()
 
         self._loop.run_until_complete(start())
-        self._loop.run_forever()
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
 
     def __enter__(self) -> ThreadedServer:
         self._thread.start()
