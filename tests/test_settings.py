@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def test_settings_are_frozen() -> None:
 def test_engine_options_reject_an_explain_method_that_cannot_run(tmp_path: Path) -> None:
     from pipeline.factory import engine_options
 
-    with pytest.raises(ConfigError, match="unknown method 'bogus'"):
+    with pytest.raises(ConfigError, match="EVIDENT_ATTRIBUTION_METHOD='bogus' is not one of"):  # now at load
         engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "bogus"}, data_dir=tmp_path))
     with pytest.raises(ConfigError, match="EVIDENT_LLM_PROMPT_LOGPROBS"):
         engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "logprob",
@@ -146,3 +147,43 @@ def test_engine_options_reject_an_explain_method_that_cannot_run(tmp_path: Path)
     with pytest.raises(ConfigError, match=r"raw_chatlm\.j2' not found"):
         engine_options(Settings.load(env={"EVIDENT_LLM_PROMPT_LOGPROBS": "1", "EVIDENT_LLM_RAW_TEMPLATE": "raw_chatlm",
                                           "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
+
+
+@pytest.mark.parametrize(("env", "fragment"), [
+    ({"EVIDENT_FINAL_K": "-3"}, "EVIDENT_FINAL_K=-3 is below its minimum 1"),
+    ({"EVIDENT_LLM_BASE_URL": "localhost:8000"}, "EVIDENT_LLM_BASE_URL='localhost:8000' is not an http(s) URL"),
+    ({"QDRANT_URL": "http://user:pw@"}, "QDRANT_URL='http://***@' is not an http(s) URL"),
+    ({"EVIDENT_RETRIEVAL_MODE": "fancy"}, "EVIDENT_RETRIEVAL_MODE='fancy' is not one of: lexical, dense, hybrid"),
+    ({"EVIDENT_HTTP_PORT": "70000"}, "EVIDENT_HTTP_PORT=70000 is above its maximum 65535"),
+    ({"EVIDENT_MIN_TEXT_COVERAGE": "1.5"}, "EVIDENT_MIN_TEXT_COVERAGE=1.5 is above its maximum 1"),
+    ({"EVIDENT_ATTRIBUTION_METHOD": "bogus"}, "EVIDENT_ATTRIBUTION_METHOD='bogus' is not one of: naive"),
+    ({"EVIDENT_EMBED_PROCESS": "sometimes"}, "EVIDENT_EMBED_PROCESS='sometimes' is not one of"),
+])
+def test_bad_values_fail_at_load_naming_the_variable(env: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Settings.load(env=env)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert "pw" not in str(err.value)
+
+
+def test_good_values_pass_validation() -> None:
+    s = Settings.load(env={"EVIDENT_LOG_LEVEL": "debug", "EVIDENT_LLM_BASE_URL": "https://api.openai.com/v1",
+                           "QDRANT_URL": "http://qdrant:6333", "EVIDENT_FINAL_K": "1"})
+    assert s.final_k == 1 and s.validate() is s
+
+
+def test_secret_is_not_a_string() -> None:
+    secret = Secret("tok-123")
+    assert not isinstance(secret, str)
+    for attempt in (lambda: json.dumps({"k": secret}), lambda: "".join([secret]),  # type: ignore[list-item]
+                    lambda: secret[0:3], lambda: "Bearer " + secret):  # type: ignore[index,operator]
+        with pytest.raises(TypeError):
+            attempt()
+    assert f"{secret}" == "***" and secret == Secret("tok-123") and secret != "tok-123" and bool(Secret("")) is False
+
+
+def test_attribution_methods_in_settings_match_the_pipeline() -> None:
+    from pipeline.attribution import METHODS
+    from pipeline.settings import ATTRIBUTION_METHODS
+
+    assert tuple(METHODS) == ATTRIBUTION_METHODS
