@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.contracts import ExplainResultLike, TurnResultLike
 from bot.mrkdwn import bar, escape, link
+from pipeline.attribution import ExplanationView, SourceShare, explanation_view
 from pipeline.types import Citation
 
 SECTION_LIMIT = 3000
@@ -141,19 +142,32 @@ def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("e
     return Rendered(text=_truncate(body, SECTION_LIMIT), blocks=blocks)
 
 
-def render_explanation(result: ExplainResultLike) -> str:
-    """mrkdwn: one line per evidence cluster with a percentage bar and its linked title."""
-    clusters = sorted(result.clusters, key=lambda c: c.percent, reverse=True)
-    if not clusters:
+def render_explanation(result: ExplainResultLike, *, max_clusters: int = 5) -> str:
+    """The one Slack rendering of an explanation: a share bar per source, its linked (escaped) title,
+    duplicates collapsed, why it got its share, and low-confidence / partial notes."""
+    view = _view(result, max_clusters)
+    if not view.sources:
         text = escape(result.text.strip()) if result.text.strip() else ""
         return text or "I couldn't attribute this answer to any particular source."
     lines = ["*Why this answer?* How much each source contributed:"]
-    for c in clusters:
-        title = c.evidence_titles[0] if c.evidence_titles else "(untitled)"
-        url = c.urls[0] if c.urls else ""
-        label = link(url, title) if url else escape(title)
-        extra = f" (+{c.size - 1} similar)" if c.size > 1 else ""
-        lines.append(f"`{bar(c.percent)}` {c.percent:.0f}%  {label}{extra}")
-    if result.partial:
-        lines.append("_Partial explanation: some counterfactual runs failed._")
+    for s in view.sources:
+        label = link(s.url, s.title or s.url or "untitled") if s.url else escape(s.title or "(untitled)")
+        share = "`?`" if s.percent is None else f"`{bar(s.percent)}` {s.percent:.0f}%"
+        lines.append(f"{share}  {label}{s.extra}" + (f" — {escape(s.reason)}" if s.reason else ""))
+    if view.more:
+        lines.append(f"_… and {view.more} more ({view.more_percent:.0f}% in total)_")
+    lines.extend(f"_{escape(note)}_" for note in view.notes)
     return _truncate("\n".join(lines), 3900)
+
+
+def _view(result: ExplainResultLike, max_clusters: int) -> ExplanationView:
+    """The structured attribution when the engine has it; else the bare shares (older cached turns)."""
+    if result.result is not None:
+        return explanation_view(result.result, max_clusters=max_clusters)
+    clusters = sorted(result.clusters, key=lambda c: c.percent, reverse=True)
+    shown = [SourceShare(c.percent, c.evidence_titles[0] if c.evidence_titles else "",
+                         c.urls[0] if c.urls else "", f" (+{c.size - 1} similar)" if c.size > 1 else "")
+             for c in clusters[:max_clusters]]
+    rest = clusters[max_clusters:]
+    notes = ["Partial explanation: some counterfactual runs failed."] if result.partial else []
+    return ExplanationView(shown, notes, len(rest), sum(c.percent for c in rest))

@@ -32,6 +32,7 @@ class ExplainResultLike(Protocol):
     clusters: list[Any]  # ClusterShareLike items
     cached: bool
     partial: bool
+    result: Any  # the structured AttributionResult, or None
 
 
 class StoreLike(Protocol):

@@ -1,4 +1,4 @@
-"""Rendering of attribution results: plain text and escaped Slack mrkdwn."""
+"""Rendering of attribution results: the platform-neutral view and plain text (Slack: test_slack_explanation.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pipeline.attribution import (
     AttributionResult,
     ClusterAttribution,
     EvidenceRef,
-    escape_mrkdwn,
-    render_mrkdwn,
+    explanation_view,
     render_text,
 )
 
@@ -47,37 +46,20 @@ def test_text_lists_clusters_with_reasons() -> None:
     assert len(lines) == 3  # peaked, complete: no notes
 
 
-def test_mrkdwn_bars_links_and_collapsed_clusters() -> None:
-    text = render_mrkdwn(PEAKED)
-    lines = text.splitlines()
-    assert lines[0].startswith("*Which evidence produced this answer* (_cfa_clusters_, 3 calls")
-    assert lines[1].startswith("█████░░░ 67% <https://wiki.example/vpn|VPN policy> (+1 similar) — ")
-    assert "Onboarding" not in text  # the duplicate is collapsed into its cluster's line
-    assert lines[2].startswith("██░░░░░░ 20% <https://wiki.example/faq|Security FAQ>")
-    assert "Low confidence" not in text and "partial" not in text
-    assert render_mrkdwn(result(cluster(1, 52.0, 0.5, ref(1, "T", "https://x.example")),
-                                cluster(2, 48.0, 0.5, ref(2, "U", "https://y.example")))).count("████░░░░ 52%") == 1
-
-
-def test_page_text_is_escaped() -> None:
-    evil = result(cluster(1, 100.0, 0.2, ref(1, "<!channel> Q&A <b>", "https://wiki.example/a|b>c")))
-    text = render_mrkdwn(evil)
-    assert "<!channel>" not in text and "<b>" not in text
-    assert "&lt;!channel&gt; Q&amp;A &lt;b&gt;" in text
-    assert "<https://wiki.example/a%7Cb%3Ec|" in text
-    assert escape_mrkdwn("a & <b> &amp;") == "a &amp; &lt;b&gt; &amp;amp;"
-    unsafe = render_mrkdwn(result(cluster(1, 100.0, 0.2, ref(1, "click", "javascript:alert(1)"))))
-    assert "<javascript" not in unsafe and "click" in unsafe
-    shouting = render_mrkdwn(PEAKED, escape=str.upper)
-    assert "<HTTPS://WIKI.EXAMPLE/VPN|VPN POLICY>" in shouting
+def test_view_collapses_clusters_and_keeps_reasons() -> None:
+    view = explanation_view(PEAKED)
+    assert [(v.percent, v.title, v.extra) for v in view.sources] == [
+        (67.3, "VPN policy", " (+1 similar)"), (20.1, "Security FAQ", ""), (12.6, "Lunch", "")]
+    assert view.sources[0].reason == "removing it changed the answer most (similarity 0.41)"
+    assert view.notes == [] and view.method == "cfa_clusters"
 
 
 def test_flat_distribution_gets_a_low_confidence_note() -> None:
     flat = result(*(cluster(i, 25.0, 1.0, ref(i, f"P{i}", f"https://w.example/{i}")) for i in range(1, 5)))
-    assert "Low confidence" in render_mrkdwn(flat)
+    assert any("Low confidence" in n for n in explanation_view(flat).notes)
     assert "Low confidence" in render_text(flat)
     single = result(cluster(1, 100.0, 0.3, ref(1, "Only", "https://w.example/1")))
-    assert "Low confidence" not in render_mrkdwn(single)
+    assert not explanation_view(single).notes
 
 
 def test_partial_and_unknown_clusters() -> None:
@@ -86,20 +68,20 @@ def test_partial_and_unknown_clusters() -> None:
         cluster(2, 0.0, 0.0, ref(2, "Lost", "https://w.example/2"), unknown=True),
         failed=2,
     )
-    text = render_mrkdwn(partial)
-    assert "_(partial: 2 counterfactual calls failed)_" in text
-    assert "`?` <https://w.example/2|Lost>" in text and "failed, so its share is unknown" in text
+    view = explanation_view(partial)
+    assert "(partial: 2 counterfactual calls failed)" in view.notes
+    assert view.sources[1].percent is None and "failed, so its share is unknown" in view.sources[1].reason
     assert render_text(partial).splitlines()[1].startswith("Unknown share for [Evidence 2]: Lost")
 
 
 def test_max_clusters_and_empty() -> None:
     many = result(*(cluster(i, p, 0.5, ref(i, f"P{i}", f"https://w.example/{i}"))
                     for i, p in enumerate([60.0, 20.0, 10.0, 6.0, 4.0], start=1)))
-    text = render_mrkdwn(many, max_clusters=3)
-    assert "P4" not in text and "_… and 2 more (10% in total)_" in text
+    view = explanation_view(many, max_clusters=3)
+    assert [v.title for v in view.sources] == ["P1", "P2", "P3"] and (view.more, view.more_percent) == (2, 10.0)
     assert render_text(many, max_clusters=2).splitlines()[-1] == "… and 3 more (20.0% in total)"
     assert render_text(result()) == "No evidence to attribute."
-    assert "_No evidence to attribute._" in render_mrkdwn(result())
+    assert explanation_view(result()).sources == []
 
 
 def test_naive_and_method_specific_reasons() -> None:
@@ -111,7 +93,7 @@ def test_naive_and_method_specific_reasons() -> None:
     assert "; cited in the answer" in render_text(cited)
     suff = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1")), method="sufficiency")
     suff.details["sufficiency"] = [{"cluster_id": 1, "similarity": 0.97, "sufficient": True, "answers": []}]
-    assert "alone it reproduces the answer (similarity 0.97)" in render_mrkdwn(suff)
+    assert "alone it reproduces the answer (similarity 0.97)" in explanation_view(suff).sources[0].reason
     same_page = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1"), ref(2, "A", "https://w.example/1")),
                        method="page")
     assert "(+1 more from this page)" in render_text(same_page)

@@ -2,7 +2,7 @@
 
 from pipeline.attribution.methods import METHODS, Method, attribute, cited_positions
 from pipeline.attribution.params import AttributionParams, Generate, Score, params_from_settings, parse_params
-from pipeline.attribution.render import escape_mrkdwn, is_flat, render_mrkdwn, render_text
+from pipeline.attribution.render import ExplanationView, SourceShare, explanation_view, is_flat, render_text
 from pipeline.attribution.types import AttributionResult, ClusterAttribution, EvidenceRef
 
 __all__ = [
@@ -11,15 +11,16 @@ __all__ = [
     "AttributionResult",
     "ClusterAttribution",
     "EvidenceRef",
+    "ExplanationView",
     "Generate",
     "Method",
     "Score",
+    "SourceShare",
     "attribute",
     "cited_positions",
-    "escape_mrkdwn",
+    "explanation_view",
     "is_flat",
     "params_from_settings",
     "parse_params",
-    "render_mrkdwn",
     "render_text",
 ]

@@ -1,13 +1,15 @@
-"""Human-readable explanations (RAGonite Figure 4, extended): plain text and Slack mrkdwn.
+"""Human-readable explanations (RAGonite Figure 4, extended): a platform-neutral view, and plain text.
 
-Page titles come from the wiki, i.e. from anyone who can edit a page, so every title is escaped for
-mrkdwn; a title like ``<!channel>`` must never ping a channel.
+``explanation_view`` turns an ``AttributionResult`` into what any chat platform shows: per source its
+share (or "unknown"), title, link, how many similar evidence it stands for, and one line on why; plus
+notes (low confidence, partial) and how much the hidden tail holds. Each platform formats the view
+once (Slack: ``bot.blocks.render_explanation``); ``render_text`` is the CLI's plain text.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from pipeline.attribution.types import AttributionResult, ClusterAttribution
 
@@ -15,9 +17,35 @@ BAR_WIDTH = 8
 UNCHANGED = 0.98  # mean similarity at/above which a counterfactual answer counts as "the same"
 
 
-def escape_mrkdwn(text: str) -> str:
-    """Escape Slack's three control characters (``&`` first, so entities are not double-escaped)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+@dataclass(frozen=True)
+class SourceShare:
+    """One source (an evidence cluster) as a reader sees it. Title and URL are untrusted page data."""
+
+    percent: float | None  # None: unknown (its counterfactual calls failed)
+    title: str
+    url: str
+    extra: str = ""  # " (+2 similar)", " (+1 more from this page)"
+    reason: str = ""  # why it got its share, in the method's terms ("" when only shares are known)
+
+
+@dataclass(frozen=True)
+class ExplanationView:
+    sources: list[SourceShare]
+    notes: list[str] = field(default_factory=list)  # low confidence, partial
+    more: int = 0  # sources beyond the shown ones
+    more_percent: float = 0.0
+    method: str = ""
+
+
+def explanation_view(result: AttributionResult, *, max_clusters: int = 5) -> ExplanationView:
+    shown = result.clusters[:max_clusters]
+    sources = [
+        SourceShare(None if c.unknown else c.percent, c.members[0].title, c.members[0].url, _extra(c),
+                    reason(result, c, top=i == 0))
+        for i, c in enumerate(shown)
+    ]
+    rest = result.clusters[max_clusters:]
+    return ExplanationView(sources, _footer_notes(result), len(rest), sum(c.percent for c in rest), result.method)
 
 
 def is_flat(result: AttributionResult, *, ratio: float = 1.5, entropy: float = 0.95) -> bool:
@@ -93,43 +121,3 @@ def render_text(result: AttributionResult, *, max_clusters: int = 5) -> str:
     if rest:
         lines.append(f"… and {len(rest)} more ({sum(c.percent for c in rest):.1f}% in total)")
     return "\n".join([*lines, *_footer_notes(result)])
-
-
-def _bar(percent: float) -> str:
-    filled = max(0, min(BAR_WIDTH, round(percent / 100.0 * BAR_WIDTH)))
-    return "█" * filled + "░" * (BAR_WIDTH - filled)
-
-
-def _link(url: str, title: str, escape: Callable[[str], str]) -> str:
-    label = escape(" ".join(title.split()) or url or "untitled")
-    if not url.lower().startswith(("http://", "https://")):
-        return label
-    safe = url.replace("|", "%7C").replace("<", "%3C").replace(">", "%3E").replace(" ", "%20")
-    return f"<{escape(safe)}|{label}>"
-
-
-def render_mrkdwn(
-    result: AttributionResult,
-    *,
-    escape: Callable[[str], str] = escape_mrkdwn,
-    max_clusters: int = 5,
-    header: bool = True,
-) -> str:
-    """Slack mrkdwn: a share bar, linked (escaped) title, collapsed duplicates and a reason per source."""
-    lines = []
-    if header:
-        lines.append(f"*Which evidence produced this answer* (_{escape(result.method)}_, "
-                     f"{result.calls} call{'s' if result.calls != 1 else ''}, {result.seconds:.1f}s)")
-    if not result.clusters:
-        lines.append("_No evidence to attribute._")
-        return "\n".join(lines)
-    for i, cluster in enumerate(result.clusters[:max_clusters]):
-        first = cluster.members[0]
-        share = "`?`" if cluster.unknown else f"{_bar(cluster.percent)} {cluster.percent:.0f}%"
-        lines.append(f"{share} {_link(first.url, first.title, escape)}{_extra(cluster)}"
-                     f" — {escape(reason(result, cluster, top=i == 0))}")
-    rest = result.clusters[max_clusters:]
-    if rest:
-        lines.append(f"_… and {len(rest)} more ({sum(c.percent for c in rest):.0f}% in total)_")
-    lines.extend(f"_{escape(note)}_" for note in _footer_notes(result))
-    return "\n".join(lines)
