@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import openai
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from pipeline.errors import (
     AuthError,
@@ -31,6 +31,7 @@ from pipeline.errors import (
     UnreachableError,
 )
 from pipeline.prompts import neutralize_special_tokens
+from pipeline.retry import log_retry, retry_after_wait
 from pipeline.types import ChatMessage
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ class OpenAILLM:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 8.0,
         retry_after_cap_s: float = 30.0,
-        rng: random.Random | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if (models is None) == (model_for is None):
@@ -73,7 +73,6 @@ class OpenAILLM:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.retry_after_cap_s = retry_after_cap_s
-        self._rng = rng or random.Random()
         self._semaphore = asyncio.Semaphore(max(1, int(concurrency)))
         self._n_unsupported: set[str] = set()  # models whose endpoint rejected n>1
         # A placeholder key keeps the SDK from demanding OPENAI_API_KEY for keyless local servers.
@@ -196,30 +195,24 @@ class OpenAILLM:
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]], *, model: str, wants_n: bool = False,
                             retries: int | None = None) -> T:
-        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors with backoff."""
+        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors (``pipeline.retry``)."""
         budget = self.max_retries if retries is None else retries
-        attempt = 0
-        while True:
-            try:
-                async with self._semaphore:
-                    return await call()
-            except openai.OpenAIError as exc:
-                error = self._map_error(exc, model=model, wants_n=wants_n)
-                retryable = isinstance(error, RateLimitedError | TransientError | UnreachableError)
-                if not retryable or attempt >= budget:
-                    raise error from exc
-                delay = self._delay(attempt, error)
-                log.warning("LLM request failed (%s); retry %d/%d in %.2fs", type(error).__name__, attempt + 1,
-                            budget, delay)
-                attempt += 1
-                await asyncio.sleep(delay)
-
-    def _delay(self, attempt: int, error: RemoteError) -> float:
-        backoff = self._rng.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))
-        if isinstance(error, RateLimitedError) and error.retry_after_s is not None:
-            # Honour the server's wait (capped), plus a little jitter so parallel callers do not stampede.
-            return min(error.retry_after_s, self.retry_after_cap_s) + self._rng.uniform(0, self.backoff_base_s / 4)
-        return backoff
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(budget + 1),
+            wait=retry_after_wait(initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
+                                  retry_after_cap_s=self.retry_after_cap_s),
+            retry=retry_if_exception_type((RateLimitedError, TransientError, UnreachableError)),
+            before_sleep=log_retry(log, "LLM request", budget),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                try:
+                    async with self._semaphore:
+                        return await call()
+                except openai.OpenAIError as exc:
+                    raise self._map_error(exc, model=model, wants_n=wants_n) from exc
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
     def _map_error(self, exc: openai.OpenAIError, *, model: str | None, wants_n: bool = False) -> RemoteError:
         where = self.base_url

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -22,6 +21,7 @@ from urllib.parse import urlsplit
 
 import requests
 from atlassian import Confluence
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from pipeline.errors import (
     AuthError,
@@ -31,6 +31,7 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
+from pipeline.retry import log_retry, retry_after_wait
 
 log = logging.getLogger(__name__)
 
@@ -81,27 +82,28 @@ class ConfluenceClient:
     # ------------------------------------------------------------------ raw GET with retries
 
     async def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """GET ``path`` (relative to the site URL, e.g. ``rest/api/space/KEY``) and return its JSON."""
-        attempt = 0
-        while True:
-            try:
-                return await self._get_once(path, params)
-            except (RateLimitedError, TransientError, UnreachableError) as exc:
-                if isinstance(exc, UnreachableError) and exc.status is not None:
-                    raise  # a wrong base URL answers; retrying cannot help
-                if attempt >= self.max_retries:
-                    raise
-                attempt += 1
-                self.retries += 1
-                delay = self._delay(exc, attempt)
-                log.info("confluence: %s; retry %d/%d in %.2fs", exc, attempt, self.max_retries, delay)
-                await self._sleep(delay)
+        """GET ``path`` (relative to the site URL, e.g. ``rest/api/space/KEY``) and return its JSON.
 
-    def _delay(self, exc: RemoteError, attempt: int) -> float:
-        if isinstance(exc, RateLimitedError) and exc.retry_after_s is not None:
-            return min(exc.retry_after_s, self.max_retry_after_s)
-        cap = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
-        return random.uniform(cap / 2, cap)  # equal jitter: spreads retries of parallel syncs
+        Retries 429 (waiting ``Retry-After``), 5xx, timeouts and dropped connections (``pipeline.retry``);
+        an ``UnreachableError`` with a status (a wrong base URL that answers) is not retried.
+        """
+
+        def count() -> None:
+            self.retries += 1
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=retry_after_wait(initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
+                                  retry_after_cap_s=self.max_retry_after_s),
+            retry=retry_if_exception(_retryable),
+            before_sleep=log_retry(log, "confluence GET", self.max_retries, level=logging.INFO, count=count),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._get_once(path, params)
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
     async def _get_once(self, path: str, params: dict[str, Any] | None) -> dict[str, Any]:
         self.api_calls += 1
@@ -165,6 +167,12 @@ class ConfluenceClient:
 
 
 # ---------------------------------------------------------------------- response mapping
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, UnreachableError):
+        return exc.status is None  # a wrong base URL answers; retrying cannot help
+    return isinstance(exc, RateLimitedError | TransientError)
 
 
 def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]:
