@@ -1,17 +1,20 @@
-"""Prometheus metrics without a global registry: one ``Metrics`` object is built at start-up and passed in.
+"""Prometheus metrics on ``prometheus_client``, without its global registry.
 
-Self-written (counters, histograms, text exposition format 0.0.4) so the bot needs no extra dependency
-and tests can create as many independent registries as they like. Updates take a lock because sync work
-runs in worker threads (``asyncio.to_thread``) while the event loop renders ``/metrics``.
+One ``Metrics`` object (its own ``CollectorRegistry``) is built at start-up and passed in, so tests can
+create as many independent registries as they like. ``Counter`` and ``Histogram`` are thin adapters that
+keep evident's small interface (``inc``/``value``, ``observe``/``time``/``count``/``sum``) and check label
+names and increments up front with messages that say what is wrong; the library does the counting (thread
+safe) and the text exposition format.
 """
 
 from __future__ import annotations
 
-import math
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest
 
 from pipeline.errors import (
     AuthError,
@@ -23,192 +26,103 @@ from pipeline.errors import (
     UnreachableError,
 )
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_PLAIN_0_0_4  # the text format generate_latest writes
 
 # Seconds; answers take from ~0.1 s (offline extractive) to tens of seconds (remote LLM + retries).
 DEFAULT_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 
-LabelValues = tuple[str, ...]
-
-
-def _fmt(value: float) -> str:
-    """Format a sample value the way Prometheus parses it (Go float syntax)."""
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    return repr(float(value))
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _escape_help(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _labels(names: Sequence[str], values: Sequence[str], extra: str = "") -> str:
-    parts = [f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
+prometheus_client.disable_created_metrics()  # no *_created series: they add nothing a dashboard uses
 
 
 class _Metric:
-    """Shared name/help/label handling; subclasses hold the samples."""
-
-    kind = ""
-
-    def __init__(self, name: str, help_: str, labelnames: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, help_: str, labelnames: Sequence[str], registry: CollectorRegistry | None) -> None:
         self.name = name
-        self.help = help_
         self.labelnames: tuple[str, ...] = tuple(labelnames)
-        self._lock = threading.Lock()
+        self.registry = registry if registry is not None else CollectorRegistry()
 
-    def _key(self, labels: dict[str, str]) -> LabelValues:
+    def _child(self, metric: Any, labels: dict[str, str]) -> Any:
         if set(labels) != set(self.labelnames):
             # A programming error in the caller, not a runtime condition: fail loudly.
             raise ValueError(f"{self.name} takes labels {list(self.labelnames)}, got {sorted(labels)}")
-        return tuple(str(labels[n]) for n in self.labelnames)
+        return metric.labels(**{k: str(v) for k, v in labels.items()}) if self.labelnames else metric
 
-    def _header(self) -> list[str]:
-        return [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.kind}"]
+    def _sample(self, suffix: str, labels: dict[str, str]) -> float:
+        value = self.registry.get_sample_value(self.name + suffix, {k: str(v) for k, v in labels.items()})
+        return float(value or 0.0)
 
     def expose(self) -> list[str]:
-        """This metric's lines in the text exposition format."""
-        raise NotImplementedError
+        """This registry's exposition lines (for a metric built on its own registry, just this metric)."""
+        return generate_latest(self.registry).decode("utf-8").splitlines()
 
 
 class Counter(_Metric):
-    """A monotonically increasing count, optionally split by labels."""
+    """A monotonically increasing count, optionally split by labels (``name`` ends in ``_total``)."""
 
-    kind = "counter"
-
-    def __init__(self, name: str, help_: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_, labelnames)
-        self._values: dict[LabelValues, float] = {} if labelnames else {(): 0.0}
+    def __init__(self, name: str, help_: str, labelnames: Sequence[str] = (),
+                 registry: CollectorRegistry | None = None) -> None:
+        super().__init__(name, help_, labelnames, registry)
+        self._metric = prometheus_client.Counter(name.removesuffix("_total"), help_, self.labelnames,
+                                                 registry=self.registry)
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
         if amount < 0:
             raise ValueError(f"{self.name}: counters only go up (got {amount})")
-        key = self._key(labels)
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
+        self._child(self._metric, labels).inc(amount)
 
     def value(self, **labels: str) -> float:
-        key = self._key(labels)
-        with self._lock:
-            return self._values.get(key, 0.0)
-
-    def expose(self) -> list[str]:
-        with self._lock:
-            items = sorted(self._values.items())
-        return self._header() + [f"{self.name}{_labels(self.labelnames, k)} {_fmt(v)}" for k, v in items]
-
-
-class _HistogramSeries:
-    __slots__ = ("buckets", "count", "sum")
-
-    def __init__(self, n: int) -> None:
-        self.buckets = [0] * n
-        self.count = 0
-        self.sum = 0.0
+        self._child(self._metric, labels)  # checks the label names
+        return self._sample("", labels)
 
 
 class Histogram(_Metric):
     """Observed durations in cumulative buckets, plus their sum and count."""
 
-    kind = "histogram"
-
     def __init__(self, name: str, help_: str, labelnames: Sequence[str] = (),
-                 buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
-        super().__init__(name, help_, labelnames)
-        bounds = sorted(float(b) for b in buckets)
-        if not bounds or bounds[-1] != math.inf:
-            bounds.append(math.inf)
-        self.bounds: tuple[float, ...] = tuple(bounds)
-        self._series: dict[LabelValues, _HistogramSeries] = {} if labelnames else {(): self._new()}
-
-    def _new(self) -> _HistogramSeries:
-        return _HistogramSeries(len(self.bounds))
+                 buckets: Sequence[float] = DEFAULT_BUCKETS, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(name, help_, labelnames, registry)
+        self._metric = prometheus_client.Histogram(name, help_, self.labelnames, buckets=tuple(buckets),
+                                                   registry=self.registry)
 
     def observe(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
-        with self._lock:
-            series = self._series.get(key)
-            if series is None:
-                series = self._series[key] = self._new()
-            for i, bound in enumerate(self.bounds):
-                if value <= bound:
-                    series.buckets[i] += 1
-                    break
-            series.count += 1
-            series.sum += value
+        self._child(self._metric, labels).observe(value)
 
     @contextmanager
     def time(self, **labels: str) -> Iterator[None]:
         """Observe the wall-clock duration of the ``with`` block (also when it raises)."""
-        start = time.perf_counter()
-        try:
+        with self._child(self._metric, labels).time():
             yield
-        finally:
-            self.observe(time.perf_counter() - start, **labels)
 
     def count(self, **labels: str) -> int:
-        key = self._key(labels)
-        with self._lock:
-            series = self._series.get(key)
-            return series.count if series else 0
+        return int(self._sample("_count", labels))
 
     def sum(self, **labels: str) -> float:
-        key = self._key(labels)
-        with self._lock:
-            series = self._series.get(key)
-            return series.sum if series else 0.0
-
-    def expose(self) -> list[str]:
-        lines = self._header()
-        with self._lock:
-            snapshot = sorted((k, list(s.buckets), s.count, s.sum) for k, s in self._series.items())
-        for key, buckets, count, total in snapshot:
-            cumulative = 0
-            for bound, n in zip(self.bounds, buckets, strict=True):
-                cumulative += n
-                le = f'le="{_fmt(bound)}"'
-                lines.append(f"{self.name}_bucket{_labels(self.labelnames, key, le)} {cumulative}")
-            lines.append(f"{self.name}_sum{_labels(self.labelnames, key)} {_fmt(total)}")
-            lines.append(f"{self.name}_count{_labels(self.labelnames, key)} {count}")
-        return lines
+        return self._sample("_sum", labels)
 
 
 class Metrics:
     """Every metric evident exports; build one per process and pass it to the components that count."""
 
     def __init__(self, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
-        self.questions = Counter("evident_questions_total", "Questions received from Slack or the CLI.")
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.questions = Counter("evident_questions_total", "Questions received from Slack or the CLI.", registry=r)
         self.llm_calls = Counter("evident_llm_calls_total", "Requests sent to the LLM endpoint, by role.",
-                                 ("role",))
-        self.llm_errors = Counter("evident_llm_errors_total", "Failed LLM requests, by error kind.", ("kind",))
+                                 ("role",), registry=r)
+        self.llm_errors = Counter("evident_llm_errors_total", "Failed LLM requests, by error kind.", ("kind",),
+                                  registry=r)
         self.sync_pages = Counter("evident_sync_pages_total",
                                   "Pages handled by Confluence sync, by result (e.g. indexed, unchanged, "
-                                  "deleted, failed).", ("result",))
-        self.sync_errors = Counter("evident_sync_errors_total", "Sync runs that failed.")
+                                  "deleted, failed).", ("result",), registry=r)
+        self.sync_errors = Counter("evident_sync_errors_total", "Sync runs that failed.", registry=r)
         self.answer_seconds = Histogram("evident_answer_seconds", "Time from question to posted answer.",
-                                        buckets=buckets)
+                                        buckets=buckets, registry=r)
         self.explain_seconds = Histogram("evident_explain_seconds",
-                                         "Time to compute a causal explanation (attribution).", buckets=buckets)
-
-    def all(self) -> list[_Metric]:
-        return [self.questions, self.llm_calls, self.llm_errors, self.sync_pages, self.sync_errors,
-                self.answer_seconds, self.explain_seconds]
+                                         "Time to compute a causal explanation (attribution).", buckets=buckets,
+                                         registry=r)
 
     def render(self) -> str:
-        """Text exposition format 0.0.4, served with ``CONTENT_TYPE``."""
-        lines: list[str] = []
-        for metric in self.all():
-            lines.extend(metric.expose())
-        return "\n".join(lines) + "\n"
+        """The text exposition format, served with ``CONTENT_TYPE``."""
+        return generate_latest(self.registry).decode("utf-8")
 
 
 def error_kind(exc: BaseException) -> str:

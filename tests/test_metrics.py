@@ -48,10 +48,10 @@ def test_histogram_buckets_sum_count_and_timer() -> None:
     assert h.count() == 5
     assert h.sum() == pytest.approx(11.5, abs=0.01)
     lines = h.expose()
-    assert 't_seconds_bucket{le="1.0"} 3' in lines  # 0.5, 1.0 and the ~0 s timer
-    assert 't_seconds_bucket{le="5.0"} 4' in lines
-    assert 't_seconds_bucket{le="+Inf"} 5' in lines
-    assert "t_seconds_count 5" in lines
+    assert 't_seconds_bucket{le="1.0"} 3.0' in lines  # 0.5, 1.0 and the ~0 s timer
+    assert 't_seconds_bucket{le="5.0"} 4.0' in lines
+    assert 't_seconds_bucket{le="+Inf"} 5.0' in lines
+    assert "t_seconds_count 5.0" in lines
 
 
 def test_timer_observes_when_the_block_raises() -> None:
@@ -95,7 +95,7 @@ def test_unlabelled_counters_are_exported_at_zero() -> None:
     text = Metrics().render()
     assert "evident_questions_total 0.0" in text
     assert "evident_sync_errors_total 0.0" in text
-    assert "evident_answer_seconds_count 0" in text
+    assert "evident_answer_seconds_count 0.0" in text
 
 
 def test_concurrent_increments_are_not_lost() -> None:
