@@ -28,7 +28,6 @@ from pipeline.types import Hit
 
 if TYPE_CHECKING:  # qdrant-client takes seconds to import: only the commands that need it load it
     from pipeline.index_edge import EdgeIndex
-    from pipeline.index_qdrant import QdrantServerIndex
     from pipeline.protocols import Index
 
 VERIFY_K = 10
@@ -57,10 +56,9 @@ async def run_backup(settings: Settings, dest: Path) -> Any:
     qdrant = None
     index_dir: Path | None = None
     if settings.qdrant_url:
-        from qdrant_client import QdrantClient
+        from pipeline.factory import make_qdrant_client
 
-        qdrant = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key.reveal() or None,
-                              check_compatibility=False)
+        qdrant = make_qdrant_client(settings)
     elif settings.resolved_index_dir.is_dir():
         index_dir = settings.resolved_index_dir
     try:
@@ -118,23 +116,6 @@ class MigrateReport:
                 f"({self.points_copied} points), {self.pages_skipped} unchanged, {self.pages_deleted} deleted; "
                 f"points: source {self.source_points}, destination {self.destination_points}; "
                 f"same top-{VERIFY_K} for {same}/{len(self.verified)} sample queries")
-
-
-def destination_index(target: str, settings: Settings, collection: str) -> QdrantServerIndex:
-    """``--to``: ``http(s)://host:port`` (a server), ``path:/dir`` (qdrant-client local mode) or ``:memory:``."""
-    from pipeline.errors import InputError
-    from pipeline.index_qdrant import QdrantServerIndex
-
-    target = target.strip()
-    if target.startswith(("http://", "https://")):
-        return QdrantServerIndex(url=target, api_key=settings.qdrant_api_key.reveal() or None, collection=collection,
-                                 shard_number=settings.shard_number, replication_factor=settings.replication_factor,
-                                 write_consistency_factor=settings.write_consistency_factor)
-    if target.startswith("path:") and target[5:].strip():
-        return QdrantServerIndex(path=Path(target[5:].strip()).expanduser(), collection=collection)
-    if target == ":memory:":
-        return QdrantServerIndex(location=":memory:", collection=collection)
-    raise InputError(f"--to {target!r}: use a Qdrant URL (http://host:6333), path:/some/dir or :memory:")
 
 
 def read_edge_manifest(index_dir: Path) -> tuple[str, int]:
@@ -336,8 +317,10 @@ def register(main: click.Group) -> None:
 
         @cli_errors
         def go() -> None:
+            from pipeline.factory import make_destination_index
+
             settings = _settings(ctx, index_dir)
-            dest = destination_index(target, settings, collection or settings.collection)
+            dest = make_destination_index(settings, target, collection or settings.collection)
             report = asyncio.run(migrate_index(settings.resolved_index_dir, dest, batch=batch, force=force,
                                                verify=verify, progress=lambda m: click.echo(m, err=True)))
             click.echo(report.summary())

@@ -19,11 +19,10 @@ def summary(report) -> str:  # type: ignore[no-untyped-def]
 async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bool, progress: bool,  # type: ignore[no-untyped-def]
                    engine=None, rebuild: bool = False):
     """One sync. Reuses the engine's index/embedder/store when given (``evident serve``)."""
-    from connectors.confluence.source import ConfluenceSource
     from connectors.confluence.sync import sync_confluence
+    from connectors.factory import make_confluence_source
     from pipeline.errors import ConfigError
-    from pipeline.factory import ingest_options, open_stack
-    from pipeline.store import Store
+    from pipeline.factory import ingest_options, make_store, open_stack
 
     if not settings.confluence_url:
         raise ConfigError("CONFLUENCE_URL missing: set it (Cloud: https://<site>.atlassian.net/wiki)")
@@ -31,7 +30,7 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
         raise ConfigError("CONFLUENCE_TOKEN missing: a Cloud API token (with CONFLUENCE_USER) or a Data Center PAT")
     if not (spaces or settings.confluence_spaces):
         raise ConfigError("no spaces to sync: set CONFLUENCE_SPACES or pass --space KEY")
-    source = ConfluenceSource.from_settings(settings)
+    source = make_confluence_source(settings)
     own = engine is None
     if own:
         if rebuild:
@@ -39,7 +38,7 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
 
             await drop_index(settings)
         embedder, sparse, index = await open_stack(settings)
-        store = Store(settings.resolved_store_path)
+        store = make_store(settings)
     else:
         embedder, sparse, index, store = engine.embedder, engine.sparse, engine.index, engine.store
     try:

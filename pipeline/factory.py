@@ -7,13 +7,16 @@ what it uses.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.ingest import IngestOptions
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.retrieve import RetrievalConfig
 from pipeline.settings import CONTEXT_ITEMS, Settings
+
+if TYPE_CHECKING:
+    from pipeline.store import Store
 
 
 def ingest_options(settings: Settings) -> IngestOptions:
@@ -145,6 +148,40 @@ def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
     return EdgeIndex(Path(index_dir or settings.resolved_index_dir), wait_s=settings.index_wait_s)
 
 
+def make_store(settings: Settings) -> Store:
+    """The SQLite conversation store (turns, feedback, checkpoints)."""
+    from pipeline.store import Store
+
+    return Store(settings.resolved_store_path)
+
+
+def make_qdrant_client(settings: Settings) -> Any:
+    """A synchronous ``qdrant_client.QdrantClient`` for the configured server (server-side snapshots)."""
+    from qdrant_client import QdrantClient
+
+    if not settings.qdrant_url:
+        raise ConfigError("QDRANT_URL is not set")
+    return QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key.reveal() or None,
+                        check_compatibility=False)
+
+
+def make_destination_index(settings: Settings, target: str, collection: str) -> Index:
+    """``evident index migrate --to``: ``http(s)://host:port`` (a server), ``path:/dir`` (qdrant-client local
+    mode) or ``:memory:``; the cluster settings apply to a server."""
+    from pipeline.index_qdrant import QdrantServerIndex
+
+    target = target.strip()
+    if target.startswith(("http://", "https://")):
+        return QdrantServerIndex(url=target, api_key=settings.qdrant_api_key.reveal() or None, collection=collection,
+                                 shard_number=settings.shard_number, replication_factor=settings.replication_factor,
+                                 write_consistency_factor=settings.write_consistency_factor)
+    if target.startswith("path:") and target[5:].strip():
+        return QdrantServerIndex(path=Path(target[5:].strip()).expanduser(), collection=collection)
+    if target == ":memory:":
+        return QdrantServerIndex(location=":memory:", collection=collection)
+    raise InputError(f"--to {target!r}: use a Qdrant URL (http://host:6333), path:/some/dir or :memory:")
+
+
 def make_reranker_from(settings: Settings) -> Reranker | None:
     from pipeline.rerank import make_reranker
 
@@ -172,10 +209,9 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
     """Compose the conversation engine from settings (the CLI's and the bot's single entry point)."""
     from pipeline.engine import Engine
     from pipeline.prompts import PromptLibrary
-    from pipeline.store import Store
 
     embedder, sparse, index = await open_stack(settings, index_dir, require_index=require_index)
-    store = Store(settings.resolved_store_path)
+    store = make_store(settings)
     return Engine(
         index=index,
         embedder=embedder,

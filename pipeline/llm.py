@@ -35,7 +35,7 @@ from pipeline.retry import log_retry, retry_after_wait
 from pipeline.types import ChatMessage
 
 if TYPE_CHECKING:
-    from pipeline.settings import Settings
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +78,6 @@ class OpenAILLM:
         # A placeholder key keeps the SDK from demanding OPENAI_API_KEY for keyless local servers.
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout_s
-        )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> OpenAILLM:
-        if not settings.llm_base_url:
-            raise ConfigError("EVIDENT_LLM_BASE_URL is not set")
-        return cls(
-            base_url=settings.llm_base_url,
-            api_key=settings.llm_api_key.reveal(),
-            models=settings.model_for,
-            timeout_s=settings.llm_timeout_s,
-            max_retries=settings.llm_max_retries,
-            concurrency=settings.llm_concurrency,
         )
 
     def __repr__(self) -> str:  # never shows the key

@@ -17,6 +17,7 @@ from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.cql import pages_cql, parse_utc, quote, since_bound, to_utc_iso
 from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.sync import SyncReport, _Tracker, sync_confluence
+from connectors.factory import make_confluence_source
 from pipeline.errors import AuthError, IndexError_, NotFoundError, RateLimitedError, UnreachableError
 from pipeline.index_edge import EdgeIndex
 from pipeline.ingest import IngestOptions
@@ -485,11 +486,11 @@ async def test_index_write_failure_holds_checkpoint_and_rerun_converges(
 
 
 @pytest.mark.parametrize("mode", ["cloud", "dc"])
-async def test_from_settings_picks_cloud_or_data_center_auth(mode: Literal["cloud", "dc"]) -> None:
+async def test_factory_picks_cloud_or_data_center_auth(mode: Literal["cloud", "dc"]) -> None:
     async with FakeConfluence(_pages(2), mode=mode) as fc:
         settings = Settings.load(env={}, confluence_url=fc.url, confluence_token=fc.token,
                                  confluence_user=fc.user if mode == "cloud" else None,
                                  confluence_spaces=_spaces(fc), sync_overlap_s=42)
-        src = ConfluenceSource.from_settings(settings)
+        src = make_confluence_source(settings)
         assert src.overlap_s == 42 and src.client.cloud is (mode == "cloud")
         assert await src.list_page_ids() == fc.visible_ids()

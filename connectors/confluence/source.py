@@ -17,9 +17,8 @@ from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, to_utc_iso
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import InputError
 from pipeline.pages import page_from_record
-from pipeline.settings import Settings
 from pipeline.types import Page
 
 
@@ -60,26 +59,6 @@ class ConfluenceSource:
         self.overlap_s = overlap_s
         self.stats = SourceStats()
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **client_options: Any) -> ConfluenceSource:
-        """Build from ``CONFLUENCE_*`` settings: ``confluence_user`` set = Cloud, unset = Data Center PAT."""
-        if not settings.confluence_url:
-            raise ConfigError("CONFLUENCE_URL is not set")
-        token = settings.confluence_token.reveal() if settings.confluence_token else ""
-        if not token:
-            raise ConfigError("CONFLUENCE_TOKEN is not set (Cloud API token, or Data Center personal access token)")
-        client = ConfluenceClient(settings.confluence_url, token=token, user=settings.confluence_user or None,
-                                  **client_options)
-        return cls(
-            client,
-            spaces=settings.confluence_spaces,
-            labels_include=settings.confluence_labels_include,
-            labels_exclude=settings.confluence_labels_exclude,
-            ancestor=settings.confluence_ancestor,
-            include_restricted=settings.include_restricted,
-            overlap_s=settings.sync_overlap_s,
-        )
 
     @property
     def source_key(self) -> str:
