@@ -34,8 +34,8 @@ import aiohttp
 from fake_slack import SIGNING_SECRET, EventSender, FakeEngine, FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import build_bot
-from bot.serve import HttpTransport
+from bot.slack.app import build_bot
+from bot.slack.transports import HttpTransport
 from pipeline.settings import Settings
 from pipeline.store import Store
 

@@ -43,8 +43,8 @@ class SyncLoop:
 
 
 async def serve_forever(settings: Settings) -> None:
-    from bot.health import add_health_routes
-    from bot.serve import check_tokens, run_bot
+    from bot.core.health import add_health_routes
+    from bot.slack.transports import check_tokens, run_bot
     from pipeline.factory import build_engine
     from pipeline.metrics import Metrics
 

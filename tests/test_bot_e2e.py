@@ -15,10 +15,10 @@ from helpers import RAG_MEETING_URL, EngineParts, make_engine, make_llm, open_co
 from slack_sdk.web.async_client import AsyncWebClient
 from stub_llm import StubLLMServer
 
-from bot.app import build_bot
-from bot.blocks import PLACEHOLDER
-from bot.handlers import EvidentBot
-from bot.serve import HttpTransport
+from bot.slack.app import build_bot
+from bot.slack.blocks import PLACEHOLDER
+from bot.slack.handlers import EvidentBot
+from bot.slack.transports import HttpTransport
 from pipeline.settings import Settings
 
 BOT_TOKEN = "xoxb-test-token-e2e"

@@ -14,10 +14,10 @@ import pytest
 from fake_slack import BOT_USER, SIGNING_SECRET, EventSender, FakeEngine, FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import build_bot
-from bot.blocks import PLACEHOLDER
-from bot.handlers import EvidentBot
-from bot.serve import HttpTransport
+from bot.slack.app import build_bot
+from bot.slack.blocks import PLACEHOLDER
+from bot.slack.handlers import EvidentBot
+from bot.slack.transports import HttpTransport
 from pipeline.errors import TransientError
 from pipeline.settings import Settings
 from pipeline.store import Store

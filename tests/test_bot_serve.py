@@ -14,8 +14,8 @@ from aiohttp import web
 from fake_slack import SIGNING_SECRET, EventSender, FakeEngine, FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import build_app
-from bot.serve import run_bot
+from bot.slack.app import build_app
+from bot.slack.transports import run_bot
 from pipeline.errors import AuthError, ConfigError, UnreachableError
 from pipeline.settings import Settings
 

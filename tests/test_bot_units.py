@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from fake_slack import ClusterShare, ExplainResult, MemoryStore, TurnResult
 
-from bot.blocks import link_markers, render_answer, render_explanation, split_text
-from bot.conversation import clean_question, conversation_key, thread_of_key
-from bot.dedup import Deduper, SeenSet
-from bot.mrkdwn import bar, escape, link
-from bot.ratelimit import UserRateLimiter
-from bot.serve import check_tokens
-from bot.user_errors import user_message
+from bot.core.dedup import Deduper, SeenSet
+from bot.core.messages import user_message
+from bot.core.ratelimit import UserRateLimiter
+from bot.slack.blocks import link_markers, render_answer, render_explanation, split_text
+from bot.slack.mrkdwn import bar, escape, link
+from bot.slack.threads import clean_question, conversation_key, thread_of_key
+from bot.slack.transports import check_tokens
 from pipeline.errors import ConfigError, EmbeddingError, RateLimitedError, TransientError
 from pipeline.settings import Settings
 from pipeline.types import Answer, Citation

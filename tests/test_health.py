@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot.health import HealthServer, add_health_routes, evaluate_readiness, http_get_check
+from bot.core.health import HealthServer, add_health_routes, evaluate_readiness, http_get_check
 from pipeline.errors import AuthError, UnreachableError
 from pipeline.metrics import Metrics
 

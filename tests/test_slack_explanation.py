@@ -1,10 +1,10 @@
-"""The one Slack rendering of an explanation (bot.blocks.render_explanation) from the engine's structured result."""
+"""The one Slack rendering of an explanation (bot.slack.blocks.render_explanation) from the engine's structured result."""
 
 from __future__ import annotations
 
 from test_attribution_render import PEAKED, cluster, ref, result
 
-from bot.blocks import render_explanation
+from bot.slack.blocks import render_explanation
 from pipeline.engine import ExplainResult
 
 

@@ -18,9 +18,13 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation
-from bot.contracts import EngineLike, TurnResultLike
-from bot.conversation import (
+from bot.core.contracts import EngineLike, TurnResultLike
+from bot.core.dedup import Deduper, SeenSet
+from bot.core.messages import EXPLAIN_FAILED, GENERIC, rate_limited_message, user_message
+from bot.core.ratelimit import UserRateLimiter
+from bot.slack.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation
+from bot.slack.mrkdwn import escape
+from bot.slack.threads import (
     DM_MAIN,
     backfill,
     clean_question,
@@ -29,10 +33,6 @@ from bot.conversation import (
     mentions,
     thread_of_key,
 )
-from bot.dedup import Deduper, SeenSet
-from bot.mrkdwn import escape
-from bot.ratelimit import UserRateLimiter
-from bot.user_errors import EXPLAIN_FAILED, GENERIC, rate_limited_message, user_message
 from pipeline.errors import StoreError
 from pipeline.settings import Settings
 
@@ -71,7 +71,7 @@ def _reaction_name(name: str) -> str:
 
 
 class EvidentBot:
-    """The bot's behaviour, independent of transport. Construct via :func:`bot.app.build_bot`."""
+    """The bot's behaviour, independent of transport. Construct via :func:`bot.slack.app.build_bot`."""
 
     app: AsyncApp  # set by register()
 

@@ -21,8 +21,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import build_bot, make_client
-from bot.contracts import EngineLike
+from bot.core.contracts import EngineLike
+from bot.slack.app import build_bot, make_client
 from pipeline.errors import AuthError, ConfigError, UnreachableError
 from pipeline.settings import Settings
 
@@ -75,7 +75,7 @@ async def verify_auth(client: AsyncWebClient) -> dict[str, Any]:
 
 
 Routes = Callable[[web.Application], None]
-"""Adds extra routes to the bot's aiohttp app, e.g. ``functools.partial(bot.health.add_health_routes, ...)``."""
+"""Adds extra routes to the bot's aiohttp app, e.g. ``functools.partial(bot.core.health.add_health_routes, ...)``."""
 
 
 def build_web_app(app: AsyncApp | None, *, path: str = EVENTS_PATH, routes: Routes | None = None) -> web.Application:

@@ -1,6 +1,6 @@
 """Block Kit rendering of answers and explanations.
 
-All foreign text is escaped (see :mod:`bot.mrkdwn`) before our own links are inserted. Long answers are
+All foreign text is escaped (see :mod:`bot.slack.mrkdwn`) before our own links are inserted. Long answers are
 split into several section blocks because Slack rejects a section whose text exceeds 3000 characters.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.contracts import ExplainResultLike, TurnResultLike
-from bot.mrkdwn import bar, escape, link
+from bot.core.contracts import ExplainResultLike, TurnResultLike
+from bot.slack.mrkdwn import bar, escape, link
 from pipeline.attribution import ExplanationView, SourceShare, explanation_view
 from pipeline.types import Citation
 

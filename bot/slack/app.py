@@ -10,9 +10,9 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.contracts import EngineLike
-from bot.handlers import EvidentBot
-from bot.ratelimit import UserRateLimiter
+from bot.core.contracts import EngineLike
+from bot.core.ratelimit import UserRateLimiter
+from bot.slack.handlers import EvidentBot
 from pipeline.settings import Settings
 
 
@@ -46,7 +46,7 @@ def build_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient 
     """The bot with its Bolt app attached as ``bot.app``.
 
     ``request_verification_enabled`` defaults to "a signing secret is configured": the HTTP transport
-    requires one (see :func:`bot.serve.check_tokens`), Socket Mode does not use it.
+    requires one (see :func:`bot.slack.transports.check_tokens`), Socket Mode does not use it.
     """
     client = ensure_retry_handlers(client or make_client(settings))
     secret = settings.slack_signing_secret.reveal()

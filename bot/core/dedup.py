@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from bot.contracts import StoreLike
+from bot.core.contracts import StoreLike
 
 
 class SeenSet:

@@ -1,0 +1,1 @@
+"""Slack: Bolt listeners, Block Kit / mrkdwn rendering, Socket Mode and HTTP transports."""
