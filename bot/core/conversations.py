@@ -1,0 +1,187 @@
+"""What evident does with a question, an explain request or feedback, whatever platform it came from.
+
+A platform adapter turns its events into a ``Question`` (or a message reference for reactions) and a
+``Surface``: the place the answer goes (a Slack thread, an ephemeral ``/ask`` reply, a Teams reply
+chain) and how to show progress, an answer, an explanation or a short message there. ``Conversations``
+owns the flow: empty questions, per-user rate limits, conversation memory (including earlier messages
+when evident joins a thread late), answering through the engine, linking the answer's message to its
+turn, explaining a turn at most once, and recording feedback. Whatever goes wrong, the user hears back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bot.core.contracts import EngineLike, ExplainResultLike, TurnResultLike
+from bot.core.dedup import SeenSet
+from bot.core.messages import EXPLAIN_FAILED, GENERIC, user_message
+from bot.core.ratelimit import UserRateLimiter
+from pipeline.errors import StoreError
+
+log = logging.getLogger("evident.bot")
+
+EMPTY_QUESTION = "Ask me a question about the wiki, e.g. _how do I request VPN access?_"
+
+
+class SurfaceError(Exception):
+    """The platform would not let evident post where the answer should go (the adapter told the user)."""
+
+
+class Surface(Protocol):
+    """Where one question's answer goes, in the platform's own terms."""
+
+    async def progress(self) -> str | None:
+        """Show that evident is working; the message id to answer in place, or None (nothing shown).
+        Raises ``SurfaceError`` when nothing can be posted there at all."""
+
+    def conversation_key(self, progress_id: str | None) -> str:
+        """The conversation's key when the question did not come with one (a new thread)."""
+
+    async def earlier_messages(self) -> list[tuple[str, str]] | None:
+        """(question, answer) pairs of the conversation before evident joined it, or None."""
+
+    async def answer(self, result: TurnResultLike) -> str | None:
+        """Show the answer (replacing the progress message); the message id to link the turn to, or None."""
+
+    async def say(self, text: str) -> None:
+        """A short plain message where the answer would have gone (never silence)."""
+
+    async def rate_limited(self, retry_after_s: int) -> None:
+        """Tell the asker to slow down, in whole seconds (privately where the platform allows)."""
+
+
+class ExplanationSurface(Protocol):
+    async def explanation(self, result: ExplainResultLike) -> None:
+        """Post the explanation; ``SurfaceError`` when the platform refuses."""
+
+    async def say(self, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Question:
+    """An inbound question, whatever the platform."""
+
+    user: str
+    text: str
+    scope: str  # the channel / chat whose space mapping applies
+    key: str | None  # the conversation; None: it starts with the progress message (in-channel /ask)
+    history: list[tuple[str, str]] | None = None
+    join_late: bool = False  # read earlier messages when evident has not seen this conversation yet
+
+
+class Conversations:
+    def __init__(self, engine: EngineLike, limiter: UserRateLimiter,
+                 spaces_for: Callable[[str], tuple[str, ...] | None]) -> None:
+        self.engine = engine
+        self.limiter = limiter
+        self.spaces_for = spaces_for
+        self._explained = SeenSet()
+
+    # ------------------------------------------------------------------ questions
+
+    async def answer(self, q: Question, surface: Surface) -> None:
+        """Answer ``q`` on ``surface``; whatever goes wrong, the user gets a short message."""
+        try:
+            await self._answer(q, surface)
+        except asyncio.CancelledError:
+            raise
+        except SurfaceError:
+            return
+        except Exception:
+            log.exception("unexpected failure while answering in %s", q.scope)
+            await surface.say(GENERIC)
+
+    async def follow_up(self, q: Question, surface: Surface, claim: Callable[[], bool]) -> None:
+        """A reply without a mention: answered only in conversations evident already answered in."""
+        assert q.key is not None
+        try:
+            known = await self.engine.store.conversation_exists(q.key)
+        except StoreError:
+            log.exception("conversation lookup failed for a thread reply")
+            return
+        if known and claim():
+            await self.answer(q, surface)
+
+    async def _answer(self, q: Question, surface: Surface) -> None:
+        if not q.text:
+            await surface.say(EMPTY_QUESTION)
+            return
+        if not self.limiter.allow(q.user):
+            await surface.rate_limited(self.limiter.retry_after_s(q.user))
+            return
+        progress = await surface.progress()
+        key = q.key or surface.conversation_key(progress)
+        history = q.history
+        if q.join_late and not await self.known(key):
+            history = await surface.earlier_messages()
+        try:
+            result = await self.engine.ask(key, q.text, user_id=q.user or None, spaces=self.spaces_for(q.scope),
+                                           history=history)
+        except Exception as exc:  # every failure must reach the user; details only to the log
+            log.exception("answering failed in %s", q.scope)
+            await surface.say(user_message(exc))
+            return
+        if result.error and not result.answer.text.strip():
+            await surface.say(result.error)
+            return
+        message_id = await surface.answer(result)
+        if message_id is None:
+            return
+        try:
+            await self.engine.store.set_turn_slack_ts(result.turn_id, message_id)
+        except StoreError:
+            log.exception("could not link turn %s to its message", result.turn_id)
+
+    async def known(self, key: str) -> bool:
+        try:
+            return bool(await self.engine.store.conversation_exists(key))
+        except StoreError:
+            log.exception("conversation lookup failed")
+            return False
+
+    # ------------------------------------------------------------------ reactions
+
+    async def turn_for(self, scope: str, message_id: str) -> dict[str, Any] | None:
+        """The turn whose answer is message ``message_id`` in ``scope``, or None."""
+        try:
+            return await self.engine.store.turn_by_slack_ts(scope, message_id)
+        except StoreError:
+            log.exception("turn lookup failed")
+            return None
+
+    async def explain(self, turn: dict[str, Any], surface: ExplanationSurface) -> None:
+        """Explain ``turn`` once (concurrent or repeated requests in this process are ignored)."""
+        turn_id = int(turn["id"])
+        if not self._explained.add(str(turn_id)):
+            return  # already explained (or being explained)
+        try:
+            result = await self.engine.explain(turn_id)
+        except Exception:  # the user asked for something: they must hear back
+            log.exception("explaining turn %s failed", turn_id)
+            self._explained.discard(str(turn_id))
+            await surface.say(EXPLAIN_FAILED)
+            return
+        try:
+            await surface.explanation(result)
+        except SurfaceError:  # the platform refused (the adapter logged why): a later request may try again
+            self._explained.discard(str(turn_id))
+        except Exception:  # e.g. rendering failed: still an answer for the user
+            log.exception("showing the explanation of turn %s failed", turn_id)
+            self._explained.discard(str(turn_id))
+            await surface.say(EXPLAIN_FAILED)
+
+    async def feedback(self, turn: dict[str, Any], user: str, value: int | None) -> None:
+        """Record (``value`` ±1) or withdraw (None) one user's rating of a turn."""
+        if not user:
+            return
+        try:
+            if value is None:
+                await self.engine.store.remove_feedback(int(turn["id"]), user)
+            else:
+                await self.engine.store.set_feedback(int(turn["id"]), user, value)
+        except StoreError:
+            log.exception("could not record feedback on turn %s", turn["id"])

@@ -1,0 +1,160 @@
+"""Slack as a ``bot.core.conversations.Surface``: a thread (placeholder, then the answer in its place) or an
+ephemeral ``/ask`` reply through its ``response_url``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.core.contracts import ExplainResultLike, TurnResultLike
+from bot.core.conversations import SurfaceError
+from bot.core.messages import rate_limited_message
+from bot.slack.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation
+from bot.slack.mrkdwn import escape
+from bot.slack.threads import backfill, conversation_key
+
+log = logging.getLogger("evident.bot")
+
+Respond = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class SlackThread:
+    """Where one question's answer goes in Slack."""
+
+    client: AsyncWebClient
+    team: str
+    channel: str
+    user: str
+    question: str
+    thread_ts: str | None  # reply in this thread; None: top level
+    explain_emojis: tuple[str, ...] = ()
+    respond: Respond | None = None  # /ask: response_url for ephemeral replies
+    ephemeral: bool = False
+    asked_by: str | None = None  # /ask in channel: show who asked what
+    backfill_thread: str | None = None  # thread to read earlier messages from
+    before_ts: str = ""
+    bot_user_id: str | None = None
+    bot_id: str | None = None
+    placeholder: str | None = None  # ts of our "Searching the wiki…" message once posted
+
+    # ------------------------------------------------------------------ Surface
+
+    async def progress(self) -> str | None:
+        if self.ephemeral:
+            return None  # the /ask ack already showed the placeholder
+        try:
+            resp = await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=PLACEHOLDER)
+        except SlackClientError as exc:
+            log.error("could not post the placeholder in %s: %s", self.channel, slack_error(exc))
+            if self.respond is not None:
+                await self._respond("I couldn't post in this channel. Invite me first (`/invite @evident`).")
+            raise SurfaceError(self.channel) from None
+        self.placeholder = str(resp["ts"])
+        return self.placeholder
+
+    def conversation_key(self, progress_id: str | None) -> str:
+        return conversation_key(self.team, self.channel, progress_id or "")
+
+    async def earlier_messages(self) -> list[tuple[str, str]] | None:
+        if self.backfill_thread is None:
+            return None
+        try:
+            return await backfill(self.client, self.channel, self.backfill_thread, self.before_ts,
+                                  bot_user_id=self.bot_user_id, bot_id=self.bot_id)
+        except SlackClientError as exc:
+            log.warning("thread backfill failed in %s: %s", self.channel, slack_error(exc))
+            return None
+
+    async def answer(self, result: TurnResultLike) -> str | None:
+        rendered = render_answer(result, explain_emojis=self.explain_emojis,
+                                 asked_by=self.asked_by if not self.ephemeral else None, question=self.question)
+        if result.error:
+            rendered.blocks.append({"type": "context",
+                                    "elements": [{"type": "mrkdwn", "text": f":warning: {escape(result.error)}"}]})
+        if self.ephemeral:
+            await self._respond(rendered.text, rendered)
+            return None
+        assert self.placeholder is not None
+        try:
+            await self.client.chat_update(channel=self.channel, ts=self.placeholder, text=rendered.text,
+                                          blocks=rendered.blocks)
+        except SlackClientError as exc:
+            log.error("could not update the answer in %s: %s", self.channel, slack_error(exc))
+            await self.say("I found an answer but Slack wouldn't let me show it, sorry.")
+            return None
+        return self.placeholder
+
+    async def say(self, text: str) -> None:
+        message = escape(text)
+        if self.ephemeral:
+            await self._respond(message)
+            return
+        try:
+            if self.placeholder:
+                await self.client.chat_update(channel=self.channel, ts=self.placeholder, text=message, blocks=[])
+            else:
+                await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=message)
+        except SlackClientError as exc:
+            log.error("could not tell the user in %s: %s", self.channel, slack_error(exc))
+
+    async def rate_limited(self, retry_after_s: int) -> None:
+        text = rate_limited_message(retry_after_s)
+        if self.respond is not None:
+            await self._respond(text)
+            return
+        try:
+            await self.client.chat_postEphemeral(channel=self.channel, user=self.user, thread_ts=self.thread_ts,
+                                                 text=text)
+        except SlackClientError as exc:
+            log.warning("could not send the rate-limit notice: %s", slack_error(exc))
+
+    async def _respond(self, text: str, rendered: Rendered | None = None) -> None:
+        assert self.respond is not None
+        kwargs: dict[str, Any] = {"text": text, "response_type": "ephemeral", "replace_original": True}
+        if rendered is not None:
+            kwargs["blocks"] = rendered.blocks
+        try:
+            await self.respond(**kwargs)
+        except (TimeoutError, SlackClientError, OSError) as exc:
+            log.error("could not respond to /ask: %s", type(exc).__name__)
+
+
+@dataclass
+class SlackExplanation:
+    """Where an explanation goes: the thread of the explained answer."""
+
+    client: AsyncWebClient
+    channel: str
+    thread_ts: str
+
+    async def explanation(self, result: ExplainResultLike) -> None:
+        await self._post(render_explanation(result))
+
+    async def say(self, text: str) -> None:
+        with contextlib.suppress(SurfaceError):  # already logged; nothing more to tell anyone
+            await self._post(text)
+
+    async def _post(self, text: str) -> None:
+        try:
+            await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=text,
+                                               unfurl_links=False, unfurl_media=False)
+        except SlackClientError as exc:
+            log.error("could not post the explanation in %s: %s", self.channel, slack_error(exc))
+            raise SurfaceError(self.channel) from None
+
+
+def slack_error(exc: SlackClientError) -> str:
+    """The Slack error code only: response bodies can echo request data, never log them whole."""
+    if isinstance(exc, SlackApiError):
+        data = exc.response.data
+        if isinstance(data, dict):
+            return str(data.get("error", "unknown_error"))
+        return f"HTTP {exc.response.status_code}"
+    return type(exc).__name__
