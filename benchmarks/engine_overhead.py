@@ -154,7 +154,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     raise SystemExit(f"turn failed: {result.error}")
                 if n < args.warmup:
                     continue
-                tm = result.answer.trace.get("timings_ms", {})
+                tm = result.answer.trace.timings_ms
                 llm_ms = (llm.seconds - llm_before) * 1000
                 rows.append({
                     "followup": float(pos > 0),

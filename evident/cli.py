@@ -311,12 +311,12 @@ def _print_trace(result: Any) -> None:
             for h in hits:
                 click.echo(f"  {h.rank:>2}. {h.score:.4f} {h.evidence.kind:<7} {h.evidence.title}: "
                            f"{h.evidence.text[:90]!r}")
-    prompt = result.answer.trace.get("prompt")
+    prompt = result.answer.trace.prompt
     if prompt:
         click.echo("prompt:")
         for m in prompt:
-            click.echo(f"  [{m['role']}] " + m["content"].replace("\n", "\n    "))
-    click.echo("timings (ms): " + ", ".join(f"{k}={v:.1f}" for k, v in result.answer.trace.get("timings_ms", {}).items()))
+            click.echo(f"  [{m.role}] " + m.content.replace("\n", "\n    "))
+    click.echo("timings (ms): " + ", ".join(f"{k}={v:.1f}" for k, v in result.answer.trace.timings_ms.items()))
 
 
 @main.command()

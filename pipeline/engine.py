@@ -14,9 +14,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from pipeline.attribution import AttributionResult, attribute
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
@@ -35,13 +35,15 @@ from pipeline.logcontext import new_turn_ref
 from pipeline.metrics import Metrics, error_kind
 from pipeline.prompts import OUT_OF_SCOPE, PromptLibrary
 from pipeline.protocols import LLM, Embedder, Index, PromptScorer, Reranker, SparseEncoder
-from pipeline.query_builder import PriorTurn, build_query, context_pages, is_followup
+from pipeline.query_builder import PriorTurn, QueryPlan, plan_query
 from pipeline.retrieve import Retrieval, RetrievalConfig, retrieve
 from pipeline.store import Store
+from pipeline.turns import RetrievedRef, TurnRecord
 from pipeline.types import Answer, ChatMessage, Evidence, Hit
 from pipeline.user_messages import user_message
 
 log = logging.getLogger("evident.engine")
+T = TypeVar("T")
 
 MAX_QUESTION_CHARS = 2000
 
@@ -104,6 +106,33 @@ def valid_text(text: str) -> str:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def clean_question(question: str) -> tuple[str, str | None]:
+    """The question as evident reads it (valid UTF-8, no NULs, at most MAX_QUESTION_CHARS) and a notice for
+    the user when it had to be shortened."""
+    question = valid_text(question or "").replace("\x00", "").strip()
+    if len(question) <= MAX_QUESTION_CHARS:
+        return question, None
+    notice = f"Your message was long, so I only read its first {MAX_QUESTION_CHARS} characters."
+    return question[:MAX_QUESTION_CHARS], notice
+
+
+def backfilled_turns(history: Sequence[tuple[str, str]]) -> list[PriorTurn]:
+    """(role, text) messages of a conversation evident was not part of, paired into prior turns."""
+    prior: list[PriorTurn] = []
+    pending_q: str | None = None
+    for role, text in history:
+        if role == "user":
+            if pending_q:
+                prior.append(PriorTurn(question=pending_q))
+            pending_q = text
+        elif pending_q is not None:
+            prior.append(PriorTurn(question=pending_q, answer=text))
+            pending_q = None
+    if pending_q:
+        prior.append(PriorTurn(question=pending_q))
+    return prior
+
+
 class Engine:
     def __init__(
         self,
@@ -128,7 +157,7 @@ class Engine:
         self.llm = llm
         self.reranker = reranker
         self.options = options or EngineOptions()
-        self.metrics = metrics  # None: count nothing (CLI, tests); `evident serve` shares one with /metrics
+        self.metrics = metrics or Metrics()  # `evident serve` passes the one it exports on /metrics
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -166,44 +195,26 @@ class Engine:
     ) -> TurnResult:
         trace = self.options.trace if trace is None else trace
         new_turn_ref()
-        timings: dict[str, float] = {}
         t_start = time.perf_counter()
-        if self.metrics is not None:
-            self.metrics.questions.inc()
-        notice = None
-        question = valid_text(question or "").replace("\x00", "").strip()
-        if len(question) > MAX_QUESTION_CHARS:
-            question = question[:MAX_QUESTION_CHARS]
-            notice = f"Your message was long, so I only read its first {MAX_QUESTION_CHARS} characters."
+        self.metrics.questions.inc()
+        question, notice = clean_question(question)
         prior = await self._prior_turns(conversation_key, history)
-        followup = is_followup(question, prior) if question else False
-        completed = question
-        retrieval_query = question
-        answer = Answer(text="")
-        retrieved: Retrieval | None = None
-        error: str | None = None
-        template = ""
+        plan = plan_query(question, prior, strategy=self.options.query_strategy) if question else \
+            QueryPlan(question, question, question, followup=False)
+        answer, retrieved, template, error = Answer(text=""), None, "", None
+        timings: dict[str, float] = {}
         try:
             if not question:
                 raise InputError("Please ask a question, for example: “Who is on call this week?”")
-            t = time.perf_counter()
-            completed, retrieval_query = await self._complete(question, prior)
-            timings["complete_ms"] = (time.perf_counter() - t) * 1000
+            plan = await self._timed(timings, "complete_ms", self._complete(plan, prior))
             retrieved = await retrieve(
-                retrieval_query,
-                index=self.index,
-                embedder=self.embedder,
-                sparse=self.sparse,
-                config=self.retrieval,
-                reranker=self.reranker,
-                spaces=spaces,
-                trace=trace,
-                context_pages=context_pages(question, prior),
+                plan.retrieval_query, index=self.index, embedder=self.embedder, sparse=self.sparse,
+                config=self.retrieval, reranker=self.reranker, spaces=spaces, trace=trace,
+                context_pages=plan.context_pages,
             )
             timings.update({f"{k}_ms": v for k, v in retrieved.timings_ms.items()})
-            t = time.perf_counter()
-            answer, template = await self._answer(completed, retrieved.hits, trace=trace)
-            timings["answer_ms"] = (time.perf_counter() - t) * 1000
+            answer, template = await self._timed(timings, "answer_ms",
+                                                 self._answer(plan.completed, retrieved.hits, trace=trace))
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
             error = user_message(exc)
@@ -211,95 +222,64 @@ class Engine:
             log.exception("turn failed unexpectedly")
             error = user_message(RuntimeError())
         timings["total_ms"] = (time.perf_counter() - t_start) * 1000
-        if self.metrics is not None:
-            self.metrics.answer_seconds.observe(timings["total_ms"] / 1000)
-        if notice:
-            answer.trace["notice"] = notice
-        turn_id = await self.store.add_turn(
-            conversation_key=conversation_key,
-            user_id=user_id,
-            question=question,
-            completed_question=completed,
-            retrieval_query=retrieval_query,
-            retrieved=[
-                {"evidence_id": h.evidence.id, "score": h.score, "rank": h.rank, "page_id": h.evidence.page_id,
-                 "url": h.evidence.url, "title": h.evidence.title}
-                for h in (answer.evidence or (retrieved.hits if retrieved else []))
-            ],
-            answer=answer.text,
-            citations=[
-                {"number": c.number, "url": c.url, "title": c.title, "space": c.space,
-                 "evidence_ids": list(c.evidence_ids)}
-                for c in answer.citations
-            ],
-            out_of_scope=answer.out_of_scope,
-            extractive=answer.extractive,
-            model=answer.model,
-            prompt_template=template,
-            prompt_version=self.prompts.version(template) if template else None,
-            timings=timings,
-            error=error,
-            meta={"raw_answer": answer.trace.get("raw_answer", answer.text), "notice": notice},
-        )
-        answer.trace["timings_ms"] = timings
-        return TurnResult(
-            turn_id=turn_id,
-            answer=answer,
-            completed_question=completed,
-            is_followup=followup,
-            error=error,
-            retrieval=retrieved,
+        self.metrics.answer_seconds.observe(timings["total_ms"] / 1000)
+        answer.trace.notice = notice
+        answer.trace.timings_ms = timings
+        shown = answer.evidence or (retrieved.hits if retrieved else [])
+        turn_id = await self.store.add_turn(TurnRecord(
+            conversation_key=conversation_key, user_id=user_id, question=question,
+            completed_question=plan.completed, retrieval_query=plan.retrieval_query,
+            retrieved=tuple(RetrievedRef.of(h) for h in shown), answer=answer.text,
+            citations=tuple(answer.citations), out_of_scope=answer.out_of_scope, extractive=answer.extractive,
+            model=answer.model, prompt_template=template,
+            prompt_version=self.prompts.version(template) if template else None, timings=timings, error=error,
+            raw_answer=answer.trace.raw_answer if answer.trace.raw_answer is not None else answer.text,
             notice=notice,
-        )
+        ))
+        return TurnResult(turn_id=turn_id, answer=answer, completed_question=plan.completed,
+                          is_followup=plan.followup, error=error, retrieval=retrieved, notice=notice)
+
+    @staticmethod
+    async def _timed(timings: dict[str, float], name: str, work: Awaitable[T]) -> T:
+        t = time.perf_counter()
+        try:
+            return await work
+        finally:
+            timings[name] = (time.perf_counter() - t) * 1000
 
     async def _prior_turns(
         self, conversation_key: str, history: Sequence[tuple[str, str]] | None
     ) -> list[PriorTurn]:
-        rows = await self.store.history(conversation_key, limit=self.options.history_turns)
+        turns = await self.store.history(conversation_key, limit=self.options.history_turns)
         prior = [
             PriorTurn(
-                question=r.get("completed_question") or r.get("question") or "",
-                retrieved_titles=tuple(x.get("title", "") for x in (r.get("retrieved") or [])[:3]),
-                retrieved_pages=tuple(x.get("page_id", "") for x in (r.get("retrieved") or [])[:3]),
-                answer=r.get("answer") or "",
+                question=t.asked,
+                retrieved_titles=tuple(r.title for r in t.retrieved[:3]),
+                retrieved_pages=tuple(r.page_id for r in t.retrieved[:3]),
+                answer=t.answer,
             )
-            for r in rows
-            if not r.get("error")
+            for t in turns
+            if not t.error
         ]
         if not prior and history:
-            # Backfilled thread (e.g. Slack messages from before evident was mentioned).
-            pending_q: str | None = None
-            for role, text in history:
-                if role == "user":
-                    if pending_q:
-                        prior.append(PriorTurn(question=pending_q))
-                    pending_q = text
-                elif pending_q is not None:
-                    prior.append(PriorTurn(question=pending_q, answer=text))
-                    pending_q = None
-            if pending_q:
-                prior.append(PriorTurn(question=pending_q))
+            prior = backfilled_turns(history)  # e.g. Slack messages from before evident was mentioned
         return prior[-self.options.history_turns :]
 
-    async def _complete(self, question: str, prior: list[PriorTurn]) -> tuple[str, str]:
-        """Return (completed question, retrieval query). Turn 1 is kept as asked."""
-        if not prior:
-            return question, question
-        if self.llm is not None:
-            messages = self.prompts.render(
-                "rephrase",
-                history=[{"question": p.question, "answer": p.answer} for p in prior],
-                question=question,
-            )
-            try:
-                out = await self._complete_llm(messages, role="completion", max_tokens=120, temperature=0.0)
-                completed = (out[0] if out else "").strip().strip('"').strip()
-                if completed:
-                    return completed, completed
-            except RemoteError as exc:
-                log.warning("question completion failed, using the no-LLM query builder: %s", exc)
-        query = build_query(question, prior, strategy=self.options.query_strategy)
-        return question, query
+    async def _complete(self, plan: QueryPlan, prior: list[PriorTurn]) -> QueryPlan:
+        """With an LLM, a follow-up is rewritten into a self-contained question used for both retrieval and
+        the answer; without one (or when it fails) the no-LLM plan stands. Turn 1 is kept as asked."""
+        if not prior or self.llm is None:
+            return plan
+        messages = self.prompts.render(
+            "rephrase", history=[{"question": p.question, "answer": p.answer} for p in prior], question=plan.question
+        )
+        try:
+            out = await self._complete_llm(messages, role="completion", max_tokens=120, temperature=0.0)
+        except RemoteError as exc:
+            log.warning("question completion failed, using the no-LLM query builder: %s", exc)
+            return plan
+        completed = (out[0] if out else "").strip().strip('"').strip()
+        return replace(plan, completed=completed, retrieval_query=completed) if completed else plan
 
     # ------------------------------------------------------------------ answer generation
 
@@ -330,7 +310,7 @@ class Engine:
         raw = (out[0] if out else "").strip()
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=self.llm.model_for("answer"))
-            ans.trace["warning"] = "the language model returned an empty answer"
+            ans.trace.warning = "the language model returned an empty answer"
         else:
             text, citations = parse_citations(raw, kept)
             ans = Answer(
@@ -340,10 +320,10 @@ class Engine:
                 model=self.llm.model_for("answer"),
             )
         ans.evidence = kept
-        ans.trace["raw_answer"] = raw
-        ans.trace["dropped_for_budget"] = dropped
+        ans.trace.raw_answer = raw
+        ans.trace.dropped_for_budget = dropped
         if trace:
-            ans.trace["prompt"] = [{"role": m.role, "content": m.content} for m in messages]
+            ans.trace.prompt = list(messages)
         return ans, "answer"
 
     async def generate_from(self, question: str, hits: Sequence[Hit], m: int, max_tokens: int) -> list[str]:
@@ -365,27 +345,22 @@ class Engine:
             raise ConfigError(NEEDS_PROMPT_LOGPROBS)
         texts = self._fit(question, hits)[1] if hits else []
         prompt = self.prompts.render_raw(self.options.raw_template, self._answer_messages(question, texts))
-        if self.metrics is not None:
-            self.metrics.llm_calls.inc(role="score")
+        self.metrics.llm_calls.inc(role="score")
         return await self.llm.score_continuation(prompt, answer, role="counterfactual")
 
     async def _complete_llm(self, messages: Sequence[ChatMessage], *, role: str, **kwargs: Any) -> list[str]:
         """``llm.complete`` counted in ``metrics`` (calls by role, failures by kind)."""
         assert self.llm is not None
-        if self.metrics is not None:
-            self.metrics.llm_calls.inc(role=role)
+        self.metrics.llm_calls.inc(role=role)
         try:
             return await self.llm.complete(messages, role=role, **kwargs)
         except Exception as exc:
-            if self.metrics is not None:
-                self.metrics.llm_errors.inc(kind=error_kind(exc))
+            self.metrics.llm_errors.inc(kind=error_kind(exc))
             raise
 
     # ------------------------------------------------------------------ explain
 
     async def explain(self, turn_id: int, *, method: str | None = None) -> ExplainResult:
-        if self.metrics is None:
-            return await self._explain(turn_id, method=method)
         with self.metrics.explain_seconds.time():
             return await self._explain(turn_id, method=method)
 
@@ -400,18 +375,18 @@ class Engine:
         if cached is not None:
             result = AttributionResult.from_dict(cached)
             return self._explain_result(turn_id, result, cached=True)
-        if turn.get("error") or not turn.get("answer"):
+        if not turn.answered:
             return ExplainResult(turn_id, "There is no answer to explain for this turn.", [], False, False,
                                  error="no answer")
-        ids = [r["evidence_id"] for r in (turn.get("retrieved") or [])]
+        ids = [r.evidence_id for r in turn.retrieved]
         evidence = await self.index.get(ids)
         if len(evidence) < len(ids):
             log.info("turn %s: %d of its evidence are no longer indexed", turn_id, len(ids) - len(evidence))
         # Same order as the generator saw, so [n] markers line up with the prompt (prompts are rebuilt from
         # the evidence). ``content`` is the text embedded at ingest, so clustering reuses the cached vectors.
         hits = [Hit(evidence=ev, score=0.0, rank=i + 1, content=self._cluster_text(ev)) for i, ev in enumerate(evidence)]
-        question = turn.get("completed_question") or turn.get("question") or ""
-        answer = (turn.get("meta") or {}).get("raw_answer") or turn["answer"]
+        question = turn.asked
+        answer = turn.raw_answer or turn.answer
         max_tokens = max(32, int(len(answer) / 3.0) + 16)
 
         async def generate(subset: Sequence[Hit], m: int) -> list[str]:

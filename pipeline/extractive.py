@@ -17,7 +17,7 @@ import Stemmer
 from pipeline.budget import split_units
 from pipeline.citations import parse_citations
 from pipeline.prompts import OUT_OF_SCOPE
-from pipeline.types import Answer, Hit
+from pipeline.types import Answer, AnswerTrace, Hit
 
 MODEL = "extractive"
 RANK_WEIGHT = 0.25  # a full extra matching word outweighs any rank difference
@@ -73,7 +73,7 @@ def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int 
                     candidates.append(_Candidate(score, overlap, i, j, unit))
     if not candidates:
         return Answer(text=OUT_OF_SCOPE, out_of_scope=True, extractive=True, model=MODEL, evidence=list(hits),
-                      trace={"question_terms": sorted(q)})
+                      trace=AnswerTrace(question_terms=sorted(q)))
     candidates.sort(key=lambda c: (-c.score, c.hit_index, c.unit_index))
     best = candidates[0]
     chosen = [best]
@@ -86,7 +86,7 @@ def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int 
     raw = " ".join(_cite(c.text, c.hit_index + 1) for c in chosen)
     text, citations = parse_citations(raw, hits)
     return Answer(text=text, citations=citations, extractive=True, model=MODEL, evidence=list(hits),
-                  trace={"question_terms": sorted(q), "scores": [round(c.score, 4) for c in chosen]})
+                  trace=AnswerTrace(question_terms=sorted(q), unit_scores=[round(c.score, 4) for c in chosen]))
 
 
 def _units(text: str) -> list[str]:

@@ -101,6 +101,30 @@ def build_query(
     raise AssertionError(strategy)  # pragma: no cover - STRATEGIES is checked above
 
 
+@dataclass(frozen=True)
+class QueryPlan:
+    """How one question is asked of the index and the generator."""
+
+    question: str  # as asked
+    completed: str  # the self-contained question the answer is generated for
+    retrieval_query: str
+    followup: bool  # leans on earlier turns
+    context_pages: tuple[str, ...] = ()  # pages a follow-up probably continues (boosted in retrieval)
+
+
+def plan_query(question: str, history: Sequence[PriorTurn], *, strategy: str = "topic") -> QueryPlan:
+    """The no-LLM plan: the question as asked, a retrieval query carrying the thread's topic when the
+    question leans on it, and the previous turn's top page to prefer."""
+    followup = is_followup(question, history)
+    return QueryPlan(
+        question=question,
+        completed=question,
+        retrieval_query=build_query(question, history, strategy=strategy),
+        followup=followup,
+        context_pages=context_pages(question, history),
+    )
+
+
 def context_pages(question: str, history: Sequence[PriorTurn], *, top: int = 1) -> tuple[str, ...]:
     """Pages a follow-up probably continues: the previous turn's top pages (none for a new topic)."""
     if not history or not is_followup(question, history):

@@ -9,6 +9,7 @@ Schema changes are versioned migrations applied in order and recorded in ``PRAGM
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -22,18 +23,14 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from pipeline.errors import InputError, StoreError
+from pipeline.turns import RetrievedRef, Turn, TurnRecord, citation_from_json, citation_to_json
 
 T = TypeVar("T")
 
-# Columns of ``turns`` that hold JSON, and those that hold 0/1 flags.
-_JSON_TURN_FIELDS = frozenset({"retrieved", "citations", "timings", "meta"})
-_BOOL_TURN_FIELDS = frozenset({"out_of_scope", "extractive"})
-TURN_FIELDS: tuple[str, ...] = (
-    "user_id", "question", "completed_question", "retrieval_query", "retrieved", "answer", "citations",
-    "out_of_scope", "extractive", "model", "prompt_template", "prompt_version", "timings", "error",
-    "slack_ts", "meta",
-)
-_TURN_FIELD_SET = frozenset(TURN_FIELDS)
+# TurnRecord fields kept in the ``meta`` JSON column rather than a column of their own.
+_META_FIELDS = frozenset({"raw_answer", "notice"})
+_BOOL_FIELDS = frozenset({"out_of_scope", "extractive"})
+_UPDATABLE = frozenset(f.name for f in dataclasses.fields(TurnRecord)) - {"conversation_key"}
 
 
 def _now() -> str:
@@ -75,8 +72,13 @@ def _m1_initial(db: sqlite_utils.Database) -> None:
     db["seen_events"].create_index(["created_at"])  # type: ignore[union-attr]
 
 
+def _m2_message_ref(db: sqlite_utils.Database) -> None:
+    """The posted answer's id is platform-neutral (a Slack ts, a Teams activity id)."""
+    db.execute("ALTER TABLE turns RENAME COLUMN slack_ts TO message_ref")
+
+
 # Append new migrations; never edit or reorder applied ones. Index i brings the schema to version i+1.
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m1_initial,)
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m1_initial, _m2_message_ref)
 
 
 class Store:
@@ -158,12 +160,14 @@ class Store:
 
         return await self._run(q)
 
-    async def add_turn(self, conversation_key: str, *, question: str, **fields: Any) -> int:
+    async def add_turn(self, record: TurnRecord) -> int:
         """Append a turn (creating the conversation if new) and return its id; turn_no counts from 1."""
-        if not conversation_key:
+        key = record.conversation_key
+        if not key:
             raise InputError("conversation_key must not be empty")
-        values = _encode_turn_fields(fields)
-        values["question"] = question
+        values = _encode(
+            {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "conversation_key"}
+        )
 
         def q() -> int:
             now = _now()
@@ -171,14 +175,14 @@ class Store:
                 conn.execute(
                     "INSERT INTO conversations(key, created_at, updated_at, meta) VALUES (?, ?, ?, '{}') "
                     "ON CONFLICT(key) DO UPDATE SET updated_at=excluded.updated_at",
-                    (conversation_key, now, now),
+                    (key, now, now),
                 )
                 cols = ["conversation_key", "created_at", *values]
                 cur = conn.execute(
                     f"INSERT INTO turns({', '.join(cols)}, turn_no) "
                     f"SELECT {', '.join('?' for _ in cols)}, COALESCE(MAX(turn_no), 0) + 1 "
                     "FROM turns WHERE conversation_key=?",
-                    (conversation_key, now, *values.values(), conversation_key),
+                    (key, now, *values.values(), key),
                 )
                 assert cur.lastrowid is not None
                 return int(cur.lastrowid)
@@ -186,26 +190,28 @@ class Store:
         return await self._run(q)
 
     async def update_turn(self, turn_id: int, **fields: Any) -> None:
-        """Set some of a turn's fields (e.g. the answer once generated). Unknown fields raise StoreError."""
+        """Set some of a turn's ``TurnRecord`` fields. Unknown fields or a missing turn raise StoreError."""
+        unknown = sorted(set(fields) - _UPDATABLE)
+        if unknown:
+            raise StoreError(f"unknown turn field(s): {', '.join(unknown)}")
         if not fields:
             return
-        values = _encode_turn_fields(fields)
+        values = _encode(fields)
+        sets = [f"{c}=json_patch(COALESCE(meta, '{{}}'), ?)" if c == "meta" else f"{c}=?" for c in values]
 
         def q() -> None:
             with self._tx() as conn:
-                cur = conn.execute(
-                    f"UPDATE turns SET {', '.join(f'{c}=?' for c in values)} WHERE id=?",
-                    (*values.values(), turn_id),
-                )
+                cur = conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id=?", (*values.values(), turn_id))
                 if cur.rowcount == 0:
                     raise StoreError(f"turn {turn_id} does not exist")
 
         await self._run(q)
 
-    async def set_turn_slack_ts(self, turn_id: int, ts: str) -> None:
-        await self.update_turn(turn_id, slack_ts=ts)
+    async def set_message_ref(self, turn_id: int, message_ref: str) -> None:
+        """Link a turn to the platform message that shows its answer (for reactions on it)."""
+        await self.update_turn(turn_id, message_ref=message_ref)
 
-    async def get_turn(self, turn_id: int) -> dict[str, Any] | None:
+    async def get_turn(self, turn_id: int) -> Turn | None:
         rows = await self._run(lambda: self._rows("SELECT * FROM turns WHERE id=?", (turn_id,)))
         return _decode_turn(rows[0]) if rows else None
 
@@ -218,7 +224,7 @@ class Store:
         ))
         return int(rows[0]["id"]) if rows else None
 
-    async def history(self, conversation_key: str, limit: int = 10) -> list[dict[str, Any]]:
+    async def history(self, conversation_key: str, limit: int = 10) -> list[Turn]:
         """The last ``limit`` turns of a conversation, oldest first."""
         rows = await self._run(lambda: self._rows(
             "SELECT * FROM turns WHERE conversation_key=? ORDER BY turn_no DESC LIMIT ?",
@@ -226,18 +232,18 @@ class Store:
         ))
         return [_decode_turn(r) for r in reversed(rows)]
 
-    async def turn_by_slack_ts(self, key_or_channel: str, ts: str) -> dict[str, Any] | None:
-        """The turn whose posted answer has message ``ts``. A reaction event names only the channel and the
-        message, not the thread, so ``key_or_channel`` may be a full conversation key, a key prefix
+    async def turn_by_message(self, key_or_channel: str, message_ref: str) -> Turn | None:
+        """The turn whose posted answer is message ``message_ref``. A reaction event names only the channel and
+        the message, not the thread, so ``key_or_channel`` may be a full conversation key, a key prefix
         (``team:channel`` matches ``team:channel:<thread_ts>``) or a bare channel id (the middle segment)."""
         esc = _like_escape(key_or_channel)
 
         def q() -> list[dict[str, Any]]:
             return self._rows(
-                "SELECT * FROM turns WHERE slack_ts=? AND (conversation_key=? "
+                "SELECT * FROM turns WHERE message_ref=? AND (conversation_key=? "
                 "OR conversation_key LIKE ? ESCAPE '\\' OR conversation_key LIKE ? ESCAPE '\\') "
                 "ORDER BY id DESC LIMIT 1",
-                (ts, key_or_channel, esc + ":%", "%:" + esc + ":%"),
+                (message_ref, key_or_channel, esc + ":%", "%:" + esc + ":%"),
             )
 
         rows = await self._run(q)
@@ -346,29 +352,48 @@ class Store:
 # ---------------------------------------------------------------- helpers
 
 
-def _encode_turn_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(fields) - _TURN_FIELD_SET)
-    if unknown:
-        raise StoreError(f"unknown turn field(s): {', '.join(unknown)}")
+def _encode(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``TurnRecord`` field values -> ``turns`` column values (JSON text, 0/1 flags, the ``meta`` object)."""
     out: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
     for k, v in fields.items():
-        if k in _JSON_TURN_FIELDS:
-            out[k] = None if v is None else json.dumps(v, ensure_ascii=False)
-        elif k in _BOOL_TURN_FIELDS:
-            out[k] = None if v is None else int(bool(v))
+        if k in _META_FIELDS:
+            meta[k] = v
+        elif k == "retrieved":
+            out[k] = json.dumps([r.to_json() for r in v], ensure_ascii=False)
+        elif k == "citations":
+            out[k] = json.dumps([citation_to_json(c) for c in v], ensure_ascii=False)
+        elif k == "timings":
+            out[k] = json.dumps(dict(v))
+        elif k in _BOOL_FIELDS:
+            out[k] = int(bool(v))
         else:
             out[k] = v
+    if meta:
+        out["meta"] = json.dumps(meta, ensure_ascii=False)
     return out
 
 
-def _decode_turn(row: dict[str, Any]) -> dict[str, Any]:
-    for k in _JSON_TURN_FIELDS:
-        if row.get(k) is not None:
-            row[k] = json.loads(row[k])
-    for k in _BOOL_TURN_FIELDS:
-        if row.get(k) is not None:
-            row[k] = bool(row[k])
-    return row
+def _decode_turn(row: dict[str, Any]) -> Turn:
+    def js(name: str, default: Any) -> Any:
+        raw = row.get(name)
+        return default if raw is None else json.loads(raw)
+
+    meta = js("meta", {})
+    return Turn(
+        id=int(row["id"]), turn_no=int(row["turn_no"]), created_at=row["created_at"],
+        conversation_key=row["conversation_key"], question=row.get("question") or "",
+        user_id=row.get("user_id"), completed_question=row.get("completed_question") or "",
+        retrieval_query=row.get("retrieval_query") or "",
+        retrieved=tuple(RetrievedRef.from_json(d) for d in js("retrieved", [])),
+        answer=row.get("answer") or "",
+        citations=tuple(citation_from_json(d) for d in js("citations", [])),
+        out_of_scope=bool(row.get("out_of_scope")), extractive=bool(row.get("extractive")),
+        model=row.get("model") or "", prompt_template=row.get("prompt_template") or "",
+        prompt_version=row.get("prompt_version"), timings=js("timings", {}), error=row.get("error"),
+        raw_answer=meta.get("raw_answer") or row.get("answer") or "", notice=meta.get("notice"),
+        message_ref=row.get("message_ref"),
+    )
 
 
 def _like_escape(s: str) -> str:

@@ -157,6 +157,20 @@ class Citation:
 
 
 @dataclass
+class AnswerTrace:
+    """How an answer came about, for ``ask --trace``, the store and explain."""
+
+    raw_answer: str | None = None  # the generator's text before citation parsing
+    dropped_for_budget: list[str] = field(default_factory=list)  # evidence ids cut to fit the context
+    prompt: list[ChatMessage] | None = None  # only when tracing
+    warning: str | None = None
+    notice: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    question_terms: list[str] = field(default_factory=list)  # extractive answers: the terms matched
+    unit_scores: list[float] = field(default_factory=list)  # extractive answers: the chosen units' scores
+
+
+@dataclass
 class Answer:
     text: str
     citations: list[Citation] = field(default_factory=list)
@@ -164,7 +178,7 @@ class Answer:
     extractive: bool = False
     model: str = ""
     evidence: list[Hit] = field(default_factory=list)  # the numbered sources shown to the generator
-    trace: dict[str, object] = field(default_factory=dict)
+    trace: AnswerTrace = field(default_factory=AnswerTrace)
 
 
 @dataclass(frozen=True)

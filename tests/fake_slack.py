@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import inspect
@@ -319,37 +320,39 @@ class EventSender:
 
 # The engine's own result types, so the fake cannot drift from what the bot really receives.
 from pipeline.engine import ClusterShare, ExplainResult, TurnResult  # noqa: E402
+from pipeline.turns import Turn, TurnRecord  # noqa: E402
 
 
 class MemoryStore:
     """The store methods the bot and FakeEngine use, in memory (same semantics as pipeline.store.Store)."""
 
     def __init__(self) -> None:
-        self.turns: dict[int, dict[str, Any]] = {}
+        self.turns: dict[int, Turn] = {}
         self.feedback: dict[tuple[int, str], int] = {}
         self.events: set[str] = set()
 
-    async def add_turn(self, conversation_key: str, *, question: str, **fields: Any) -> int:
+    async def add_turn(self, record: TurnRecord) -> int:
         turn_id = len(self.turns) + 1
-        self.turns[turn_id] = {"id": turn_id, "conversation_key": conversation_key, "question": question,
-                               "slack_ts": None, **fields}
+        turn_no = 1 + sum(t.conversation_key == record.conversation_key for t in self.turns.values())
+        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        self.turns[turn_id] = Turn(id=turn_id, turn_no=turn_no, created_at="", **fields)
         return turn_id
 
     async def get_feedback(self, turn_id: int) -> dict[str, int]:
         return {u: v for (t, u), v in self.feedback.items() if t == turn_id}
 
-    async def set_turn_slack_ts(self, turn_id: int, ts: str) -> None:
-        self.turns[turn_id]["slack_ts"] = ts
+    async def set_message_ref(self, turn_id: int, message_ref: str) -> None:
+        self.turns[turn_id] = dataclasses.replace(self.turns[turn_id], message_ref=message_ref)
 
-    async def turn_by_slack_ts(self, conversation_key_or_channel: str, ts: str) -> dict[str, Any] | None:
+    async def turn_by_message(self, key_or_channel: str, message_ref: str) -> Turn | None:
         for t in self.turns.values():
-            key = t["conversation_key"]
-            if t.get("slack_ts") == ts and conversation_key_or_channel in (key, key.split(":")[1]):
-                return dict(t)
+            key = t.conversation_key
+            if t.message_ref == message_ref and key_or_channel in (key, key.split(":")[1]):
+                return t
         return None
 
     async def conversation_exists(self, key: str) -> bool:
-        return any(t["conversation_key"] == key for t in self.turns.values())
+        return any(t.conversation_key == key for t in self.turns.values())
 
     async def set_feedback(self, turn_id: int, user_id: str, value: int) -> None:
         self.feedback[(turn_id, user_id)] = value
@@ -363,10 +366,10 @@ class MemoryStore:
         self.events.add(event_id)
         return True
 
-    async def history(self, conversation_key: str, limit: int) -> list[dict[str, Any]]:
-        return [t for t in self.turns.values() if t["conversation_key"] == conversation_key][-limit:]
+    async def history(self, conversation_key: str, limit: int) -> list[Turn]:
+        return [t for t in self.turns.values() if t.conversation_key == conversation_key][-limit:]
 
-    async def get_turn(self, turn_id: int) -> dict[str, Any] | None:
+    async def get_turn(self, turn_id: int) -> Turn | None:
         return self.turns.get(turn_id)
 
 
@@ -414,11 +417,11 @@ class FakeEngine:
             raise self.fail_with
         previous = await self.store.history(conversation_key, 10)
         followup = bool(previous) or bool(history)
-        completed = f"{question} (regarding: {previous[-1]['question']})" if previous else question
+        completed = f"{question} (regarding: {previous[-1].question})" if previous else question
         answer = self.answer_for(question)
-        turn_id = await self.store.add_turn(conversation_key, question=question, user_id=user_id,
-                                            completed_question=completed, answer=answer.text,
-                                            error=self.error_text)
+        turn_id = await self.store.add_turn(TurnRecord(conversation_key=conversation_key, question=question,
+                                                       user_id=user_id, completed_question=completed,
+                                                       answer=answer.text, error=self.error_text))
         return TurnResult(turn_id, answer, completed, followup, self.error_text)
 
     async def explain(self, turn_id: int) -> ExplainResult:

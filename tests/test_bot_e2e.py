@@ -109,7 +109,7 @@ async def stub() -> AsyncIterator[StubLLMServer]:
 
 async def _linked(h: Harness, turn_id: int) -> bool:
     turn = await h.parts.store.get_turn(turn_id)
-    return bool(turn and turn["slack_ts"])
+    return bool(turn and turn.message_ref)
 
 
 async def test_mention_is_answered_with_page_links(make_harness: Factory, stub: StubLLMServer) -> None:
@@ -125,8 +125,8 @@ async def test_mention_is_answered_with_page_links(make_harness: Factory, stub: 
     assert "React with :explain: or :mag: to see why" in text
     assert "Answering:" not in text  # turn 1 is not rephrased
     (turn,) = await h.parts.store.history(f"T1:C1:{ev['ts']}")
-    assert turn["user_id"] == "U1" and turn["question"] == QUESTION
-    assert await h.slack.wait_for(lambda: _linked(h, turn["id"]))
+    assert turn.user_id == "U1" and turn.question == QUESTION
+    assert await h.slack.wait_for(lambda: _linked(h, turn.id))
 
 
 async def test_followup_without_mention_shows_the_completed_question(make_harness: Factory,
@@ -142,7 +142,7 @@ async def test_followup_without_mention_shows_the_completed_question(make_harnes
     assert f"Bruno collects 50 real questions from the support team <{RAG_MEETING_URL}|[1]>." in text
     rephrase = [r for r in stub.requests if _is_rephrase(r)]
     assert len(rephrase) == 1 and "User: What is Alice's todo from the RAG meeting in October?" in _user(rephrase[0])
-    assert [t["turn_no"] for t in await h.parts.store.history(f"T1:C1:{first['ts']}")] == [1, 2]
+    assert [t.turn_no for t in await h.parts.store.history(f"T1:C1:{first['ts']}")] == [1, 2]
 
 
 async def test_explain_reaction_posts_the_attribution(make_harness: Factory, stub: StubLLMServer) -> None:
@@ -151,7 +151,7 @@ async def test_explain_reaction_posts_the_attribution(make_harness: Factory, stu
     await h.send.event(ev)
     (update,) = await h.answered()
     (turn,) = await h.parts.store.history(f"T1:C1:{ev['ts']}")
-    await h.slack.wait_for(lambda: _linked(h, turn["id"]))
+    await h.slack.wait_for(lambda: _linked(h, turn.id))
     calls = stub.calls
     await h.send.event(h.send.reaction("explain", "C1", update["ts"]))
     posts = await h.slack.wait_calls("chat.postMessage", 2, within_s=15)
@@ -174,4 +174,4 @@ async def test_llm_down_gives_a_visible_error(make_harness: Factory) -> None:
     assert update["text"] == "I couldn't reach the language model, please try again."
     assert update["blocks"] == []
     (turn,) = await h.parts.store.history(f"T1:C1:{ev['ts']}")
-    assert turn["error"] == update["text"]
+    assert turn.error == update["text"]

@@ -57,7 +57,7 @@ Factory = Callable[..., Awaitable[Harness]]
 
 async def _slack_ts(h: Harness, turn_id: int) -> str | None:
     turn = await h.engine.store.get_turn(turn_id)
-    return turn["slack_ts"] if turn else None
+    return turn.message_ref if turn else None
 
 
 @pytest.fixture

@@ -98,9 +98,9 @@ async def test_turn1_is_kept_and_followups_are_rephrased_with_history(make: Make
         assert second.retrieval is not None and second.retrieval.query == REPHRASED
         assert f"Question: {REPHRASED}" in _user(_answers(stub)[-1])
         turns = await p.store.history("t:1")
-        assert [t["completed_question"] for t in turns] == ["Who is primary on call in weeks 3 to 4?", REPHRASED]
-        assert turns[1]["retrieval_query"] == REPHRASED and turns[1]["question"] == "And weeks 5 to 6?"
-        assert turns[1]["citations"][0]["url"] == ONCALL_URL
+        assert [t.completed_question for t in turns] == ["Who is primary on call in weeks 3 to 4?", REPHRASED]
+        assert turns[1].retrieval_query == REPHRASED and turns[1].question == "And weeks 5 to 6?"
+        assert turns[1].citations[0].url == ONCALL_URL
 
 
 async def test_failed_completion_falls_back_to_the_query_builder(make: Make) -> None:
@@ -129,7 +129,7 @@ async def test_no_llm_answers_extractively_and_builds_followup_queries(make: Mak
     assert follow.retrieval.query != "And Bruno?" and "RAG meeting" in follow.retrieval.query
     assert "Collect 50 real questions" in follow.answer.text
     stored = await p.store.history("t:x")
-    assert stored[1]["retrieval_query"] == follow.retrieval.query and stored[1]["extractive"] is True
+    assert stored[1].retrieval_query == follow.retrieval.query and stored[1].extractive is True
 
 
 # ---------------------------------------------------------------- citations and scope
@@ -146,7 +146,7 @@ async def test_source_markers_become_page_links_and_bogus_ones_are_dropped(make:
     (c,) = r.answer.citations
     assert c.number == 1 and c.url == r.answer.evidence[1].evidence.url == RAG_MEETING_URL
     assert c.evidence_ids == (r.answer.evidence[1].evidence.id,)
-    assert r.answer.trace["raw_answer"] == reply
+    assert r.answer.trace.raw_answer == reply
 
 
 async def test_out_of_scope_sentence_is_flagged(make: Make) -> None:
@@ -161,7 +161,7 @@ async def test_empty_llm_answer_is_out_of_scope_with_a_warning(make: Make) -> No
         p = await make(llm_url=stub.base_url)
         r = await p.engine.ask("t:e", "How do I roll back a deployment?")
     assert r.error is None and r.answer.out_of_scope and r.answer.text == OUT_OF_SCOPE
-    assert "empty" in str(r.answer.trace["warning"])
+    assert "empty" in str(r.answer.trace.warning)
 
 
 async def test_nothing_retrieved_is_out_of_scope_without_calling_the_llm(make: Make) -> None:
@@ -181,7 +181,7 @@ async def test_llm_unreachable_gives_a_human_error_and_stores_the_turn(make: Mak
     r = await p.engine.ask("t:down", "How do I roll back a deployment?")
     assert r.error == "I couldn't reach the language model, please try again."
     turn = await p.store.get_turn(r.turn_id)
-    assert turn is not None and turn["error"] == r.error and turn["question"] == "How do I roll back a deployment?"
+    assert turn is not None and turn.error == r.error and turn.question == "How do I roll back a deployment?"
 
 
 async def test_llm_stopped_mid_conversation(make: Make) -> None:
@@ -193,7 +193,7 @@ async def test_llm_stopped_mid_conversation(make: Make) -> None:
     r = await p.engine.ask("t:stop", "How long does the rollback take?")
     assert r.error == "I couldn't reach the language model, please try again."
     turns = await p.store.history("t:stop")
-    assert [t["error"] for t in turns] == [None, r.error]
+    assert [t.error for t in turns] == [None, r.error]
 
 
 async def test_429_with_retry_after_then_success_is_answered(make: Make) -> None:
@@ -214,7 +214,7 @@ async def test_empty_question_is_a_polite_error_and_stored(make: Make, question:
     r = await p.engine.ask("t:empty", question)
     assert r.error is not None and r.error.startswith("Please ask a question")
     turn = await p.store.get_turn(r.turn_id)
-    assert turn is not None and turn["error"] == r.error
+    assert turn is not None and turn.error == r.error
 
 
 async def test_very_long_question_is_truncated_with_a_notice(make: Make) -> None:
@@ -223,16 +223,16 @@ async def test_very_long_question_is_truncated_with_a_notice(make: Make) -> None
     r = await p.engine.ask("t:long", question)
     assert r.error is None and r.notice is not None and str(MAX_QUESTION_CHARS) in r.notice
     turn = await p.store.get_turn(r.turn_id)
-    assert turn is not None and len(turn["question"]) == MAX_QUESTION_CHARS
-    assert turn["meta"]["notice"] == r.notice
+    assert turn is not None and len(turn.question) == MAX_QUESTION_CHARS
+    assert turn.notice == r.notice
 
 
 async def test_lone_surrogates_do_not_break_storage(make: Make) -> None:
     p = await make()
     r = await p.engine.ask("t:utf", "caf\udce9 deployment rollback?")
     turn = await p.store.get_turn(r.turn_id)
-    assert turn is not None and turn["question"].startswith("caf") and "deployment rollback?" in turn["question"]
-    assert turn["question"].encode("utf-8")  # valid UTF-8 now
+    assert turn is not None and turn.question.startswith("caf") and "deployment rollback?" in turn.question
+    assert turn.question.encode("utf-8")  # valid UTF-8 now
     assert r.error is None
 
 
@@ -273,7 +273,7 @@ async def test_budget_never_splits_a_table_row_and_records_dropped_evidence(tmp_
         n = int(line.split()[1])
         assert line == f"Row {n} in Table 1: Host is host-{n:03d}, and Owner is owner {n} of the giant fleet, " \
                        f"and Rack is rack R{n % 9}"
-    dropped = r.answer.trace["dropped_for_budget"]
+    dropped = r.answer.trace.dropped_for_budget
     assert isinstance(dropped, list) and dropped
     assert r.retrieval is not None and len(r.answer.evidence) + len(dropped) == len(r.retrieval.hits)
     assert not set(dropped) & {h.evidence.id for h in r.answer.evidence}
@@ -333,9 +333,9 @@ async def test_store_survives_a_restart(sample_index_template: Path, tmp_path: P
     second = make_engine(index, embedder, tmp_path / "evident.db")
     try:
         history = await second.store.history("t:r")
-        assert [t["id"] for t in history] == [r1.turn_id]
+        assert [t.id for t in history] == [r1.turn_id]
         r2 = await second.engine.ask("t:r", "And Bruno?")
         assert r2.is_followup and r2.retrieval is not None and "RAG meeting" in r2.retrieval.query
-        assert [t["turn_no"] for t in await second.store.history("t:r")] == [1, 2]
+        assert [t.turn_no for t in await second.store.history("t:r")] == [1, 2]
     finally:
         await second.close()

@@ -30,6 +30,7 @@ from pipeline.ingest import IngestOptions, ingest_pages
 from pipeline.retrieve import RetrievalConfig, retrieve
 from pipeline.sparse import Bm25Encoder
 from pipeline.store import Store
+from pipeline.turns import TurnRecord
 from pipeline.types import Evidence, Hit, IndexPoint, SparseVector
 
 QUERIES = ("Who is on call this week?", "deployment rollback steps", "artifact store outage root cause",
@@ -116,7 +117,7 @@ def _questions(store_path: Path) -> list[str]:
 async def _add_turn(store_path: Path, question: str) -> None:
     store = Store(store_path)
     try:
-        await store.add_turn("cli:test", question=question, answer="an answer")
+        await store.add_turn(TurnRecord(conversation_key="cli:test", question=question, answer="an answer"))
     finally:
         await store.close()
 

@@ -10,6 +10,8 @@ import pytest
 
 from pipeline.errors import InputError, StoreError
 from pipeline.store import MIGRATIONS, Store
+from pipeline.turns import RetrievedRef, TurnRecord
+from pipeline.types import Citation
 
 
 @pytest.fixture
@@ -31,6 +33,32 @@ async def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
     conn.close()
 
 
+async def test_version_1_store_keeps_its_answer_links(tmp_path: Path) -> None:
+    """A store written by v0.1 (column ``slack_ts``, dict meta) opens, migrates and still finds the answer a
+    reaction points at."""
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    import sqlite_utils
+
+    MIGRATIONS[0](sqlite_utils.Database(conn))
+    conn.execute("PRAGMA user_version=1")
+    conn.execute("INSERT INTO conversations(key, created_at, updated_at, meta) VALUES ('T1:C1:1.0', 'x', 'x', '{}')")
+    conn.execute(
+        "INSERT INTO turns(conversation_key, turn_no, created_at, question, answer, retrieved, slack_ts, meta) "
+        "VALUES ('T1:C1:1.0', 1, 'x', 'q', 'a [1]', ?, '9.9', ?)",
+        ('[{"evidence_id": "e1", "score": 0.1, "rank": 1, "page_id": "p", "url": "u", "title": "t"}]',
+         '{"raw_answer": "a [1] raw", "notice": null}'),
+    )
+    conn.commit()
+    conn.close()
+    s = Store(path)
+    turn = await s.turn_by_message("C1", "9.9")
+    assert turn is not None and turn.message_ref == "9.9" and turn.raw_answer == "a [1] raw"
+    assert turn.retrieved == (RetrievedRef("e1", 0.1, 1, "p", "u", "t"),)
+    assert s.schema_version == len(MIGRATIONS) == 2
+    await s.close()
+
+
 async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     conn = sqlite3.connect(path)
@@ -45,17 +73,19 @@ async def test_turns_roundtrip_history_and_restart(tmp_path: Path) -> None:
     s = Store(path)
     key = "T1:C1:1700000000.000100"
     assert not await s.conversation_exists(key)
-    retrieved = [{"evidence_id": "e1", "score": 0.5, "rank": 1, "page_id": "p1", "url": "u", "title": "t"}]
+    retrieved = (RetrievedRef("e1", score=0.5, rank=1, page_id="p1", url="u", title="t"),)
+    cited = (Citation(1, "u", "t", "ENG", ("e1",)),)
     ids = []
     for i in range(12):
-        ids.append(await s.add_turn(key, question=f"q{i}", user_id="U1", retrieved=retrieved,
-                                    timings={"retrieve": 12.5}, out_of_scope=False))
+        ids.append(await s.add_turn(TurnRecord(conversation_key=key, question=f"q{i}", user_id="U1",
+                                               retrieved=retrieved, timings={"retrieve": 12.5},
+                                               out_of_scope=False, notice="shortened")))
     assert await s.conversation_exists(key)
-    await s.update_turn(ids[-1], answer="because [1]", citations=[{"number": 1, "url": "u"}],
+    await s.update_turn(ids[-1], answer="because [1]", citations=cited, raw_answer="because [1] raw",
                         extractive=True, model="extractive", prompt_template="answer", prompt_version="1")
     hist = await s.history(key, limit=3)
-    assert [t["question"] for t in hist] == ["q9", "q10", "q11"]
-    assert [t["turn_no"] for t in hist] == [10, 11, 12]
+    assert [t.question for t in hist] == ["q9", "q10", "q11"]
+    assert [t.turn_no for t in hist] == [10, 11, 12]
     await s.set_feedback(ids[0], "U2", 1)
     await s.put_attribution(ids[0], "cfa", "h1", {"scores": [0.7, 0.3]})
     await s.set_checkpoint("confluence", "ENG", "2024-01-01T00:00:00Z")
@@ -66,46 +96,47 @@ async def test_turns_roundtrip_history_and_restart(tmp_path: Path) -> None:
     s2 = Store(path)
     t = await s2.get_turn(ids[-1])
     assert t is not None
-    assert t["answer"] == "because [1]" and t["citations"] == [{"number": 1, "url": "u"}]
-    assert t["retrieved"] == retrieved and t["timings"] == {"retrieve": 12.5}
-    assert t["extractive"] is True and t["out_of_scope"] is False
+    assert t.answer == "because [1]" and t.citations == cited
+    assert t.retrieved == retrieved and t.timings == {"retrieve": 12.5}
+    assert t.extractive is True and t.out_of_scope is False
+    assert t.raw_answer == "because [1] raw" and t.notice == "shortened"  # meta fields merge on update
     assert await s2.get_feedback(ids[0]) == {"U2": 1}
     assert await s2.get_attribution(ids[0], "cfa", "h1") == {"scores": [0.7, 0.3]}
     assert await s2.get_checkpoint("confluence", "ENG") == "2024-01-01T00:00:00Z"
     assert len(await s2.history(key, limit=100)) == 12
-    assert await s2.add_turn(key, question="after restart") > ids[-1]
+    assert await s2.add_turn(TurnRecord(conversation_key=key, question="after restart")) > ids[-1]
     await s2.close()
 
 
 async def test_update_turn_rejects_unknown_field_and_missing_turn(store: Store) -> None:
-    tid = await store.add_turn("cli:s", question="q")
+    tid = await store.add_turn(TurnRecord(conversation_key="cli:s", question="q"))
     with pytest.raises(StoreError, match="unknown turn field"):
         await store.update_turn(tid, bogus=1)
     with pytest.raises(StoreError, match="does not exist"):
         await store.update_turn(tid + 100, answer="x")
     assert await store.get_turn(tid + 100) is None
     with pytest.raises(InputError):
-        await store.add_turn("", question="q")
+        await store.add_turn(TurnRecord(conversation_key="", question="q"))
 
 
-async def test_turn_by_slack_ts_matches_key_or_channel_prefix(store: Store) -> None:
-    a = await store.add_turn("T1:C1:100.1", question="q")
-    b = await store.add_turn("T1:C1_x:200.2", question="q")  # '_' must not act as a LIKE wildcard
-    await store.set_turn_slack_ts(a, "555.5")
-    await store.set_turn_slack_ts(b, "555.5")
-    assert (await store.turn_by_slack_ts("T1:C1:100.1", "555.5"))["id"] == a  # type: ignore[index]
-    assert (await store.turn_by_slack_ts("T1:C1", "555.5"))["id"] == a  # type: ignore[index]
-    assert (await store.turn_by_slack_ts("T1:C1_x", "555.5"))["id"] == b  # type: ignore[index]
-    assert (await store.turn_by_slack_ts("C1", "555.5"))["id"] == a  # type: ignore[index]  # bare channel id, as reactions give it
-    assert (await store.turn_by_slack_ts("C1_x", "555.5"))["id"] == b  # type: ignore[index]
-    assert await store.turn_by_slack_ts("T1:C1", "999.9") is None
-    assert await store.turn_by_slack_ts("T1:C", "555.5") is None
-    assert await store.turn_by_slack_ts("C", "555.5") is None
-    assert await store.turn_by_slack_ts("C1%", "555.5") is None
+async def test_turn_by_message_matches_key_or_channel_prefix(store: Store) -> None:
+    a = await store.add_turn(TurnRecord(conversation_key="T1:C1:100.1", question="q"))
+    b = await store.add_turn(TurnRecord(conversation_key="T1:C1_x:200.2", question="q"))  # '_' must not act as a LIKE wildcard
+    await store.set_message_ref(a, "555.5")
+    await store.set_message_ref(b, "555.5")
+    assert (await store.turn_by_message("T1:C1:100.1", "555.5")).id == a  # type: ignore[union-attr]
+    assert (await store.turn_by_message("T1:C1", "555.5")).id == a  # type: ignore[union-attr]
+    assert (await store.turn_by_message("T1:C1_x", "555.5")).id == b  # type: ignore[union-attr]
+    assert (await store.turn_by_message("C1", "555.5")).id == a  # type: ignore[union-attr]  # bare channel id, as reactions give it
+    assert (await store.turn_by_message("C1_x", "555.5")).id == b  # type: ignore[union-attr]
+    assert await store.turn_by_message("T1:C1", "999.9") is None
+    assert await store.turn_by_message("T1:C", "555.5") is None
+    assert await store.turn_by_message("C", "555.5") is None
+    assert await store.turn_by_message("C1%", "555.5") is None
 
 
 async def test_feedback_change_and_remove(store: Store) -> None:
-    tid = await store.add_turn("cli:s", question="q")
+    tid = await store.add_turn(TurnRecord(conversation_key="cli:s", question="q"))
     await store.set_feedback(tid, "U1", 1)
     await store.set_feedback(tid, "U2", -1)
     await store.set_feedback(tid, "U1", -1)
@@ -120,7 +151,7 @@ async def test_feedback_change_and_remove(store: Store) -> None:
 
 
 async def test_attribution_cache_upserts(store: Store) -> None:
-    tid = await store.add_turn("cli:s", question="q")
+    tid = await store.add_turn(TurnRecord(conversation_key="cli:s", question="q"))
     assert await store.get_attribution(tid, "cfa", "p") is None
     await store.put_attribution(tid, "cfa", "p", [1, 2])
     await store.put_attribution(tid, "cfa", "p", [3])
@@ -155,7 +186,7 @@ async def test_fifty_concurrent_writers(tmp_path: Path) -> None:
 
     async def writer(i: int) -> int:
         store = s if i % 2 else other
-        tid = await store.add_turn(f"cli:{i % 5}", question=f"q{i}", user_id=f"U{i}")
+        tid = await store.add_turn(TurnRecord(conversation_key=f"cli:{i % 5}", question=f"q{i}", user_id=f"U{i}"))
         await store.update_turn(tid, answer=f"a{i}", timings={"total": i})
         await store.set_feedback(tid, f"U{i}", 1 if i % 3 else -1)
         return tid
@@ -164,7 +195,7 @@ async def test_fifty_concurrent_writers(tmp_path: Path) -> None:
     assert len(set(ids)) == 50
     for k in range(5):
         hist = await s.history(f"cli:{k}", limit=100)
-        assert [t["turn_no"] for t in hist] == list(range(1, 11))
-        assert all(t["answer"] == "a" + t["question"][1:] for t in hist)
+        assert [t.turn_no for t in hist] == list(range(1, 11))
+        assert all(t.answer == "a" + t.question[1:] for t in hist)
     await s.close()
     await other.close()

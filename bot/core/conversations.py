@@ -14,13 +14,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from bot.core.contracts import EngineLike, ExplainResultLike, TurnResultLike
 from bot.core.dedup import SeenSet
 from bot.core.messages import EXPLAIN_FAILED, GENERIC, user_message
 from bot.core.ratelimit import UserRateLimiter
 from pipeline.errors import StoreError
+from pipeline.turns import Turn
 
 log = logging.getLogger("evident.bot")
 
@@ -132,7 +133,7 @@ class Conversations:
         if message_id is None:
             return
         try:
-            await self.engine.store.set_turn_slack_ts(result.turn_id, message_id)
+            await self.engine.store.set_message_ref(result.turn_id, message_id)
         except StoreError:
             log.exception("could not link turn %s to its message", result.turn_id)
 
@@ -145,17 +146,17 @@ class Conversations:
 
     # ------------------------------------------------------------------ reactions
 
-    async def turn_for(self, scope: str, message_id: str) -> dict[str, Any] | None:
+    async def turn_for(self, scope: str, message_id: str) -> Turn | None:
         """The turn whose answer is message ``message_id`` in ``scope``, or None."""
         try:
-            return await self.engine.store.turn_by_slack_ts(scope, message_id)
+            return await self.engine.store.turn_by_message(scope, message_id)
         except StoreError:
             log.exception("turn lookup failed")
             return None
 
-    async def explain(self, turn: dict[str, Any], surface: ExplanationSurface) -> None:
+    async def explain(self, turn: Turn, surface: ExplanationSurface) -> None:
         """Explain ``turn`` once (concurrent or repeated requests in this process are ignored)."""
-        turn_id = int(turn["id"])
+        turn_id = turn.id
         if not self._explained.add(str(turn_id)):
             return  # already explained (or being explained)
         try:
@@ -174,14 +175,14 @@ class Conversations:
             self._explained.discard(str(turn_id))
             await surface.say(EXPLAIN_FAILED)
 
-    async def feedback(self, turn: dict[str, Any], user: str, value: int | None) -> None:
+    async def feedback(self, turn: Turn, user: str, value: int | None) -> None:
         """Record (``value`` ±1) or withdraw (None) one user's rating of a turn."""
         if not user:
             return
         try:
             if value is None:
-                await self.engine.store.remove_feedback(int(turn["id"]), user)
+                await self.engine.store.remove_feedback(turn.id, user)
             else:
-                await self.engine.store.set_feedback(int(turn["id"]), user, value)
+                await self.engine.store.set_feedback(turn.id, user, value)
         except StoreError:
-            log.exception("could not record feedback on turn %s", turn["id"])
+            log.exception("could not record feedback on turn %s", turn.id)

@@ -225,7 +225,7 @@ class EvidentBot:
         turn = await self.core.turn_for(channel, ts)
         if turn is None:
             return
-        thread = thread_of_key(str(turn.get("conversation_key") or "")) or ts
+        thread = thread_of_key(turn.conversation_key) or ts
         await self.core.explain(turn, SlackExplanation(self.client, channel, thread))
 
     async def _feedback(self, channel: str, ts: str, user: str, value: int | None) -> None:
