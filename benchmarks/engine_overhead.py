@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connectors.local import LocalFolderConnector, sample_space_dir
 from pipeline.factory import build_engine, ingest_options, make_embedder_from, make_sparse_from
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import ingest_pages
-from pipeline.metrics import Metrics
-from pipeline.settings import Settings
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import ingest_pages
+from pipeline.runtime.metrics import Metrics
+from pipeline.runtime.settings import Settings
 from pipeline.types import ChatMessage
 from tests.stub_llm import StubLLMServer
 

@@ -25,9 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import index_common as ic
-from pipeline.index_edge import EdgeIndex
-from pipeline.index_qdrant import QdrantServerIndex
+from pipeline.index import common as ic
+from pipeline.index.edge import EdgeIndex
+from pipeline.index.qdrant import QdrantServerIndex
 from pipeline.types import Evidence, IndexPoint, SearchRequest, SparseVector
 
 PAGE_SIZE = 20

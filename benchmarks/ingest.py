@@ -11,7 +11,7 @@ Phases, all in one process so the ratios between them are comparable on a noisy 
 2. no-change re-ingest into the same index (every page skipped by hash);
 3. warm-cache ingest: a fresh index, the embedding cache of phase 1;
 4. search latency, p50/p95 over ``--queries`` ConfQuestions questions (completed_q_en / q_de),
-   through ``pipeline.retrieve.retrieve`` *including* the query embedding (with the uncached model,
+   through ``pipeline.answer.retrieve.retrieve`` *including* the query embedding (with the uncached model,
    so every query really is embedded), before and after ``EdgeIndex.optimize()``;
 5. ``EVIDENT_EMBED_MAX_TOKENS`` sweep: cold ingest time per dense-side truncation.
 
@@ -38,15 +38,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connectors.local import LocalFolderConnector
-from pipeline.contextualize import contextualize
-from pipeline.embed_cache import CachedEmbedder
-from pipeline.embedders import make_embedder
+from pipeline.answer.retrieve import retrieve
 from pipeline.factory import ingest_options, make_sparse_from, retrieval_config
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import IngestReport, ingest_pages, page_to_evidence
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.contextualize import contextualize
+from pipeline.ingest.run import IngestReport, ingest_pages, page_to_evidence
+from pipeline.models.embed_cache import CachedEmbedder
+from pipeline.models.embedders import make_embedder
 from pipeline.protocols import Embedder, SparseEncoder
-from pipeline.retrieve import retrieve
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.types import IndexPoint, Page, SparseVector
 
 CONFQ = Path(__file__).resolve().parent.parent.parent / "shared" / "confquestions"

@@ -18,7 +18,7 @@ from pipeline.evaluation.data import load_conversations
 from pipeline.evaluation.index_cache import open_eval_index
 from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
 from pipeline.factory import retrieval_config
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -36,7 +36,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.app import build_bot
 from bot.slack.transports import HttpTransport
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 
 

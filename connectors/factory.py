@@ -7,7 +7,7 @@ from typing import Any
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.source import ConfluenceSource
 from pipeline.errors import ConfigError
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 
 def make_confluence_source(settings: Settings, **client_options: Any) -> ConfluenceSource:

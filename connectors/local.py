@@ -24,7 +24,7 @@ import lxml.etree
 import lxml.html
 
 from pipeline.errors import InputError
-from pipeline.pages import clean_line, page_from_record
+from pipeline.ingest.pages import clean_line, page_from_record
 from pipeline.types import Page
 
 PAGE_SUFFIXES = (".json", ".html", ".htm")

@@ -147,7 +147,7 @@ def backup(dest: Path, *, store_path: Path, index_dir: Path | None = None, qdran
            collection: str = "evident") -> Manifest:
     """Write a backup into ``dest`` (absent or empty) and return its manifest.
 
-    ``index_dir``: the embedded index directory; the caller holds its lease (``pipeline.index_lease``), so no
+    ``index_dir``: the embedded index directory; the caller holds its lease (``pipeline.index.lease``), so no
     process has it open. ``qdrant``: a
     client for a Qdrant server; a server-side snapshot of ``collection`` is created and its name recorded
     (download it from the server's snapshot storage; TODO: fetch it into ``dest``).

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import click
 
 from pipeline.errors import EvidentError
-from pipeline.redact import Redactor
-from pipeline.settings import Settings
+from pipeline.runtime.redact import Redactor
+from pipeline.runtime.settings import Settings
 from pipeline.types import Page
 
 T = TypeVar("T")
@@ -98,7 +98,7 @@ async def _ingest(settings: Settings, paths: tuple[Path, ...], space: str | None
     from connectors.local import LocalFolderConnector
     from pipeline.errors import InputError
     from pipeline.factory import drop_index, ingest_options, open_stack
-    from pipeline.ingest import ingest_pages
+    from pipeline.ingest.run import ingest_pages
 
     options = ingest_options(settings)
     connector = LocalFolderConnector([Path(p) for p in paths], space=space)
@@ -182,8 +182,8 @@ def echo_page_problems(failed: Sequence[tuple[str, str]], partial: Sequence[tupl
 
 
 async def _search(settings: Settings, query: str, k: int, mode: str | None, trace: bool):  # type: ignore[no-untyped-def]
+    from pipeline.answer.retrieve import retrieve
     from pipeline.factory import make_reranker_from, open_stack, retrieval_config
-    from pipeline.retrieve import retrieve
 
     embedder, sparse, index = await open_stack(settings, require_index=True)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 
 def _settings(ctx: click.Context) -> Settings:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ import logging
 import sys
 import time
 
-from pipeline.logcontext import TurnRefFilter
-from pipeline.redact import Redactor
+from pipeline.runtime.logcontext import TurnRefFilter
+from pipeline.runtime.redact import Redactor
 
 
 class JsonFormatter(logging.Formatter):

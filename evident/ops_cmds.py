@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.types import Hit
 
 if TYPE_CHECKING:  # qdrant-client takes seconds to import: only the commands that need it load it
-    from pipeline.index_edge import EdgeIndex
+    from pipeline.index.edge import EdgeIndex
     from pipeline.protocols import Index
 
 VERIFY_K = 10
@@ -76,7 +76,7 @@ async def _index_lease(settings: Settings, index_dir: Path | None, command: str)
     if index_dir is None:
         yield
         return
-    from pipeline.index_lease import IndexLease
+    from pipeline.index.lease import IndexLease
 
     lease = IndexLease(index_dir, command=command, wait_s=settings.index_wait_s)
     await asyncio.to_thread(lease.acquire)
@@ -121,7 +121,7 @@ class MigrateReport:
 def read_edge_manifest(index_dir: Path) -> tuple[str, int]:
     """(embedder, dim) an embedded index was built with, so migrating needs no embedding model."""
     from pipeline.errors import IndexError_, InputError
-    from pipeline.index_edge import MANIFEST_FILE
+    from pipeline.index.edge import MANIFEST_FILE
 
     path = Path(index_dir) / MANIFEST_FILE
     if not path.is_file():
@@ -137,7 +137,7 @@ async def migrate_index(source_dir: Path, dest: Index, *, batch: int = 256, forc
                         progress: Callable[[str], None] | None = None) -> MigrateReport:
     """Copy every live page of the Edge index at ``source_dir`` into ``dest`` (an unopened ``Index``)."""
     from pipeline.errors import IndexError_, InputError
-    from pipeline.index_edge import EdgeIndex
+    from pipeline.index.edge import EdgeIndex
     from pipeline.types import IndexPoint
 
     embedder, dim = read_edge_manifest(source_dir)

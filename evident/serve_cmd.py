@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.serve")
 
@@ -46,7 +46,7 @@ async def serve_forever(settings: Settings) -> None:
     from bot.core.health import add_health_routes
     from bot.slack.transports import check_tokens, run_bot
     from pipeline.factory import build_engine
-    from pipeline.metrics import Metrics
+    from pipeline.runtime.metrics import Metrics
 
     check_tokens(settings)  # fail fast, before loading models
     metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 
 def summary(report) -> str:  # type: ignore[no-untyped-def]

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.answer.retrieve import RetrievalConfig
 from pipeline.errors import ConfigError, InputError
-from pipeline.ingest import IngestOptions
+from pipeline.ingest.run import IngestOptions
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
-from pipeline.retrieve import RetrievalConfig
-from pipeline.settings import CONTEXT_ITEMS, Settings
+from pipeline.runtime.settings import CONTEXT_ITEMS, Settings
 
 if TYPE_CHECKING:
     from pipeline.store import Store
@@ -32,7 +32,7 @@ def ingest_options(settings: Settings) -> IngestOptions:
         )
     if settings.table_indexing not in ("rows", "tables", "both"):
         raise ConfigError("EVIDENT_TABLE_INDEXING must be rows, tables or both")
-    from pipeline.storage import ParseLimits
+    from pipeline.ingest.storage import ParseLimits
 
     return IngestOptions(
         max_page_bytes=settings.max_page_bytes,
@@ -64,7 +64,7 @@ def retrieval_config(settings: Settings) -> RetrievalConfig:
 
 
 def make_embedder_from(settings: Settings, *, cache: bool = True) -> Embedder:
-    from pipeline.embedders import make_embedder
+    from pipeline.models.embedders import make_embedder
     from pipeline.models.openai_embedder import RemoteEmbedding
 
     remote = RemoteEmbedding(
@@ -79,14 +79,14 @@ def make_embedder_from(settings: Settings, *, cache: bool = True) -> Embedder:
         threads=settings.embed_threads, remote=remote, process=settings.embed_process,
     )
     if cache:
-        from pipeline.embed_cache import CachedEmbedder
+        from pipeline.models.embed_cache import CachedEmbedder
 
         embedder = CachedEmbedder(embedder, Path(settings.data_dir) / "cache")
     return embedder
 
 
 def make_sparse_from(settings: Settings, embedder: Embedder | None = None) -> SparseEncoder:
-    from pipeline.sparse import make_sparse_encoder
+    from pipeline.models.sparse import make_sparse_encoder
 
     # The cache wraps the model; bge-m3's sparse half must come from the model itself.
     return make_sparse_encoder(settings.sparse_encoder, embedder=getattr(embedder, "inner", embedder))
@@ -133,7 +133,7 @@ def embedder_recipe(embedder: Embedder, sparse: SparseEncoder) -> dict[str, Any]
 
 def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
     if settings.qdrant_url:
-        from pipeline.index_qdrant import QdrantServerIndex
+        from pipeline.index.qdrant import QdrantServerIndex
 
         return QdrantServerIndex(
             url=settings.qdrant_url,
@@ -143,7 +143,7 @@ def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
             replication_factor=settings.replication_factor,
             write_consistency_factor=settings.write_consistency_factor,
         )
-    from pipeline.index_edge import EdgeIndex
+    from pipeline.index.edge import EdgeIndex
 
     return EdgeIndex(Path(index_dir or settings.resolved_index_dir), wait_s=settings.index_wait_s)
 
@@ -168,7 +168,7 @@ def make_qdrant_client(settings: Settings) -> Any:
 def make_destination_index(settings: Settings, target: str, collection: str) -> Index:
     """``evident index migrate --to``: ``http(s)://host:port`` (a server), ``path:/dir`` (qdrant-client local
     mode) or ``:memory:``; the cluster settings apply to a server."""
-    from pipeline.index_qdrant import QdrantServerIndex
+    from pipeline.index.qdrant import QdrantServerIndex
 
     target = target.strip()
     if target.startswith(("http://", "https://")):
@@ -183,7 +183,7 @@ def make_destination_index(settings: Settings, target: str, collection: str) -> 
 
 
 def make_reranker_from(settings: Settings) -> Reranker | None:
-    from pipeline.rerank import make_reranker
+    from pipeline.models.rerank import make_reranker
 
     return make_reranker(settings.reranker)
 
@@ -192,7 +192,7 @@ def make_llm_from(settings: Settings) -> LLM | None:
     """None when no endpoint is configured: the engine then answers extractively, offline."""
     if not settings.llm_base_url:
         return None
-    from pipeline.llm import OpenAILLM
+    from pipeline.models.llm import OpenAILLM
 
     return OpenAILLM(
         base_url=settings.llm_base_url,
@@ -207,8 +207,8 @@ def make_llm_from(settings: Settings) -> LLM | None:
 async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False, metrics=None,  # type: ignore[no-untyped-def]
                        require_index: bool = False):
     """Compose the conversation engine from settings (the CLI's and the bot's single entry point)."""
-    from pipeline.engine import Engine
-    from pipeline.prompts import PromptLibrary
+    from pipeline.answer.engine import Engine
+    from pipeline.answer.prompts import PromptLibrary
 
     embedder, sparse, index = await open_stack(settings, index_dir, require_index=require_index)
     store = make_store(settings)
@@ -228,8 +228,8 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
 
 def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[no-untyped-def]
     """Engine options from settings, shared by the bot/CLI engine and the evaluation engine."""
+    from pipeline.answer.engine import EngineOptions
     from pipeline.attribution import METHODS, params_from_settings
-    from pipeline.engine import EngineOptions
 
     # Fail at start-up, not at the first 🔍 reaction, when the default explain method cannot run.
     if settings.attribution_method not in METHODS:
@@ -239,7 +239,7 @@ def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[
         raise ConfigError("EVIDENT_ATTRIBUTION_METHOD=logprob needs EVIDENT_LLM_BASE_URL and "
                           "EVIDENT_LLM_PROMPT_LOGPROBS=true (a vLLM or llama.cpp server)")
     if settings.llm_prompt_logprobs:
-        from pipeline.prompts import PromptLibrary
+        from pipeline.answer.prompts import PromptLibrary
 
         PromptLibrary(settings.resolved_prompts_dir).check(settings.llm_raw_template)
     opts = ingest_options(settings)

@@ -72,7 +72,7 @@ class Evidence:
     """One retrievable unit (paper: passage, list, table, or verbalized table row).
 
     ``text`` is the raw content; the contextualized text for indexing and prompting is derived from it
-    together with ``title``/``headings``/``before``/``after`` (see ``pipeline.contextualize``).
+    together with ``title``/``headings``/``before``/``after`` (see ``pipeline.ingest.contextualize``).
     """
 
     id: str  # stable uuid5 string

@@ -319,7 +319,7 @@ class EventSender:
 
 
 # The engine's own result types, so the fake cannot drift from what the bot really receives.
-from pipeline.engine import ClusterShare, ExplainResult, TurnResult  # noqa: E402
+from pipeline.answer.engine import ClusterShare, ExplainResult, TurnResult  # noqa: E402
 from pipeline.turns import Turn, TurnRecord  # noqa: E402
 
 

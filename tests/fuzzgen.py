@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from connectors.local import LocalFolderConnector
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import IngestOptions, IngestReport, ingest_pages
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import IngestOptions, IngestReport, ingest_pages
 from pipeline.protocols import Embedder, SparseEncoder
 
 Expect = str  # "index": canaries must be searchable unless reported partial; "report": must be reported

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 
 from connectors.local import LocalFolderConnector, sample_space_dir
-from pipeline.engine import Engine, EngineOptions
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import IngestOptions, IngestReport, ingest_pages
-from pipeline.llm import OpenAILLM
-from pipeline.prompts import PromptLibrary
-from pipeline.retrieve import RetrievalConfig
-from pipeline.sparse import Bm25Encoder
+from pipeline.answer.engine import Engine, EngineOptions
+from pipeline.answer.prompts import PromptLibrary
+from pipeline.answer.retrieve import RetrievalConfig
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import IngestOptions, IngestReport, ingest_pages
+from pipeline.models.llm import OpenAILLM
+from pipeline.models.sparse import Bm25Encoder
 from pipeline.store import Store
 
 _WORD = re.compile(r"\w+")

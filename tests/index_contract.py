@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
-from pipeline.index_common import rrf_fuse
+from pipeline.index.common import rrf_fuse
 from pipeline.protocols import Index
 from pipeline.types import Evidence, IndexPoint, SearchRequest, SparseVector
 

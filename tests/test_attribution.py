@@ -22,7 +22,7 @@ from pipeline.attribution import (
 )
 from pipeline.attribution.cluster import cluster_embeddings
 from pipeline.errors import ConfigError, InputError, TransientError
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.types import Evidence, Hit
 
 QUESTION = "How often does the VPN password rotate?"

@@ -19,7 +19,7 @@ from bot.slack.app import build_bot
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.handlers import EvidentBot
 from bot.slack.transports import HttpTransport
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 BOT_TOKEN = "xoxb-test-token-e2e"
 QUESTION = "When is the next RAG meeting in November?"

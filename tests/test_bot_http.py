@@ -19,7 +19,7 @@ from bot.slack.blocks import PLACEHOLDER
 from bot.slack.handlers import EvidentBot
 from bot.slack.transports import HttpTransport
 from pipeline.errors import TransientError
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 from pipeline.types import Answer, Citation
 

@@ -17,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.app import build_app
 from bot.slack.transports import run_bot
 from pipeline.errors import AuthError, ConfigError, UnreachableError
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 BOT_TOKEN = "xoxb-serve-test"
 APP_TOKEN = "xapp-1-serve-test"

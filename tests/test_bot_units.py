@@ -16,7 +16,7 @@ from bot.slack.mrkdwn import bar, escape, link
 from bot.slack.threads import clean_question, conversation_key, thread_of_key
 from bot.slack.transports import check_tokens
 from pipeline.errors import ConfigError, EmbeddingError, RateLimitedError, TransientError
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.types import Answer, Citation
 
 CIT = [Citation(1, "https://w.example/p/1", "Page <one>", "ENG", ("e",)),

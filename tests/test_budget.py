@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.budget import estimate_tokens, fit_evidence, split_units, truncate_at_boundary
+from pipeline.answer.budget import estimate_tokens, fit_evidence, split_units, truncate_at_boundary
 
 
 def words(text: str) -> int:

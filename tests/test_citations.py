@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.citations import is_out_of_scope, parse_citations
-from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.answer.citations import is_out_of_scope, parse_citations
+from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.types import Evidence, Hit
 
 

@@ -111,11 +111,11 @@ def test_missing_and_empty_index_are_named(tmp_path: Path) -> None:
 
 
 def test_empty_index_is_named(tmp_path: Path) -> None:
-    from pipeline.index_edge import EdgeIndex
+    from pipeline.index.edge import EdgeIndex
 
     async def make_empty() -> None:
         from pipeline.factory import make_embedder_from
-        from pipeline.settings import Settings
+        from pipeline.runtime.settings import Settings
 
         embedder = make_embedder_from(Settings.load(env={}, data_dir=tmp_path))
         index = EdgeIndex(tmp_path / "index")

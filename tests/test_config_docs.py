@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 from evident.config_docs import DOC_PATH, main, render_configuration_md
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 
 def test_configuration_md_is_up_to_date() -> None:
     expected = render_configuration_md()
     current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
     assert current == expected, (
-        "docs/configuration.md is out of date with pipeline/settings.py: run `python -m evident.config_docs`"
+        "docs/configuration.md is out of date with pipeline/runtime/settings.py: run `python -m evident.config_docs`"
     )
     assert main(["--check"]) == 0
 

@@ -19,11 +19,11 @@ from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.sync import SyncReport, _Tracker, sync_confluence
 from connectors.factory import make_confluence_source
 from pipeline.errors import AuthError, IndexError_, NotFoundError, RateLimitedError, UnreachableError
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import IngestOptions
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import IngestOptions
+from pipeline.models.sparse import Bm25Encoder
 from pipeline.protocols import SourceConnector
-from pipeline.settings import Settings
-from pipeline.sparse import Bm25Encoder
+from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 from pipeline.types import IndexPoint
 from tests.fake_confluence import (

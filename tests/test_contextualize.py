@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline.contextualize import clip, clip_tail, contextualize, prompt_text
 from pipeline.errors import ConfigError
-from pipeline.evidence import build_evidence
-from pipeline.storage import parse_storage
+from pipeline.ingest.contextualize import clip, clip_tail, contextualize, prompt_text
+from pipeline.ingest.evidence import build_evidence
+from pipeline.ingest.storage import parse_storage
 from pipeline.types import Evidence, Page
 
 ROW1 = "Row 1 in Table 1: Member is Alice, and Task is Prepare the evaluation todo list"

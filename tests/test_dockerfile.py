@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "deploy" / "Dockerfile"

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from pipeline.embedders import make_embedder
 from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.e5_torch import E5TorchEmbedder
+from pipeline.models.embedders import make_embedder
 from pipeline.models.worker import ProcessEmbedder
 
 TEXTS = ["Alice prepares the evaluation todo list", "Wer ist für die Windows-Builds zuständig?"]

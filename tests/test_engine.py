@@ -23,9 +23,9 @@ from helpers import (
 )
 from stub_llm import StubLLMServer
 
-from pipeline.engine import MAX_QUESTION_CHARS, EngineOptions
-from pipeline.prompts import OUT_OF_SCOPE
-from pipeline.retrieve import RetrievalConfig
+from pipeline.answer.engine import MAX_QUESTION_CHARS, EngineOptions
+from pipeline.answer.prompts import OUT_OF_SCOPE
+from pipeline.answer.retrieve import RetrievalConfig
 
 REPHRASED = "Who is the primary on-call engineer in weeks 5 to 6?"
 

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.evidence import PASSAGE_CHARS, build_evidence, evidence_id, split_passage, verbalize_row
-from pipeline.storage import parse_storage
+from pipeline.ingest.evidence import PASSAGE_CHARS, build_evidence, evidence_id, split_passage, verbalize_row
+from pipeline.ingest.storage import parse_storage
 from pipeline.types import Heading, ListBlock, Page, Paragraph, Table
 
 # The paper's Figure 5 toy page (hand-written here): meeting notes with an action-items table.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.extractive import extractive_answer
-from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.answer.extractive import extractive_answer
+from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.types import Evidence, EvidenceKind, Hit
 
 

@@ -8,8 +8,8 @@ import pytest
 from fuzzgen import generate, run_cases
 from helpers import HashEmbedder
 
-from pipeline.ingest import IngestOptions
-from pipeline.sparse import Bm25Encoder
+from pipeline.ingest.run import IngestOptions
+from pipeline.models.sparse import Bm25Encoder
 
 CATEGORIES = 16
 # A lower evidence cap than the default keeps the suite fast and still exercises the bound.

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from bot.core.health import HealthServer, add_health_routes, evaluate_readiness, http_get_check
 from pipeline.errors import AuthError, UnreachableError
-from pipeline.metrics import Metrics
+from pipeline.runtime.metrics import Metrics
 
 
 class LLMStub:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import IndexError_, IndexMismatchError
-from pipeline.index_edge import MANIFEST_FILE, EdgeIndex
+from pipeline.index.edge import MANIFEST_FILE, EdgeIndex
 from pipeline.types import SearchRequest, SparseVector
 from tests.index_contract import (
     DIM,

@@ -15,8 +15,8 @@ from helpers import HashEmbedder, ingest_folder
 
 from connectors.local import sample_space_dir
 from pipeline.errors import IndexBusyError
-from pipeline.index_edge import EdgeIndex
-from pipeline.index_lease import OWNER_FILE, WAITING_DIR, IndexLease, describe_process
+from pipeline.index.edge import EdgeIndex
+from pipeline.index.lease import OWNER_FILE, WAITING_DIR, IndexLease, describe_process
 from pipeline.types import SearchRequest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ HOLDER = textwrap.dedent("""
     import asyncio, sys, time
     sys.path[:0] = [{tests!r}, {repo!r}]
     from helpers import HashEmbedder
-    from pipeline.index_edge import EdgeIndex
+    from pipeline.index.edge import EdgeIndex
     from pipeline.types import SearchRequest
 
     async def main():

@@ -10,7 +10,7 @@ from typing import TypeVar
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.index_qdrant import METADATA_KEY, QdrantServerIndex
+from pipeline.index.qdrant import METADATA_KEY, QdrantServerIndex
 from pipeline.types import SearchRequest
 from tests.index_contract import (
     CORPUS,

@@ -9,9 +9,9 @@ import pytest
 from helpers import HashEmbedder, ingest_folder
 
 from connectors.local import LocalFolderConnector, sample_space_dir
-from pipeline.index_edge import EdgeIndex
-from pipeline.ingest import IngestOptions, ingest_pages, page_to_evidence
-from pipeline.sparse import Bm25Encoder
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import IngestOptions, ingest_pages, page_to_evidence
+from pipeline.models.sparse import Bm25Encoder
 from pipeline.types import Page, SearchRequest
 
 

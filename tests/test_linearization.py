@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.evidence import build_evidence, linearize_row
+from pipeline.ingest.evidence import build_evidence, linearize_row
 from pipeline.types import Page, Table
 
 HEADERS = ("Member", "Task")

@@ -19,9 +19,9 @@ from pipeline.errors import (
     UnreachableError,
 )
 from pipeline.factory import make_llm_from
-from pipeline.llm import OpenAILLM, _retry_after
+from pipeline.models.llm import OpenAILLM, _retry_after
 from pipeline.protocols import LLM
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.types import ChatMessage
 from tests.stub_llm import StubLLMServer
 
@@ -272,7 +272,7 @@ async def test_score_continuation_reads_the_echoed_prompt_logprobs(hide_special_
 def test_continuation_logprob_skips_generated_tokens() -> None:
     from dataclasses import dataclass
 
-    from pipeline.llm import continuation_logprob
+    from pipeline.models.llm import continuation_logprob
 
     @dataclass
     class Logprobs:  # the fields of the legacy completions ``logprobs`` object

@@ -6,7 +6,7 @@ import json
 import logging
 
 from evident.logging_setup import JsonFormatter
-from pipeline.logcontext import TurnRefFilter, new_turn_ref
+from pipeline.runtime.logcontext import TurnRefFilter, new_turn_ref
 
 
 def _format(msg: str, *args: object) -> dict[str, object]:

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from pipeline.errors import AuthError, RateLimitedError, TransientError, UnreachableError
-from pipeline.metrics import Counter, Histogram, Metrics, error_kind
+from pipeline.runtime.metrics import Counter, Histogram, Metrics, error_kind
 
 
 def _families(text: str) -> dict[str, object]:

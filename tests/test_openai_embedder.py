@@ -11,8 +11,8 @@ import pytest
 from fake_embeddings import FakeEmbeddingsServer
 
 from connectors.local import sample_space_dir
-from pipeline.embedders import make_embedder
 from pipeline.errors import AuthError, EmbeddingError, NotFoundError, RateLimitedError, UnreachableError
+from pipeline.models.embedders import make_embedder
 from pipeline.models.openai_embedder import OpenAIEmbedder, RemoteEmbedding
 
 

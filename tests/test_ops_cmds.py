@@ -24,11 +24,11 @@ from connectors.local import LocalFolderConnector, sample_space_dir
 from evident.backup import copy_sparse
 from evident.cli import main
 from evident.ops_cmds import same_ranking
-from pipeline.index_edge import EdgeIndex
-from pipeline.index_qdrant import QdrantServerIndex
-from pipeline.ingest import IngestOptions, ingest_pages
-from pipeline.retrieve import RetrievalConfig, retrieve
-from pipeline.sparse import Bm25Encoder
+from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.index.edge import EdgeIndex
+from pipeline.index.qdrant import QdrantServerIndex
+from pipeline.ingest.run import IngestOptions, ingest_pages
+from pipeline.models.sparse import Bm25Encoder
 from pipeline.store import Store
 from pipeline.turns import TurnRecord
 from pipeline.types import Evidence, Hit, IndexPoint, SparseVector

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from jinja2.sandbox import SecurityError
 
+from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary, default_prompts_dir
 from pipeline.errors import ConfigError
-from pipeline.prompts import OUT_OF_SCOPE, PromptLibrary, default_prompts_dir
 
 SHIPPED = ("rephrase", "answer", "judge", "followups")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.answer.query_builder import PriorTurn, build_query, content_words, is_followup
 from pipeline.errors import ConfigError
-from pipeline.query_builder import PriorTurn, build_query, content_words, is_followup
 
 T1 = PriorTurn(question="What is Alice's todo from the RAG meeting in October?",
                retrieved_titles=("RAG meeting October", "Acme Platform Team Home"))

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.models.rerank import apply_scores, hit_text, make_reranker
 from pipeline.protocols import Reranker
-from pipeline.rerank import apply_scores, hit_text, make_reranker
 from pipeline.types import Evidence, Hit
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.index_edge import EdgeIndex
-from pipeline.retrieve import RetrievalConfig, retrieve
-from pipeline.sparse import Bm25Encoder
+from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.index.edge import EdgeIndex
+from pipeline.models.sparse import Bm25Encoder
 from pipeline.types import Evidence, Hit, IndexPoint
 
 DIM = 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.retrieve import aggregate_pages, query_language
+from pipeline.answer.retrieve import aggregate_pages, query_language
 from pipeline.types import Evidence, Hit
 
 

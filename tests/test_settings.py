@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.settings import Secret, Settings
+from pipeline.runtime.settings import Secret, Settings
 
 
 def _toml(tmp_path: Path, text: str) -> Path:
@@ -184,6 +184,6 @@ def test_secret_is_not_a_string() -> None:
 
 def test_attribution_methods_in_settings_match_the_pipeline() -> None:
     from pipeline.attribution import METHODS
-    from pipeline.settings import ATTRIBUTION_METHODS
+    from pipeline.runtime.settings import ATTRIBUTION_METHODS
 
     assert tuple(METHODS) == ATTRIBUTION_METHODS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from test_attribution_render import PEAKED, cluster, ref, result
 
 from bot.slack.blocks import render_explanation
-from pipeline.engine import ExplainResult
+from pipeline.answer.engine import ExplainResult
 
 
 def explained(attribution):  # type: ignore[no-untyped-def]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.models.sparse import Bm25Encoder, make_sparse_encoder, term_id, tokenize
 from pipeline.protocols import SparseEncoder
-from pipeline.sparse import Bm25Encoder, make_sparse_encoder, term_id, tokenize
 from pipeline.types import SparseVector
 
 DOCS = [
@@ -134,7 +134,7 @@ def test_empty_text_gives_empty_vector(bm25: Bm25Encoder) -> None:
 
 
 def test_term_ids_are_stable_across_processes() -> None:
-    code = "from pipeline.sparse import term_id; print(term_id('besprech'), term_id('v2.1'))"
+    code = "from pipeline.models.sparse import term_id; print(term_id('besprech'), term_id('v2.1'))"
     repo = Path(__file__).resolve().parent.parent
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ParseTimeoutError
-from pipeline.storage import ParseLimits, parse_page, parse_storage
+from pipeline.ingest.storage import ParseLimits, parse_page, parse_storage
 from pipeline.types import Heading, ListBlock, Paragraph, Table
 
 
@@ -297,7 +297,7 @@ def test_parse_timeout_names_the_page() -> None:
 
 @pytest.mark.confquestions
 def test_parses_every_confquestions_page(confq_dir: Path) -> None:
-    from pipeline.evidence import build_evidence
+    from pipeline.ingest.evidence import build_evidence
     from pipeline.types import Page
 
     kinds: Counter[str] = Counter()

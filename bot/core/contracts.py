@@ -1,6 +1,6 @@
 """What the bot needs from the engine and its store, as structural types.
 
-The bot codes against these Protocols instead of importing ``pipeline.engine`` so that it can be tested
+The bot codes against these Protocols instead of importing ``pipeline.answer.engine`` so that it can be tested
 with a small deterministic engine and so the dependency stays one-way (bot -> pipeline).
 """
 

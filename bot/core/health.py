@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from pipeline.errors import AuthError, NotFoundError, RemoteError, TransientError, UnreachableError
-from pipeline.metrics import CONTENT_TYPE, Metrics
+from pipeline.runtime.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.user_messages import GENERIC, user_message
+from pipeline.runtime.user_messages import GENERIC, user_message
 
 __all__ = ["EXPLAIN_FAILED", "GENERIC", "rate_limited_message", "user_message"]
 

@@ -13,7 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.core.contracts import EngineLike
 from bot.core.ratelimit import UserRateLimiter
 from bot.slack.handlers import EvidentBot
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 
 def make_client(settings: Settings, *, base_url: str | None = None,

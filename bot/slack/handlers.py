@@ -24,7 +24,7 @@ from bot.core.work import BackgroundWork
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import DM_MAIN, clean_question, conversation_key, is_from_bot, mentions, thread_of_key
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.bot")
 

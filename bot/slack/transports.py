@@ -24,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.core.contracts import EngineLike
 from bot.slack.app import build_bot, make_client
 from pipeline.errors import AuthError, ConfigError, UnreachableError
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.bot")
 

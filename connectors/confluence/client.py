@@ -31,7 +31,7 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
-from pipeline.retry import log_retry, retry_after_wait
+from pipeline.runtime.retry import log_retry, retry_after_wait
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class ConfluenceClient:
     async def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """GET ``path`` (relative to the site URL, e.g. ``rest/api/space/KEY``) and return its JSON.
 
-        Retries 429 (waiting ``Retry-After``), 5xx, timeouts and dropped connections (``pipeline.retry``);
+        Retries 429 (waiting ``Retry-After``), 5xx, timeouts and dropped connections (``pipeline.runtime.retry``);
         an ``UnreachableError`` with a status (a wrong base URL that answers) is not retried.
         """
 

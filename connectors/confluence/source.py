@@ -18,7 +18,7 @@ from typing import Any
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, to_utc_iso
 from pipeline.errors import InputError
-from pipeline.pages import page_from_record
+from pipeline.ingest.pages import page_from_record
 from pipeline.types import Page
 
 
@@ -146,7 +146,7 @@ def _has_read_restrictions(r: dict[str, Any]) -> bool:
 def to_page(r: dict[str, Any], site_url: str) -> Page:
     """Convert one ``content`` JSON object (expanded with ``EXPAND_PAGE``) into a ``Page``.
 
-    Validation is the page schema's (``pipeline.pages``); here only the time becomes UTC.
+    Validation is the page schema's (``pipeline.ingest.pages``); here only the time becomes UTC.
     """
     pid = str(r.get("id", "")) if isinstance(r, dict) else ""
     try:

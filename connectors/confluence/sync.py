@@ -2,7 +2,7 @@
 
 Per space: (1) list the ids currently in scope (cheap, no bodies) and delete indexed pages of that
 space that are gone, archived, restricted or out of scope; (2) stream the pages modified since the
-checkpoint (minus the overlap, see ``connectors.confluence.cql``) into ``pipeline.ingest``; (3) move
+checkpoint (minus the overlap, see ``connectors.confluence.cql``) into ``pipeline.ingest.run``; (3) move
 the checkpoint to the newest ``lastmodified`` that is safely behind us.
 
 "Safely behind us": pages arrive oldest edit first, so the checkpoint is the newest ``lastmodified``
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from pipeline.errors import ConfigError, RemoteError
-from pipeline.ingest import ingest_pages
+from pipeline.ingest.run import ingest_pages
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.types import Page
 
 if TYPE_CHECKING:
-    from pipeline.ingest import IngestOptions
+    from pipeline.ingest.run import IngestOptions
 
 # Failures that another try may fix (a transient embedder or index): the checkpoint waits for them.
 RETRYABLE_INGEST_PREFIXES = ("index write failed", "embedding failed")

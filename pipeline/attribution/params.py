@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.types import Hit
 
 Generate = Callable[[Sequence[Hit], int], Awaitable[list[str]]]

@@ -8,7 +8,7 @@ from typing import Any
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.index_cache import PageSource, open_eval_index
 from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 PAPER = {
     "context": {"none": 0.398, "+title": 0.483, "+heading": 0.448, "+before": 0.453, "+after": 0.460, "all": 0.528},

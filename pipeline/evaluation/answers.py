@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.answer.prompts import PromptLibrary
 from pipeline.errors import RemoteError
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.metrics import first_hit_rank, percentile
-from pipeline.prompts import PromptLibrary
 from pipeline.protocols import LLM, Embedder, Index, SparseEncoder
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 
 if TYPE_CHECKING:
-    from pipeline.engine import Engine
+    from pipeline.answer.engine import Engine
 
 # SQuAD drops English articles; German articles are dropped too so both languages are scored alike.
 _ARTICLES = {
@@ -113,7 +113,7 @@ async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, s
                       store_path: Path, llm: LLM | None = None) -> Engine:
     """The production composition over the eval index, with a throwaway store so evals never mix
     their turns into the bot's history."""
-    from pipeline.engine import Engine
+    from pipeline.answer.engine import Engine
     from pipeline.factory import engine_options, make_llm_from, make_reranker_from, retrieval_config
     from pipeline.store import Store
 

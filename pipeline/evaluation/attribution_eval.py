@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.attribution import METHODS, AttributionResult, attribute
-from pipeline.contextualize import prompt_text
 from pipeline.errors import ConfigError, EvidentError
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.metrics import first_hit_rank, normalize_url
+from pipeline.ingest.contextualize import prompt_text
 from pipeline.types import Hit
 
 if TYPE_CHECKING:
-    from pipeline.engine import Engine
+    from pipeline.answer.engine import Engine
 
 DEFAULT_METHODS = ("naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior")
 

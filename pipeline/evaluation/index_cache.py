@@ -6,9 +6,9 @@ import hashlib
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path
 
-from pipeline.ingest import IngestReport, ingest_pages
+from pipeline.ingest.run import IngestReport, ingest_pages
 from pipeline.protocols import Embedder, Index, SparseEncoder
-from pipeline.settings import Settings
+from pipeline.runtime.settings import Settings
 from pipeline.types import Page
 
 PageSource = Callable[[], AsyncIterable[Page]]

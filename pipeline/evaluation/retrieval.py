@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
+from pipeline.answer.retrieve import RetrievalConfig, retrieve
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.metrics import first_hit_rank, hit_at, p_at_1, percentile, rr_at, turn_bucket
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
-from pipeline.query_builder import PriorTurn, build_query, context_pages
-from pipeline.retrieve import RetrievalConfig, retrieve
 
 QUERY_TYPES = ("completed", "conversational", "raw")
 

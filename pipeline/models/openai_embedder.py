@@ -36,7 +36,7 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
-from pipeline.retry import retry_after_wait
+from pipeline.runtime.retry import retry_after_wait
 
 CHARS_PER_TOKEN = 3  # estimate that errs towards fewer tokens per request than the server counts
 

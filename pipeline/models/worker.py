@@ -41,7 +41,7 @@ def _serve(conn: Any, name: str, kwargs: dict[str, Any]) -> None:  # pragma: no 
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
-    from pipeline.embedders import make_embedder
+    from pipeline.models.embedders import make_embedder
 
     try:
         embedder = make_embedder(name, **kwargs)

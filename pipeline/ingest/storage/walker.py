@@ -3,7 +3,7 @@
 Block tags flush the running inline text as a paragraph, inline tags append to it, and Confluence
 macros are reduced to the content a reader sees (bodies kept, parameters dropped). Bounded per page:
 markup nested deeper than ``max_depth`` is kept as flat text, the walk checks a deadline every 1,024
-elements (``ParseTimeoutError``), and tables spend from one ``TableBudget`` (``pipeline.storage.tables``).
+elements (``ParseTimeoutError``), and tables spend from one ``TableBudget`` (``pipeline.ingest.storage.tables``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from pipeline.errors import ParseTimeoutError
-from pipeline.storage.inline import (
+from pipeline.ingest.storage.inline import (
     attr,
     clean_code,
     clean_inline,
@@ -26,8 +26,8 @@ from pipeline.storage.inline import (
     render_text,
     resource_text,
 )
-from pipeline.storage.tables import TableBudget, build_table
-from pipeline.storage.tree import AC, HIDDEN_AC, HIDDEN_LOCAL, RI
+from pipeline.ingest.storage.tables import TableBudget, build_table
+from pipeline.ingest.storage.tree import AC, HIDDEN_AC, HIDDEN_LOCAL, RI
 from pipeline.types import Element, Heading, ListBlock, Paragraph, Table
 
 _WS = re.compile(r"\s+")

@@ -19,7 +19,7 @@ from collections import Counter
 
 from lxml import etree
 
-from pipeline.storage.repair import for_html
+from pipeline.ingest.storage.repair import for_html
 
 AC = "http://atlassian.com/content"
 RI = "http://atlassian.com/resource/identifier"

@@ -17,11 +17,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipeline.storage.inline import render_text
-from pipeline.storage.repair import limit_depth, max_depth, repair, sanitize
-from pipeline.storage.tables import TableBudget
-from pipeline.storage.tree import html_tree, strict_tree, visible_words, word_counts
-from pipeline.storage.walker import WalkContext, walk_tree
+from pipeline.ingest.storage.inline import render_text
+from pipeline.ingest.storage.repair import limit_depth, max_depth, repair, sanitize
+from pipeline.ingest.storage.tables import TableBudget
+from pipeline.ingest.storage.tree import html_tree, strict_tree, visible_words, word_counts
+from pipeline.ingest.storage.walker import WalkContext, walk_tree
 from pipeline.types import Element, Table
 
 MARKUP_DEPTH = 1024  # libxml2 gives up at 2,048 levels and loses the rest of the page

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import ConfigError
-from pipeline.redact import mask_url_credentials
+from pipeline.runtime.redact import mask_url_credentials
 
 CONTEXT_ITEMS = ("title", "heading", "before", "after", "breadcrumb")
 # Kept in step with pipeline.attribution.METHODS (a test checks); settings import nothing of the pipeline.
@@ -238,7 +238,7 @@ class Settings:
     def resolved_prompts_dir(self) -> Path:
         if self.prompts_dir:
             return Path(self.prompts_dir)
-        return Path(__file__).resolve().parent.parent / "prompts"
+        return Path(__file__).resolve().parents[2] / "prompts"
 
     def model_for(self, role: str) -> str:
         specific = getattr(self, f"llm_model_{role}", None)

@@ -23,11 +23,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.contextualize import contextualize
 from pipeline.errors import EvidentError, InputError
-from pipeline.evidence import MAX_EVIDENCE_CHARS, build_evidence
+from pipeline.ingest.contextualize import contextualize
+from pipeline.ingest.evidence import MAX_EVIDENCE_CHARS, build_evidence
+from pipeline.ingest.storage import ParseLimits, parse_page
 from pipeline.protocols import Embedder, Index, SparseEncoder
-from pipeline.storage import ParseLimits, parse_page
 from pipeline.types import Evidence, IndexPoint, Page, SparseVector
 
 PARSER_VERSION = 2  # part of every page hash: a parser change re-reads pages (the embedding cache keeps it cheap)

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.embedders import require_extra, resolve_local_model
 from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.models.embedders import require_extra, resolve_local_model
 from pipeline.protocols import Reranker
 from pipeline.types import Hit
 

@@ -12,7 +12,7 @@ a gap. An exception while staging leaves the old version live; the staged leftov
 the next ``replace_page`` of that page and by ``open``.
 
 Several processes share one directory: every public operation runs inside ``SharedShard.use()``
-(``pipeline.index_shared_shard``), which (re)opens the shard under the directory's lease, and the shard
+(``pipeline.index.shared_shard``), which (re)opens the shard under the directory's lease, and the shard
 is handed over between operations when another process waits. Staged leftovers can therefore only be
 a crashed writer's: nobody hands over in the middle of a page swap.
 """
@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
-from pipeline import index_common as ic
 from pipeline.errors import IndexError_, IndexMismatchError
-from pipeline.index_shared_shard import SharedShard
+from pipeline.index import common as ic
+from pipeline.index.shared_shard import SharedShard
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest, SparseVector
 
 T = TypeVar("T")

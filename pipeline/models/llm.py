@@ -30,8 +30,8 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
-from pipeline.prompts import neutralize_special_tokens
-from pipeline.retry import log_retry, retry_after_wait
+from pipeline.models.chat_tokens import neutralize_special_tokens
+from pipeline.runtime.retry import log_retry, retry_after_wait
 from pipeline.types import ChatMessage
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ class OpenAILLM:
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]], *, model: str, wants_n: bool = False,
                             retries: int | None = None) -> T:
-        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors (``pipeline.retry``)."""
+        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors (``pipeline.runtime.retry``)."""
         budget = self.max_retries if retries is None else retries
         retrying = AsyncRetrying(
             stop=stop_after_attempt(budget + 1),

@@ -18,29 +18,29 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from pipeline.answer.budget import fit_evidence
+from pipeline.answer.citations import is_out_of_scope, parse_citations
+from pipeline.answer.extractive import extractive_answer
+from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary
+from pipeline.answer.query_builder import PriorTurn, QueryPlan, plan_query
+from pipeline.answer.retrieve import Retrieval, RetrievalConfig, retrieve
 from pipeline.attribution import AttributionResult, attribute
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
 from pipeline.attribution.render import render_text
-from pipeline.budget import fit_evidence
-from pipeline.citations import is_out_of_scope, parse_citations
-from pipeline.contextualize import contextualize, prompt_text
 from pipeline.errors import (
     ConfigError,
     EvidentError,
     InputError,
     RemoteError,
 )
-from pipeline.extractive import extractive_answer
-from pipeline.logcontext import new_turn_ref
-from pipeline.metrics import Metrics, error_kind
-from pipeline.prompts import OUT_OF_SCOPE, PromptLibrary
+from pipeline.ingest.contextualize import contextualize, prompt_text
 from pipeline.protocols import LLM, Embedder, Index, PromptScorer, Reranker, SparseEncoder
-from pipeline.query_builder import PriorTurn, QueryPlan, plan_query
-from pipeline.retrieve import Retrieval, RetrievalConfig, retrieve
+from pipeline.runtime.logcontext import new_turn_ref
+from pipeline.runtime.metrics import Metrics, error_kind
+from pipeline.runtime.user_messages import user_message
 from pipeline.store import Store
 from pipeline.turns import RetrievedRef, TurnRecord
 from pipeline.types import Answer, ChatMessage, Evidence, Hit
-from pipeline.user_messages import user_message
 
 log = logging.getLogger("evident.engine")
 T = TypeVar("T")

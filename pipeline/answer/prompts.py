@@ -18,6 +18,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pipeline.errors import ConfigError
+from pipeline.models.chat_tokens import neutralize_special_tokens
 from pipeline.types import ChatMessage
 
 OUT_OF_SCOPE = "The desired information cannot be found in the retrieved pool of evidence."
@@ -27,17 +28,9 @@ _ROLES = ("system", "user")
 # Chat-format control tokens in untrusted text (page text, questions, earlier answers) could forge a
 # turn wherever a server parses special tokens in message content: ChatML/Qwen/Llama-3/Phi <|...|>,
 # Mistral [INST], Gemma <start_of_turn>, SentencePiece <s>.
-_SPECIAL_TOKEN = re.compile(r"<\|[\w.-]{1,40}\|>|\[/?INST\]|<(?:start|end)_of_turn>|</?s>")
-
-
-def neutralize_special_tokens(text: str) -> str:
-    """Remove chat control tokens from untrusted text, so no tokenizer can read one as special."""
-    return _SPECIAL_TOKEN.sub("", text)
-
-
 def default_prompts_dir() -> Path:
     """The ``prompts/`` folder shipped next to the ``pipeline`` package."""
-    return Path(__file__).resolve().parent.parent / "prompts"
+    return Path(__file__).resolve().parents[2] / "prompts"
 
 
 class PromptLibrary:

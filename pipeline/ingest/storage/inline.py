@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from lxml import etree
 
-from pipeline.storage.tables import cell_label
-from pipeline.storage.tree import AC, RI
+from pipeline.ingest.storage.tables import cell_label
+from pipeline.ingest.storage.tree import AC, RI
 from pipeline.types import Element, Heading, ListBlock, Paragraph, Table
 
 

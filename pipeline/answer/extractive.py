@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import Stemmer
 
-from pipeline.budget import split_units
-from pipeline.citations import parse_citations
-from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.answer.budget import split_units
+from pipeline.answer.citations import parse_citations
+from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.types import Answer, AnswerTrace, Hit
 
 MODEL = "extractive"

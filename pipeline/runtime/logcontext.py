@@ -6,7 +6,7 @@ import contextvars
 import logging
 import uuid
 
-from pipeline.redact import Redactor, redact
+from pipeline.runtime.redact import Redactor, redact
 
 turn_ref: contextvars.ContextVar[str] = contextvars.ContextVar("evident_turn_ref", default="")
 

@@ -1,6 +1,6 @@
 """``Index`` on a Qdrant server/cluster through ``AsyncQdrantClient`` (also its local mode, for tests).
 
-Same collection layout, ids and payload as the Edge backend (``pipeline.index_common``); the
+Same collection layout, ids and payload as the Edge backend (``pipeline.index.common``); the
 embedder name and dimension are stored in the collection's metadata.
 
 Atomic page swaps on a server. Qdrant has no multi-operation transactions, so ``replace_page``
@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from pipeline import index_common as ic
 from pipeline.errors import ConfigError, IndexError_
+from pipeline.index import common as ic
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
 
 T = TypeVar("T")

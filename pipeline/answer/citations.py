@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pipeline.prompts import OUT_OF_SCOPE
+from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.types import Citation, Hit
 
 # One bracketed marker: [3], [Source 3], [Sources 1, 2], [1, 3], [Source 1 and Source 4], [1; 2].

@@ -137,7 +137,7 @@ def aggregate_pages(hits: list[Hit], weight: float) -> list[Hit]:
 
 def query_language(text: str) -> str:
     """Cheap stopword-based language guess (english/german), used to pick fusion weights."""
-    from pipeline.sparse import STOPWORDS, tokenize
+    from pipeline.models.sparse import STOPWORDS, tokenize
 
     tokens = tokenize(text)
     best, best_count = "english", 0

@@ -7,7 +7,7 @@ stacks (extras ``st``/``bge``); they only read weights already on disk, never do
 
 Every embedder truncates texts to ``max_tokens`` model tokens because cost grows with length and
 long tables would otherwise dominate ingest time; the cut is part of ``name``-level identity that the
-embedding cache keys on (see ``pipeline.embed_cache``).
+embedding cache keys on (see ``pipeline.models.embed_cache``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A Qdrant Edge shard shared between processes: open under the directory's lease, handed over between operations.
 
-``SharedShard`` owns the lease (``pipeline.index_lease``), the open shard and a watcher thread.
+``SharedShard`` owns the lease (``pipeline.index.lease``), the open shard and a watcher thread.
 Every index operation runs inside ``use()``, which (re)loads the shard under the lease if it was handed
 over and keeps it open until the operation ends; the watcher hands the shard over (flush, close,
 release) once another process waits and no operation is in flight. A page swap is one operation, so
@@ -19,7 +19,7 @@ from pathlib import Path
 import qdrant_edge as qe
 
 from pipeline.errors import IndexError_
-from pipeline.index_lease import IndexLease
+from pipeline.index.lease import IndexLease
 
 
 class SharedShard:

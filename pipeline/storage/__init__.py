@@ -1,9 +1,0 @@
-"""Confluence storage-format XHTML -> page elements, tolerant of whatever a real wiki holds.
-
-``parse_page`` (``pipeline.storage.parse``) is the entry point; ``repair``, ``tree``, ``walker`` and
-``tables`` are its stages.
-"""
-
-from pipeline.storage.parse import ParseLimits, ParseResult, parse_page, parse_storage
-
-__all__ = ["ParseLimits", "ParseResult", "parse_page", "parse_storage"]
