@@ -33,7 +33,7 @@ from pipeline.runtime.settings import Settings
 
 
 async def main(args: argparse.Namespace) -> None:
-    from evident.commands import page_source
+    from evident.eval_cmds import page_source
 
     settings = Settings.load()
     if settings.llm_base_url:

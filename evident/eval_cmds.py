@@ -1,4 +1,4 @@
-"""`evident eval answers` and `evident eval attribution` (registered on the eval group)."""
+"""`evident eval retrieval|answers|attribution`: ConfQuestions-shaped benchmarks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from evident.common import cli_errors, load_settings
 from pipeline.runtime.settings import Settings
 
 T = TypeVar("T")
@@ -22,9 +23,15 @@ _lang = click.option("--lang", type=click.Choice(["en", "de", "both"]), default=
 _output = click.option("--output", type=click.Path(path_type=Path), default=None, help="Write the JSON report.")
 
 
+def page_source(documents: Path) -> Callable[[], Any]:
+    """A fresh page iterator over an export folder, for each index the eval opens."""
+    from connectors.local import LocalFolderConnector
+
+    return lambda: LocalFolderConnector([Path(documents)]).iter_pages()
+
+
 def _run_with_engine(settings: Settings, documents: Path, body: Callable[[Any], Awaitable[T]]) -> T:
     """Open the cached eval index, compose an engine over it, run ``body(engine)``, close everything."""
-    from evident.commands import page_source
     from pipeline.evaluation.answers import eval_engine, temp_store_path
     from pipeline.evaluation.index_cache import open_eval_index
 
@@ -66,104 +73,164 @@ def _write(report: dict[str, Any], output: Path | None) -> None:
         click.echo(f"wrote {output}")
 
 
-def register(eval_group: click.Group) -> None:
-    """Add the answer and attribution evaluations to ``evident eval``."""
+@click.group("eval")
+def eval_group() -> None:
+    """Benchmarks on ConfQuestions-shaped data."""
 
-    @eval_group.command("answers")
-    @_questions
-    @_documents
-    @_lang
-    @click.option("--limit-conversations", type=click.IntRange(min=1), default=None,
-                  help="Only the first N conversations.")
-    @click.option("--by", "by", multiple=True, type=click.Choice(["source", "type"]))
-    @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
-                  help="Conversations run at once (turns within one always run in order).")
-    @click.option("--judge/--no-judge", default=True, show_default=True,
-                  help="LLM-judge relevance when an LLM endpoint is configured (EVIDENT_LLM_MODEL_JUDGE).")
-    @_output
-    @click.pass_context
-    def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str,
-                     limit_conversations: int | None, by: tuple[str, ...], concurrency: int, judge: bool,
+
+@eval_group.command("retrieval")
+@click.option("--questions", type=click.Path(path_type=Path, exists=True), required=True)
+@click.option("--documents", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True)
+@click.option("--lang", type=click.Choice(["en", "de", "both"]), default="both", show_default=True)
+@click.option("--query", "query_type", type=click.Choice(["completed", "conversational", "raw", "all"]),
+              default="all", show_default=True)
+@click.option("--k", default=10, show_default=True)
+@click.option("--by", "by", multiple=True, type=click.Choice(["source", "type", "turn"]))
+@click.option("--strategy", default=None, help="Conversational query builder (default: EVIDENT_QUERY_STRATEGY).")
+@click.option("--mode", type=click.Choice(["lexical", "dense", "hybrid"]), default=None)
+@click.option("--output", type=click.Path(path_type=Path), default=None)
+@click.option("--ablation", type=click.Choice(["context", "tables", "ranking", "linearization"]), default=None)
+@click.option("--strict-urls", is_flag=True,
+              help="Compare URLs literally (modulo +/%20/slashes) instead of by Confluence page id.")
+@click.pass_context
+@cli_errors
+def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: str, query_type: str, k: int,
+                   by: tuple[str, ...], strategy: str | None, mode: str | None, output: Path | None,
+                   ablation: str | None, strict_urls: bool) -> None:
+    """Precision@1 / hit@k / MRR on ConfQuestions (paper: P@1 0.528 completed by GPT-4o, 0.658 human)."""
+    from pipeline.evaluation.ablation import run_ablation
+    from pipeline.evaluation.data import load_conversations
+    from pipeline.evaluation.index_cache import open_eval_index
+    from pipeline.evaluation.retrieval import config_dict, format_table, run_retrieval_eval, summarize
+    from pipeline.factory import make_reranker_from, retrieval_config
+
+    convs = load_conversations(questions)
+    langs = ("en", "de") if lang == "both" else (lang,)
+    qtypes = ("completed", "conversational", "raw") if query_type == "all" else (query_type,)
+    settings = load_settings(ctx)
+    strategy_name = strategy or settings.query_strategy
+    if mode:
+        settings = settings.replace(retrieval_mode=mode)
+    settings = settings.replace(final_k=k)
+    if ablation:
+        report = asyncio.run(run_ablation(ablation, settings, str(documents.resolve()), page_source(documents),
+                                          convs, langs, qtypes, strategy_name))
+        click.echo(report["table"])
+    else:
+        docs_key = str(documents.resolve())
+
+        async def run() -> dict[str, Any]:
+            index, embedder, sparse, _ = await open_eval_index(
+                settings, docs_key, page_source(documents))
+            try:
+                cfg = retrieval_config(settings)
+                results = await run_retrieval_eval(
+                    convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
+                    reranker=make_reranker_from(settings), langs=langs, query_types=qtypes,
+                    strategy=strategy_name, strict_urls=strict_urls)
+                return summarize(results, by=by, config=config_dict(
+                    cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy_name,
+                    context_items=list(settings.context_items), table_indexing=settings.table_indexing,
+                    reranker=settings.reranker, documents=str(documents), questions=str(questions),
+                    url_match="strict" if strict_urls else "page-id",
+                    evidence=await index.count()))
+            finally:
+                await index.close()
+
+        report = asyncio.run(run())
+        click.echo(format_table(report))
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+        click.echo(f"wrote {output}")
+
+
+@eval_group.command("answers")
+@_questions
+@_documents
+@_lang
+@click.option("--limit-conversations", type=click.IntRange(min=1), default=None,
+              help="Only the first N conversations.")
+@click.option("--by", "by", multiple=True, type=click.Choice(["source", "type"]))
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Conversations run at once (turns within one always run in order).")
+@click.option("--judge/--no-judge", default=True, show_default=True,
+              help="LLM-judge relevance when an LLM endpoint is configured (EVIDENT_LLM_MODEL_JUDGE).")
+@_output
+@click.pass_context
+@cli_errors
+def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str,
+                 limit_conversations: int | None, by: tuple[str, ...], concurrency: int, judge: bool,
+                 output: Path | None) -> None:
+    """Token F1, gold containment, out-of-scope rate, P@10 and LLM-judge score of whole conversations
+    answered turn by turn (history = the system's own answers, never gold)."""
+    from pipeline.evaluation.answers import (
+        LLMJudge,
+        format_answer_table,
+        run_answer_eval,
+        summarize_answers,
+    )
+    from pipeline.evaluation.data import load_conversations
+
+    settings: Settings = ctx.obj["settings"]
+    convs = load_conversations(questions)[:limit_conversations]
+    langs = ("en", "de") if lang == "both" else (lang,)
+
+    async def body(engine: Any) -> dict[str, Any]:
+        grader = LLMJudge(engine.llm, engine.prompts) if judge and engine.llm is not None else None
+        results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency)
+        config = {**_base_config(settings, questions, documents), "conversations": len(convs),
+                  "history": "system answers", "judge": settings.model_for("judge") if grader else None}
+        return summarize_answers(results, config=config, by=by)
+
+    report = _run_with_engine(settings, documents, body)
+    click.echo(format_answer_table(report))
+    _write(report, output)
+
+
+@eval_group.command("attribution")
+@_questions
+@_documents
+@click.option("--methods", default="naive,cfa,cfa_clusters,page,cfa_citation_prior", show_default=True,
+              help="Comma list of attribution methods.")
+@_lang
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N questions per language.")
+@click.option("--sample", type=click.IntRange(min=1), default=None,
+              help="N questions per language spread evenly over the file (covers more topics than --limit).")
+@click.option("--share-generations", is_flag=True,
+              help="Reuse identical deterministic counterfactual answers across methods (for slow local "
+                   "LLMs; makes later methods' calls and ratios look smaller).")
+@_output
+@click.pass_context
+@cli_errors
+def eval_attribution(ctx: click.Context, questions: Path, documents: Path, methods: str, lang: str,
+                     limit: int | None, sample: int | None, share_generations: bool,
                      output: Path | None) -> None:
-        """Token F1, gold containment, out-of-scope rate, P@10 and LLM-judge score of whole conversations
-        answered turn by turn (history = the system's own answers, never gold)."""
-        from evident.cli import cli_errors
+    """Top-1 attribution accuracy per method on completed questions whose gold page was shown to the
+    generator (paper: 364 of 600 kept), with LLM calls and explain/answer wall-clock ratio."""
+    from pipeline.evaluation.attribution_eval import (
+        check_methods,
+        format_attribution_table,
+        run_attribution_eval,
+        summarize_attribution,
+    )
+    from pipeline.evaluation.data import load_conversations
 
-        @cli_errors
-        def go() -> None:
-            from pipeline.evaluation.answers import (
-                LLMJudge,
-                format_answer_table,
-                run_answer_eval,
-                summarize_answers,
-            )
-            from pipeline.evaluation.data import load_conversations
+    settings: Settings = ctx.obj["settings"]
+    convs = load_conversations(questions)
+    langs = ("en", "de") if lang == "both" else (lang,)
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    check_methods(names, prompt_logprobs=bool(settings.llm_base_url and settings.llm_prompt_logprobs))
+    # ^ before the (slow) index build
 
-            settings: Settings = ctx.obj["settings"]
-            convs = load_conversations(questions)[:limit_conversations]
-            langs = ("en", "de") if lang == "both" else (lang,)
+    async def body(engine: Any) -> dict[str, Any]:
+        run = await run_attribution_eval(convs, engine, methods=names, langs=langs, limit=limit,
+                                         sample=sample, share_generations=share_generations)
+        config = {**_base_config(settings, questions, documents), "methods": list(names),
+                  "limit_per_lang": limit, "sample_per_lang": sample,
+                  "share_generations": share_generations}
+        return summarize_attribution(run, config=config)
 
-            async def body(engine: Any) -> dict[str, Any]:
-                grader = LLMJudge(engine.llm, engine.prompts) if judge and engine.llm is not None else None
-                results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency)
-                config = {**_base_config(settings, questions, documents), "conversations": len(convs),
-                          "history": "system answers", "judge": settings.model_for("judge") if grader else None}
-                return summarize_answers(results, config=config, by=by)
-
-            report = _run_with_engine(settings, documents, body)
-            click.echo(format_answer_table(report))
-            _write(report, output)
-
-        go()
-
-    @eval_group.command("attribution")
-    @_questions
-    @_documents
-    @click.option("--methods", default="naive,cfa,cfa_clusters,page,cfa_citation_prior", show_default=True,
-                  help="Comma list of attribution methods.")
-    @_lang
-    @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N questions per language.")
-    @click.option("--sample", type=click.IntRange(min=1), default=None,
-                  help="N questions per language spread evenly over the file (covers more topics than --limit).")
-    @click.option("--share-generations", is_flag=True,
-                  help="Reuse identical deterministic counterfactual answers across methods (for slow local "
-                       "LLMs; makes later methods' calls and ratios look smaller).")
-    @_output
-    @click.pass_context
-    def eval_attribution(ctx: click.Context, questions: Path, documents: Path, methods: str, lang: str,
-                         limit: int | None, sample: int | None, share_generations: bool,
-                         output: Path | None) -> None:
-        """Top-1 attribution accuracy per method on completed questions whose gold page was shown to the
-        generator (paper: 364 of 600 kept), with LLM calls and explain/answer wall-clock ratio."""
-        from evident.cli import cli_errors
-
-        @cli_errors
-        def go() -> None:
-            from pipeline.evaluation.attribution_eval import (
-                check_methods,
-                format_attribution_table,
-                run_attribution_eval,
-                summarize_attribution,
-            )
-            from pipeline.evaluation.data import load_conversations
-
-            settings: Settings = ctx.obj["settings"]
-            convs = load_conversations(questions)
-            langs = ("en", "de") if lang == "both" else (lang,)
-            names = tuple(m.strip() for m in methods.split(",") if m.strip())
-            check_methods(names, prompt_logprobs=bool(settings.llm_base_url and settings.llm_prompt_logprobs))
-            # ^ before the (slow) index build
-
-            async def body(engine: Any) -> dict[str, Any]:
-                run = await run_attribution_eval(convs, engine, methods=names, langs=langs, limit=limit,
-                                                 sample=sample, share_generations=share_generations)
-                config = {**_base_config(settings, questions, documents), "methods": list(names),
-                          "limit_per_lang": limit, "sample_per_lang": sample,
-                          "share_generations": share_generations}
-                return summarize_attribution(run, config=config)
-
-            report = _run_with_engine(settings, documents, body)
-            click.echo(format_attribution_table(report))
-            _write(report, output)
-
-        go()
+    report = _run_with_engine(settings, documents, body)
+    click.echo(format_attribution_table(report))
+    _write(report, output)

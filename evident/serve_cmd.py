@@ -8,6 +8,9 @@ import functools
 import logging
 import time
 
+import click
+
+from evident.common import cli_errors, load_settings, run
 from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.serve")
@@ -25,7 +28,7 @@ class SyncLoop:
         return None if self.last_ok is None else time.monotonic() - self.last_ok
 
     async def run(self) -> None:
-        from evident.sync_cmd import run_sync, summary
+        from connectors.confluence.run import run_sync, summary
         from pipeline.errors import EvidentError
 
         while True:
@@ -74,3 +77,11 @@ async def serve_forever(settings: Settings) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await engine.aclose()
+
+
+@click.command()
+@click.pass_context
+@cli_errors
+def serve(ctx: click.Context) -> None:
+    """Run the Slack bot (Socket Mode by default) with periodic Confluence sync."""
+    run(serve_forever(load_settings(ctx)))

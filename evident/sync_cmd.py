@@ -1,59 +1,28 @@
-"""`evident sync`: Confluence -> index, with the report the CLI prints."""
+"""`evident sync`: Confluence -> index (the work is in ``connectors.confluence.run``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
 
-from pipeline.runtime.settings import Settings
+import click
 
-
-def summary(report) -> str:  # type: ignore[no-untyped-def]
-    partial = f", partial {len(report.partial)}" if report.partial else ""
-    return (
-        f"added {report.added}, updated {report.updated}, deleted {report.deleted}, unchanged {report.unchanged}, "
-        f"skipped-restricted {report.skipped_restricted}, failed {len(report.failed)}{partial}, "
-        f"API calls {report.api_calls}, {report.seconds:.1f} s"
-    )
+from evident.common import cli_errors, echo_page_problems, load_settings, run
 
 
-async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bool, progress: bool,  # type: ignore[no-untyped-def]
-                   engine=None, rebuild: bool = False):
-    """One sync. Reuses the engine's index/embedder/store when given (``evident serve``)."""
-    from connectors.confluence.sync import sync_confluence
-    from connectors.factory import make_confluence_source
-    from pipeline.errors import ConfigError
-    from pipeline.factory import ingest_options, make_store, open_stack
+@click.command()
+@click.option("--space", "spaces", multiple=True, help="Space key (repeatable); default CONFLUENCE_SPACES.")
+@click.option("--full", is_flag=True, help="Ignore checkpoints and re-list every page.")
+@click.option("--rebuild", is_flag=True,
+              help="Delete the index first (another embedder or recipe) and sync everything (implies --full).")
+@click.pass_context
+@cli_errors
+def sync(ctx: click.Context, spaces: tuple[str, ...], full: bool, rebuild: bool) -> None:
+    """Sync Confluence spaces (Cloud or Data Center) into the index."""
+    from connectors.confluence.run import run_sync, summary
 
-    if not settings.confluence_url:
-        raise ConfigError("CONFLUENCE_URL missing: set it (Cloud: https://<site>.atlassian.net/wiki)")
-    if not settings.confluence_token:
-        raise ConfigError("CONFLUENCE_TOKEN missing: a Cloud API token (with CONFLUENCE_USER) or a Data Center PAT")
-    if not (spaces or settings.confluence_spaces):
-        raise ConfigError("no spaces to sync: set CONFLUENCE_SPACES or pass --space KEY")
-    source = make_confluence_source(settings)
-    own = engine is None
-    if own:
-        if rebuild:
-            from pipeline.factory import drop_index
-
-            await drop_index(settings)
-        embedder, sparse, index = await open_stack(settings)
-        store = make_store(settings)
-    else:
-        embedder, sparse, index, store = engine.embedder, engine.sparse, engine.index, engine.store
-    try:
-        report = await sync_confluence(
-            source=source, index=index, embedder=embedder, sparse=sparse, store=store,
-            options=ingest_options(settings), full=full, spaces=list(spaces) if spaces else None,
-            progress=progress,
-        )
-    finally:
-        close = getattr(source, "aclose", None) or getattr(source, "close", None)
-        if close is not None:
-            res = close()
-            if hasattr(res, "__await__"):
-                await res
-        if own:
-            await index.close()
-            await store.close()
-    return report
+    report = run(run_sync(load_settings(ctx), spaces=spaces or None, full=full or rebuild, progress=True,
+                          rebuild=rebuild))
+    click.echo(summary(report))
+    echo_page_problems(report.failed, report.partial, report.warnings)
+    if report.failed or report.partial:
+        sys.exit(1)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.answer.retrieve import RetrievalConfig
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import ConfigError, EvidentError, InputError
 from pipeline.ingest.run import IngestOptions
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.runtime.settings import CONTEXT_ITEMS, Settings
@@ -129,6 +129,22 @@ def embedder_recipe(embedder: Embedder, sparse: SparseEncoder) -> dict[str, Any]
     (vectors cut at another length, or sparse vectors of another encoder, must not be mixed)."""
     return {"max_tokens": int(getattr(embedder, "max_tokens", 0) or 0), "sparse": sparse.name,
             "sparse_idf": bool(sparse.idf)}
+
+
+def index_identity(settings: Settings) -> tuple[int, str]:
+    """(dimension, embedder name) to open the index with, for commands that never embed: the embedded
+    index's manifest when there is one (no model load, and no mismatch for an index built with another
+    embedder), else the configured embedder."""
+    if not settings.qdrant_url:
+        from pipeline.index.edge import read_manifest
+
+        try:
+            name, dim = read_manifest(settings.resolved_index_dir)
+            return dim, name
+        except EvidentError:
+            pass
+    embedder = make_embedder_from(settings, cache=False)
+    return embedder.dim, embedder.name
 
 
 def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:

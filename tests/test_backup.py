@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from evident.backup import MANIFEST, Manifest, backup, restore
+from pipeline.backup import MANIFEST, Manifest, backup, restore
 from pipeline.errors import IndexError_, InputError, StoreError
 
 

@@ -21,11 +21,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connectors.local import LocalFolderConnector, sample_space_dir
-from evident.backup import copy_sparse
 from evident.cli import main
-from evident.ops_cmds import same_ranking
 from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.backup import copy_sparse
 from pipeline.index.edge import EdgeIndex
+from pipeline.index.migrate import same_ranking
 from pipeline.index.qdrant import QdrantServerIndex
 from pipeline.ingest.run import IngestOptions, ingest_pages
 from pipeline.models.sparse import Bm25Encoder

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
-from pipeline.errors import IndexError_, IndexMismatchError
+from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.index import common as ic
 from pipeline.index.shared_shard import SharedShard
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest, SparseVector
@@ -40,6 +40,18 @@ T = TypeVar("T")
 
 MANIFEST_FILE = "manifest.json"
 SHARD_DIR = "shard"
+
+
+def read_manifest(index_dir: Path) -> tuple[str, int]:
+    """(embedder, dimension) an embedded index was built with, read without opening it (no model load)."""
+    path = Path(index_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise InputError(f"no embedded index at {index_dir} (no {MANIFEST_FILE})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return str(data["embedder"]), int(data["dim"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise IndexError_(f"cannot read {path}: {exc}") from exc
 
 
 def _match(key: str, value: str) -> qe.FieldCondition:

@@ -4,7 +4,8 @@ The store is copied with SQLite's online backup API, which yields a consistent s
 writes. The embedded (Qdrant Edge) index is a directory copied as-is, so the caller must have flushed and
 closed it first. A Qdrant *server* is snapshotted server-side (``create_snapshot``); the manifest records the
 snapshot name. ``manifest.json`` lists every file with size and SHA-256 so ``restore`` can verify first.
-Both functions do blocking file I/O: from async code call them through ``asyncio.to_thread``.
+``backup`` and ``restore`` do blocking file I/O; ``backup_data`` and ``restore_data`` run them in a worker
+thread from the settings, holding the embedded index's lease.
 
 Layout of a backup directory::
 
@@ -15,18 +16,23 @@ Layout of a backup directory::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.errors import IndexError_, InputError, StoreError
+from pipeline.index.lease import IndexLease
+from pipeline.runtime.settings import Settings
 
 MANIFEST = "manifest.json"
 STORE_FILE = "evident.db"
@@ -229,3 +235,47 @@ def restore(src: Path, *, store_path: Path, index_dir: Path | None = None, force
         staging.rename(target)
         shutil.rmtree(old, ignore_errors=True)
     return manifest
+
+
+# ---------------------------------------------------------------- from settings, holding the index lease
+
+
+async def backup_data(settings: Settings, dest: Path) -> Manifest:
+    """Back up the configured store and embedded index (or snapshot the Qdrant server collection)."""
+    from pipeline.factory import make_qdrant_client
+
+    qdrant = None
+    index_dir: Path | None = None
+    if settings.qdrant_url:
+        qdrant = make_qdrant_client(settings)
+    elif settings.resolved_index_dir.is_dir():
+        index_dir = settings.resolved_index_dir
+    try:
+        async with _index_lease(settings, index_dir, "evident backup"):
+            return await asyncio.to_thread(backup, dest, store_path=settings.resolved_store_path,
+                                           index_dir=index_dir, qdrant=qdrant, collection=settings.collection)
+    finally:
+        if qdrant is not None:
+            qdrant.close()
+
+
+async def restore_data(settings: Settings, src: Path, *, force: bool) -> Manifest:
+    """Restore a backup into the configured store and embedded index (after verifying it)."""
+    index_dir = None if settings.qdrant_url else settings.resolved_index_dir
+    async with _index_lease(settings, index_dir, "evident restore"):
+        return await asyncio.to_thread(restore, src, store_path=settings.resolved_store_path,
+                                       index_dir=index_dir, force=force)
+
+
+@contextlib.asynccontextmanager
+async def _index_lease(settings: Settings, index_dir: Path | None, command: str) -> AsyncIterator[None]:
+    """Hold the embedded index's lease: a running `evident serve` hands its shard over meanwhile."""
+    if index_dir is None:
+        yield
+        return
+    lease = IndexLease(index_dir, command=command, wait_s=settings.index_wait_s)
+    await asyncio.to_thread(lease.acquire)
+    try:
+        yield
+    finally:
+        lease.release()
