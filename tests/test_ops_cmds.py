@@ -51,6 +51,9 @@ class BowEmbedder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.clip(norms, 1e-9, None)
 
+    def close(self) -> None:
+        pass
+
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed_documents(texts)
 

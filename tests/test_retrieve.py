@@ -37,6 +37,9 @@ class QueryVector:
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         raise AssertionError("documents are indexed with hand-made vectors")
 
+    def close(self) -> None:
+        pass
+
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return np.array([E1] * len(texts), dtype=np.float32)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from pipeline.turns import Turn
+from pipeline.protocols import ConversationStore
 from pipeline.types import Answer
 
 
@@ -18,6 +18,7 @@ class TurnResultLike(Protocol):
     completed_question: str
     is_followup: bool
     error: str | None
+    notice: str | None
 
 
 class ClusterShareLike(Protocol):
@@ -36,18 +37,9 @@ class ExplainResultLike(Protocol):
     result: Any  # the structured AttributionResult, or None
 
 
-class StoreLike(Protocol):
-    async def set_message_ref(self, turn_id: int, message_ref: str) -> Any: ...
-    async def turn_by_message(self, key_or_channel: str, message_ref: str) -> Turn | None: ...
-    async def conversation_exists(self, key: str) -> bool: ...
-    async def set_feedback(self, turn_id: int, user_id: str, value: int) -> Any: ...
-    async def remove_feedback(self, turn_id: int, user_id: str) -> Any: ...
-    async def mark_event_seen(self, event_id: str) -> bool: ...
-
-
 class EngineLike(Protocol):
     @property
-    def store(self) -> StoreLike: ...
+    def store(self) -> ConversationStore: ...
 
     async def ask(self, conversation_key: str, question: str, *, user_id: str | None = None,
                   spaces: tuple[str, ...] | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from bot.core.contracts import StoreLike
+from pipeline.protocols import ConversationStore
 
 
 class SeenSet:
@@ -40,7 +40,7 @@ class SeenSet:
 class Deduper:
     """Event-id and message-level (channel, ts) de-duplication."""
 
-    def __init__(self, store: StoreLike, capacity: int = 10_000) -> None:
+    def __init__(self, store: ConversationStore, capacity: int = 10_000) -> None:
         self._store = store
         self._events = SeenSet(capacity)
         self._messages = SeenSet(capacity)

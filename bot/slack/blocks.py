@@ -1,4 +1,4 @@
-"""Block Kit rendering of answers and explanations.
+"""Block Kit rendering of answers and explanations (built with slack_sdk's Block Kit models).
 
 All foreign text is escaped (see :mod:`bot.slack.mrkdwn`) before our own links are inserted. Long answers are
 split into several section blocks because Slack rejects a section whose text exceeds 3000 characters.
@@ -10,6 +10,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.slack.mrkdwn import bar, escape, link
@@ -34,11 +36,12 @@ class Rendered:
 
 
 def _section(text: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+    """A mrkdwn section (slack_sdk validates the 3000-character limit)."""
+    return SectionBlock(text=MarkdownTextObject(text=text)).to_dict()
 
 
 def _context(text: str) -> Block:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _truncate(text, SECTION_LIMIT)}]}
+    return ContextBlock(elements=[MarkdownTextObject(text=_truncate(text, SECTION_LIMIT))]).to_dict()
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -119,9 +122,8 @@ def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("e
         blocks.append(_context(f"<@{asked_by}> asked: {escape(question)}"))
     if result.is_followup and result.completed_question:
         blocks.append(_context(f"Answering: _{escape(result.completed_question)}_"))
-    notice = getattr(result, "notice", None)  # e.g. "your message was shortened"
-    if notice:
-        blocks.append(_context(f":information_source: {escape(str(notice))}"))
+    if result.notice:  # e.g. "your message was shortened"
+        blocks.append(_context(f":information_source: {escape(result.notice)}"))
     body = link_markers(escape(answer.text.strip()), answer.citations) or "_(empty answer)_"
     sections = [_section(chunk) for chunk in split_text(body)]
     if answer.extractive:

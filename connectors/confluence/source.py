@@ -106,6 +106,11 @@ class ConfluenceSource:
                 continue
             yield page
 
+    @property
+    def failures(self) -> list[tuple[str, str]]:
+        """Pages of this run that could not be converted (page id, why)."""
+        return list(self.stats.failed)
+
     async def iter_pages(self) -> AsyncIterator[Page]:
         """Every in-scope page of every configured space (a full read)."""
         for space in self.spaces:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.run import ingest_pages
-from pipeline.protocols import Embedder, Index, SparseEncoder
+from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder
 from pipeline.types import Page
 
 if TYPE_CHECKING:
@@ -33,12 +33,6 @@ if TYPE_CHECKING:
 
 # Failures that another try may fix (a transient embedder or index): the checkpoint waits for them.
 RETRYABLE_INGEST_PREFIXES = ("index write failed", "embedding failed")
-
-
-class CheckpointStore(Protocol):
-    async def get_checkpoint(self, source: str, space: str) -> str | None: ...
-
-    async def set_checkpoint(self, source: str, space: str, checkpoint_utc: str) -> None: ...
 
 
 @dataclass
@@ -131,30 +125,40 @@ async def sync_confluence(
     for key in keys:
         if key not in listings:
             continue
-        old = await store.get_checkpoint(source.source_key, key)
-        since = since_bound(old, source.overlap_s) if old and not full else None
-        tracker = _Tracker()
-        ing = await ingest_pages(tracker.wrap(source.iter_space(key, since=since)), index=index,
-                                 embedder=embedder, sparse=sparse, options=options, progress=progress)
-        report.pages_seen += ing.pages_seen
-        report.added += ing.added
-        report.updated += ing.updated
-        report.unchanged += ing.unchanged
-        report.failed.extend(ing.failed)
-        report.partial.extend(ing.partial)
-        report.warnings.extend(ing.warnings)
-        if tracker.fetch_error is not None:
-            report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
-        blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
-        new = tracker.checkpoint(blocking, old)
-        if new and new != old:
-            await store.set_checkpoint(source.source_key, key, new)
-        report.checkpoints[key] = new
+        report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
+                                                    sparse=sparse, store=store, options=options, full=full,
+                                                    progress=progress, report=report)
     report.failed.extend(source.stats.failed)
     report.skipped_restricted = len(source.stats.skipped_restricted)
     report.api_calls = source.client.api_calls - calls0
     report.seconds = time.perf_counter() - t0
     return report
+
+
+async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embedder: Embedder, sparse: SparseEncoder,
+                      store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
+                      report: SyncReport) -> str | None:
+    """Ingest one space's pages changed since its checkpoint; returns the new checkpoint (what it may
+    advance to: never past a page that failed in a way a retry can fix)."""
+    old = await store.get_checkpoint(source.source_key, key)
+    since = since_bound(old, source.overlap_s) if old and not full else None
+    tracker = _Tracker()
+    ing = await ingest_pages(tracker.wrap(source.iter_space(key, since=since)), index=index,
+                             embedder=embedder, sparse=sparse, options=options, progress=progress)
+    report.pages_seen += ing.pages_seen
+    report.added += ing.added
+    report.updated += ing.updated
+    report.unchanged += ing.unchanged
+    report.failed.extend(ing.failed)
+    report.partial.extend(ing.partial)
+    report.warnings.extend(ing.warnings)
+    if tracker.fetch_error is not None:
+        report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
+    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
+    new = tracker.checkpoint(blocking, old)
+    if new and new != old:
+        await store.set_checkpoint(source.source_key, key, new)
+    return new
 
 
 async def _gone_pages(

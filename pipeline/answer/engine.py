@@ -22,8 +22,9 @@ from pipeline.answer.budget import fit_evidence
 from pipeline.answer.citations import is_out_of_scope, parse_citations
 from pipeline.answer.extractive import extractive_answer
 from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary
-from pipeline.answer.query_builder import PriorTurn, QueryPlan, plan_query
-from pipeline.answer.retrieve import Retrieval, RetrievalConfig, retrieve
+from pipeline.answer.query_builder import PriorTurn, QueryPlan, backfilled_turns, plan_query
+from pipeline.answer.results import ClusterShare, ExplainResult, TurnResult
+from pipeline.answer.retrieve import RetrievalConfig, retrieve
 from pipeline.attribution import AttributionResult, attribute
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
 from pipeline.attribution.render import render_text
@@ -66,36 +67,6 @@ class EngineOptions:
     raw_template: str = "raw_chatml"
 
 
-@dataclass
-class TurnResult:
-    turn_id: int
-    answer: Answer
-    completed_question: str
-    is_followup: bool
-    error: str | None = None
-    retrieval: Retrieval | None = None
-    notice: str | None = None  # e.g. "your message was shortened to 2000 characters"
-
-
-@dataclass
-class ClusterShare:
-    percent: float
-    evidence_titles: list[str]
-    urls: list[str]
-    size: int
-
-
-@dataclass
-class ExplainResult:
-    turn_id: int
-    text: str
-    clusters: list[ClusterShare]
-    cached: bool = False
-    partial: bool = False
-    result: AttributionResult | None = None
-    error: str | None = None
-
-
 def valid_text(text: str) -> str:
     """``text`` with lone surrogates (undecodable input bytes) replaced by U+FFFD: SQLite, JSON and the
     LLM client all need valid UTF-8, and one odd character must not lose the user's turn."""
@@ -114,23 +85,6 @@ def clean_question(question: str) -> tuple[str, str | None]:
         return question, None
     notice = f"Your message was long, so I only read its first {MAX_QUESTION_CHARS} characters."
     return question[:MAX_QUESTION_CHARS], notice
-
-
-def backfilled_turns(history: Sequence[tuple[str, str]]) -> list[PriorTurn]:
-    """(role, text) messages of a conversation evident was not part of, paired into prior turns."""
-    prior: list[PriorTurn] = []
-    pending_q: str | None = None
-    for role, text in history:
-        if role == "user":
-            if pending_q:
-                prior.append(PriorTurn(question=pending_q))
-            pending_q = text
-        elif pending_q is not None:
-            prior.append(PriorTurn(question=pending_q, answer=text))
-            pending_q = None
-    if pending_q:
-        prior.append(PriorTurn(question=pending_q))
-    return prior
 
 
 class Engine:
@@ -170,16 +124,14 @@ class Engine:
     async def aclose(self) -> None:
         """Close what the engine owns: LLM client, store, index, embedder. Safe to call twice."""
         try:
-            if self.llm is not None and hasattr(self.llm, "close"):
+            if self.llm is not None:
                 await self.llm.close()
             await self.store.close()
         finally:
             try:
                 await self.index.close()
             finally:
-                close = getattr(self.embedder, "close", None)
-                if close is not None:
-                    await asyncio.to_thread(close)
+                await asyncio.to_thread(self.embedder.close)
 
     # ------------------------------------------------------------------ ask
 

@@ -130,3 +130,20 @@ def context_pages(question: str, history: Sequence[PriorTurn], *, top: int = 1) 
     if not history or not is_followup(question, history):
         return ()
     return tuple(dict.fromkeys(history[-1].retrieved_pages))[:top]
+
+
+def backfilled_turns(history: Sequence[tuple[str, str]]) -> list[PriorTurn]:
+    """(role, text) messages of a conversation evident was not part of, paired into prior turns."""
+    prior: list[PriorTurn] = []
+    pending_q: str | None = None
+    for role, text in history:
+        if role == "user":
+            if pending_q:
+                prior.append(PriorTurn(question=pending_q))
+            pending_q = text
+        elif pending_q is not None:
+            prior.append(PriorTurn(question=pending_q, answer=text))
+            pending_q = None
+    if pending_q:
+        prior.append(PriorTurn(question=pending_q))
+    return prior

@@ -54,30 +54,14 @@ class Retrieval:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-async def retrieve(
-    query: str,
-    *,
-    index: Index,
-    embedder: Embedder,
-    sparse: SparseEncoder,
-    config: RetrievalConfig,
-    reranker: Reranker | None = None,
-    spaces: tuple[str, ...] | None = None,
-    trace: bool = False,
-    context_pages: Sequence[str] = (),
-) -> Retrieval:
-    """Retrieve ``config.final_k`` hits for ``query`` within ``spaces`` (None = every space)."""
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    need_dense = config.mode != "lexical" or trace
-    dense_vec = None
-    if need_dense:
-        out = await asyncio.to_thread(embedder.embed_queries, [query])
-        dense_vec = tuple(float(x) for x in out[0])
-    sparse_vec = sparse.encode_query(query)
-    timings["embed_query"] = (time.perf_counter() - t) * 1000
-
-    limit = max(config.final_k, config.rerank_pool) if reranker else config.final_k
+async def _search_request(
+    query: str, dense_vec: tuple[float, ...] | None, sparse_vec: SparseVector, *, index: Index,
+    sparse: SparseEncoder, config: RetrievalConfig, spaces: tuple[str, ...] | None, reranking: bool,
+    context_pages: bool, timings: dict[str, float],
+) -> SearchRequest:
+    """The index request: candidate pool size, RRF weights for the query's language, and the sparse
+    query expanded by pseudo-relevance feedback where configured."""
+    limit = max(config.final_k, config.rerank_pool) if reranking else config.final_k
     if config.page_aggregation or (config.continuity_boost and context_pages):
         limit = max(limit, config.aggregation_pool)
     # The language guess only matters to the two options that depend on it.
@@ -104,6 +88,35 @@ async def retrieve(
         rrf_k=config.rrf_k,
         weights=weights,
     )
+    return request
+
+
+async def retrieve(
+    query: str,
+    *,
+    index: Index,
+    embedder: Embedder,
+    sparse: SparseEncoder,
+    config: RetrievalConfig,
+    reranker: Reranker | None = None,
+    spaces: tuple[str, ...] | None = None,
+    trace: bool = False,
+    context_pages: Sequence[str] = (),
+) -> Retrieval:
+    """Retrieve ``config.final_k`` hits for ``query`` within ``spaces`` (None = every space)."""
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    need_dense = config.mode != "lexical" or trace
+    dense_vec = None
+    if need_dense:
+        out = await asyncio.to_thread(embedder.embed_queries, [query])
+        dense_vec = tuple(float(x) for x in out[0])
+    sparse_vec = sparse.encode_query(query)
+    timings["embed_query"] = (time.perf_counter() - t) * 1000
+
+    request = await _search_request(query, dense_vec, sparse_vec, index=index, sparse=sparse, config=config,
+                                    spaces=spaces, reranking=reranker is not None,
+                                    context_pages=bool(context_pages), timings=timings)
     t = time.perf_counter()
     hits = await index.search(request)
     timings["search"] = (time.perf_counter() - t) * 1000

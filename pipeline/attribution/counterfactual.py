@@ -57,16 +57,8 @@ class _Group:
 
 
 async def counterfactual_attribution(
-    *,
-    method: str,
-    question: str,
-    answer: str,
-    hits: Sequence[Hit],
-    groups: Sequence[Sequence[int]],
-    generate: Generate,
-    embedder: Embedder,
-    params: AttributionParams,
-    early_stop: bool = False,
+    *, method: str, question: str, answer: str, hits: Sequence[Hit], groups: Sequence[Sequence[int]],
+    generate: Generate, embedder: Embedder, params: AttributionParams, early_stop: bool = False,
 ) -> AttributionResult:
     """Remove each group, regenerate ``params.samples`` answers, score c_i = 1 − mean similarity.
 
@@ -77,10 +69,9 @@ async def counterfactual_attribution(
     started = time.perf_counter()
     state = [_Group(rows) for rows in groups]
     limiter = params.limiter()
-    calls = 0
+    calls = rounds = 0
     errors: list[BaseException] = []
     original: np.ndarray | None = None
-    rounds = 0
     step = params.round_size if early_stop else params.samples
 
     # Embeddings overlap the LLM calls: the original answer is embedded while the calls are in flight,
@@ -102,15 +93,7 @@ async def counterfactual_attribution(
             calls += len(todo)
             if original is None:
                 original = (await original_task)[0]
-            for (group, k), outcome in zip(todo, outcomes, strict=True):
-                group.drawn += k
-                if isinstance(outcome, BaseException):
-                    errors.append(outcome)
-                    continue
-                batch, vectors = outcome
-                for text, vec in zip(batch, vectors, strict=True):
-                    group.answers.append(text)
-                    group.similarities.append(float(np.clip(vec @ original, -1.0, 1.0)))
+            errors.extend(_record(todo, outcomes, original))
             if early_stop and _decisive(state, params):
                 break
     finally:
@@ -120,21 +103,28 @@ async def counterfactual_attribution(
     if state and all(g.contribution() is None for g in state):
         raise errors[0] if errors else EvidentError("no counterfactual answer was generated")
     return assemble(
-        method=method,
-        question=question,
-        answer=answer,
-        hits=hits,
-        groups=groups,
-        contributions=[g.contribution() for g in state],
-        temperature=params.temperature,
-        answers=[g.answers for g in state],
-        similarities=[g.similarities for g in state],
-        calls=calls,
-        failed_calls=len(errors),
-        params=params.public(),
-        seconds=time.perf_counter() - started,
+        method=method, question=question, answer=answer, hits=hits, groups=groups,
+        contributions=[g.contribution() for g in state], temperature=params.temperature,
+        answers=[g.answers for g in state], similarities=[g.similarities for g in state], calls=calls,
+        failed_calls=len(errors), params=params.public(), seconds=time.perf_counter() - started,
         details={"rounds": rounds} if early_stop else {},
     )
+
+
+def _record(todo: Sequence[tuple[_Group, int]], outcomes: Sequence[tuple[list[str], np.ndarray] | BaseException],
+            original: np.ndarray) -> list[BaseException]:
+    """Add each group's new answers and their similarity to the original; returns the failed draws."""
+    errors: list[BaseException] = []
+    for (group, k), outcome in zip(todo, outcomes, strict=True):
+        group.drawn += k
+        if isinstance(outcome, BaseException):
+            errors.append(outcome)
+            continue
+        batch, vectors = outcome
+        for text, vec in zip(batch, vectors, strict=True):
+            group.answers.append(text)
+            group.similarities.append(float(np.clip(vec @ original, -1.0, 1.0)))
+    return errors
 
 
 def _decisive(state: Sequence[_Group], params: AttributionParams) -> bool:

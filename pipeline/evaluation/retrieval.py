@@ -15,8 +15,10 @@ from typing import Any
 from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
 from pipeline.answer.retrieve import RetrievalConfig, retrieve
 from pipeline.evaluation.data import QATurn
+from pipeline.evaluation.index_cache import PageSource
 from pipeline.evaluation.metrics import first_hit_rank, hit_at, p_at_1, percentile, rr_at, turn_bucket
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
+from pipeline.runtime.settings import Settings
 
 QUERY_TYPES = ("completed", "conversational", "raw")
 
@@ -150,3 +152,27 @@ def format_table(report: dict[str, Any]) -> str:
 
 def config_dict(config: RetrievalConfig, **extra: object) -> dict[str, object]:
     return {**asdict(config), **extra}
+
+
+async def retrieval_report(settings: Settings, convs: Sequence[Sequence[QATurn]], pages: PageSource, *,
+                           documents_key: str, documents: str, questions: str, langs: Sequence[str],
+                           query_types: Sequence[str], strategy: str, strict_urls: bool,
+                           by: Sequence[str]) -> dict[str, Any]:
+    """Build (or reuse) the eval index for ``documents``, run every question, summarize with the config."""
+    from pipeline.evaluation.index_cache import open_eval_index
+    from pipeline.factory import make_reranker_from, retrieval_config
+
+    index, embedder, sparse, _ = await open_eval_index(settings, documents_key, pages)
+    try:
+        cfg = retrieval_config(settings)
+        results = await run_retrieval_eval(
+            convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
+            reranker=make_reranker_from(settings), langs=langs, query_types=query_types,
+            strategy=strategy, strict_urls=strict_urls)
+        return summarize(results, by=by, config=config_dict(
+            cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
+            context_items=list(settings.context_items), table_indexing=settings.table_indexing,
+            reranker=settings.reranker, documents=documents, questions=questions,
+            url_match="strict" if strict_urls else "page-id", evidence=await index.count()))
+    finally:
+        await index.close()

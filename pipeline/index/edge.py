@@ -21,37 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
-from pipeline.errors import IndexError_, IndexMismatchError, InputError
+from pipeline.errors import IndexError_, IndexMismatchError
 from pipeline.index import common as ic
+from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manifest, write_json_atomic
 from pipeline.index.shared_shard import SharedShard
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest, SparseVector
 
 T = TypeVar("T")
 
-MANIFEST_FILE = "manifest.json"
-SHARD_DIR = "shard"
-
-
-def read_manifest(index_dir: Path) -> tuple[str, int]:
-    """(embedder, dimension) an embedded index was built with, read without opening it (no model load)."""
-    path = Path(index_dir) / MANIFEST_FILE
-    if not path.is_file():
-        raise InputError(f"no embedded index at {index_dir} (no {MANIFEST_FILE})")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return str(data["embedder"]), int(data["dim"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise IndexError_(f"cannot read {path}: {exc}") from exc
 
 
 def _match(key: str, value: str) -> qe.FieldCondition:
@@ -60,20 +44,6 @@ def _match(key: str, value: str) -> qe.FieldCondition:
 
 def _match_any(key: str, values: Sequence[str]) -> qe.FieldCondition:
     return qe.FieldCondition(key=key, match=qe.MatchAny(list(values)))
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """temp file + fsync + rename, so a crash never leaves a half-written manifest."""
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class EdgeIndex:
@@ -145,25 +115,13 @@ class EdgeIndex:
         self._path.mkdir(parents=True, exist_ok=True)
         manifest_path = self._path / MANIFEST_FILE
         shard_path = self._path / SHARD_DIR
-        has_manifest = manifest_path.exists()
-        if has_manifest:
-            try:
-                stored = json.loads(manifest_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise IndexError_(f"cannot read {manifest_path}: {exc}") from exc
-            ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=str(self._path), recipe=recipe)
-            if recipe and "recipe" not in stored:  # an index from before recipes were recorded: adopt it
-                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))
-        exists = shard_path.is_dir() and any(shard_path.iterdir())
-        if not exists and not has_manifest:  # a new index: the manifest first, so a crash never leaves
-            _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))  # a shard without one
-            has_manifest = True
+        has_manifest = prepare_manifest(self._path, shard_path, embedder=embedder, dense_dim=dense_dim, recipe=recipe)
         shard = self._load_shard(dense_dim, shard_path, has_manifest=has_manifest, embedder=embedder)
         self._dim, self._embedder = dense_dim, embedder
         try:
             self._after_load(shard)
             if not has_manifest:
-                _write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))
+                write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))
         except BaseException:
             with contextlib.suppress(Exception):
                 shard.close()

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.errors import IndexError_, InputError
-from pipeline.index.edge import EdgeIndex, read_manifest
+from pipeline.index.edge import EdgeIndex
+from pipeline.index.edge_manifest import read_manifest
 from pipeline.protocols import Index
 from pipeline.types import Hit, IndexPoint, SearchRequest
 

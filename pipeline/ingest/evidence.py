@@ -102,24 +102,11 @@ def build_evidence(
         kind: EvidenceKind, text: str, unit: _Unit, before: str, after: str, row: int | None = None
     ) -> None:
         position = len(out)
-        out.append(
-            Evidence(
-                id=evidence_id(page.id, kind, position, text),
-                page_id=page.id,
-                title=page.title,
-                url=page.url,
-                space=page.space,
-                kind=kind,
-                position=position,
-                text=text,
-                headings=unit.headings,
-                before=before,
-                after=after,
-                breadcrumb=page.ancestors,
-                table_index=unit.table_index,
-                row_index=row,
-            )
-        )
+        out.append(Evidence(
+            id=evidence_id(page.id, kind, position, text), page_id=page.id, title=page.title, url=page.url,
+            space=page.space, kind=kind, position=position, text=text, headings=unit.headings, before=before,
+            after=after, breadcrumb=page.ancestors, table_index=unit.table_index, row_index=row,
+        ))
 
     for i, unit in enumerate(units):
         before = units[i - 1].pieces[-1] if i > 0 else ""

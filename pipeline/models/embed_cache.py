@@ -75,9 +75,7 @@ class CachedEmbedder:
         """Close the cache and the model it wraps (when that holds resources of its own)."""
         with self._lock:
             self._db.close()
-        inner_close = getattr(self.inner, "close", None)
-        if inner_close is not None:
-            inner_close()
+        self.inner.close()
 
     def __enter__(self) -> CachedEmbedder:
         return self

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError
-from pipeline.models.embedders import require_extra, resolve_local_model
+from pipeline.models.hf_embedders import resolve_local_model
+from pipeline.models.loading import require_extra
 from pipeline.protocols import Reranker
 from pipeline.types import Hit
 

@@ -195,7 +195,7 @@ def make_sparse_encoder(name: str, *, embedder: object | None = None) -> SparseE
     if key == "bm25":
         return Bm25Encoder()
     if key == "bge-m3":
-        from pipeline.models.embedders import BgeM3Embedder
+        from pipeline.models.hf_embedders import BgeM3Embedder
 
         model = embedder if isinstance(embedder, BgeM3Embedder) else BgeM3Embedder()
         return model.sparse_encoder()

@@ -41,10 +41,10 @@ def _serve(conn: Any, name: str, kwargs: dict[str, Any]) -> None:  # pragma: no 
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
-    from pipeline.models.embedders import make_embedder
+    from pipeline.models.local import make_local_embedder
 
     try:
-        embedder = make_embedder(name, **kwargs)
+        embedder = make_local_embedder(name, **kwargs)
     except EvidentError as exc:
         conn.send(("error", type(exc).__name__, str(exc)))
         return
@@ -66,9 +66,7 @@ def _serve(conn: Any, name: str, kwargs: dict[str, Any]) -> None:  # pragma: no 
             conn.send(("error", type(exc).__name__, str(exc)))
         except Exception as exc:  # noqa: BLE001 - one failed call, the worker lives on
             conn.send(("error", "EmbeddingError", f"{type(exc).__name__}: {exc}"))
-    close = getattr(embedder, "close", None)
-    if close is not None:
-        close()
+    embedder.close()
 
 
 class ProcessEmbedder:
