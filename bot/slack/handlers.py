@@ -23,7 +23,7 @@ from bot.core.ratelimit import UserRateLimiter
 from bot.core.work import BackgroundWork
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
-from bot.slack.threads import DM_MAIN, clean_question, conversation_key, is_from_bot, mentions, thread_of_key
+from bot.slack.threads import DM_MAIN, clean_question, conversation_key, mentions, thread_of_key
 from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.bot")
@@ -97,9 +97,6 @@ class EvidentBot:
 
     # ------------------------------------------------------------------ helpers
 
-    def _is_self(self, event: dict[str, Any], context: dict[str, Any]) -> bool:
-        return is_from_bot(event, context.get("bot_user_id"), context.get("bot_id"))
-
     def _is_other_bot(self, event: dict[str, Any]) -> bool:
         return bool(event.get("bot_id")) or event.get("subtype") == "bot_message"
 
@@ -114,7 +111,7 @@ class EvidentBot:
     # ------------------------------------------------------------------ listeners
 
     async def on_app_mention(self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
-        if self._is_self(event, context) or (self.settings.ignore_bots and self._is_other_bot(event)):
+        if self.settings.ignore_bots and self._is_other_bot(event):  # evident's own: Bolt drops them
             return
         if event.get("subtype") not in _QUESTION_SUBTYPES:
             return
@@ -136,7 +133,7 @@ class EvidentBot:
         self.spawn(self.core.answer(q, surface), f"answer:{channel}:{ts}", context.get(_EVENT_ID))
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
-        if event.get("subtype") not in _QUESTION_SUBTYPES or self._is_self(event, context):
+        if event.get("subtype") not in _QUESTION_SUBTYPES:  # evident's own messages: Bolt drops them
             return
         if self.settings.ignore_bots and self._is_other_bot(event):
             return
