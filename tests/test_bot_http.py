@@ -345,6 +345,25 @@ async def test_channel_space_mapping_is_passed_to_the_engine(make_harness: Facto
     assert {a.question: a.spaces for a in h.engine.asks} == {"deploy?": ("ENG", "OPS"), "holidays?": None}
 
 
+async def test_unmapped_channels_and_dms_get_the_default_scope(make_harness: Factory) -> None:
+    h = await make_harness(channel_spaces="C9=ENG", default_spaces="HR,IT")
+    await h.send.event(h.send.mention("holidays?", channel="C1"))
+    await h.send.event(h.send.message("laptop?", channel="D1", channel_type="im"))
+    await h.answered(2)
+    assert {a.question: a.spaces for a in h.engine.asks} == {"holidays?": ("HR", "IT"), "laptop?": ("HR", "IT")}
+
+
+async def test_default_scope_none_answers_nothing_until_mapped(make_harness: Factory) -> None:
+    h = await make_harness(channel_spaces="C9=ENG", default_spaces="none")
+    await h.send.event(h.send.mention("holidays?", channel="C1"))
+    await h.send.event(h.send.mention("deploy?", channel="C9"))
+    await h.answered()
+    await h.settle()
+    assert [a.question for a in h.engine.asks] == ["deploy?"]
+    said = [m["text"] for m in h.slack.of("chat.postMessage") if m.get("channel") == "C1"]
+    assert said and "isn't connected to any wiki space" in said[0]
+
+
 async def test_mention_in_unseen_thread_backfills_history(h: Harness) -> None:
     root = "1500000000.000100"
     h.slack.seed_thread("C1", root, [

@@ -72,6 +72,22 @@ def test_coercion_errors_name_the_env_var(var: str, value: str) -> None:
         Settings.load(env={var: value})
 
 
+@pytest.mark.parametrize(("env", "message"), [
+    ({"EVIDENT_CHANNEL_SPACES": "*=ENG"}, "names and wildcards are not supported"),
+    ({"EVIDENT_CHANNEL_SPACES": "#eng=ENG"}, "is not a channel id"),
+    ({"EVIDENT_DEFAULT_SPACES": "none,ENG"}, "stands alone"),
+])
+def test_channel_names_wildcards_and_mixed_defaults_are_rejected(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings.load(env=env)
+
+
+def test_teams_channel_ids_and_default_scope_are_read() -> None:
+    s = Settings.load(env={"EVIDENT_CHANNEL_SPACES": "19:abc@thread.tacv2=ENG;C1=HR", "EVIDENT_DEFAULT_SPACES": "none"})
+    assert s.channel_spaces == {"19:abc@thread.tacv2": ("ENG",), "C1": ("HR",)}
+    assert s.default_spaces == ("none",)
+
+
 def test_coercion_of_types() -> None:
     s = Settings.load(env={
         "EVIDENT_LLM_TIMEOUT_S": "2.5", "EVIDENT_ASK_EPHEMERAL": "yes", "EVIDENT_IGNORE_BOTS": "off",

@@ -20,6 +20,7 @@ from bot.core.contracts import EngineLike, ExplainResultLike, TurnResultLike
 from bot.core.dedup import SeenSet
 from bot.core.messages import EXPLAIN_FAILED, GENERIC, user_message
 from bot.core.ratelimit import UserRateLimiter
+from bot.core.scope import NO_SPACE, NOT_CONNECTED
 from pipeline.errors import StoreError
 from pipeline.turns import Turn
 
@@ -114,14 +115,17 @@ class Conversations:
         if not self.limiter.allow(q.user):
             await surface.rate_limited(self.limiter.retry_after_s(q.user))
             return
+        spaces = self.spaces_for(q.scope)
+        if spaces == NO_SPACE:
+            await surface.say(NOT_CONNECTED)
+            return
         progress = await surface.progress()
         key = q.key or surface.conversation_key(progress)
         history = q.history
         if q.join_late and not await self.known(key):
             history = await surface.earlier_messages()
         try:
-            result = await self.engine.ask(key, q.text, user_id=q.user or None, spaces=self.spaces_for(q.scope),
-                                           history=history)
+            result = await self.engine.ask(key, q.text, user_id=q.user or None, spaces=spaces, history=history)
         except Exception as exc:  # every failure must reach the user; details only to the log
             log.exception("answering failed in %s", q.scope)
             await surface.say(user_message(exc))

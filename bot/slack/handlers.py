@@ -20,6 +20,7 @@ from bot.core.contracts import EngineLike
 from bot.core.conversations import Conversations, Question
 from bot.core.dedup import Deduper
 from bot.core.ratelimit import UserRateLimiter
+from bot.core.scope import Scope
 from bot.core.work import BackgroundWork
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
@@ -51,7 +52,7 @@ class EvidentBot:
         self.dedup = Deduper(engine.store)
         self.limiter = limiter or UserRateLimiter(settings.user_rate_per_min)
         self.work = BackgroundWork(self.dedup)
-        self.core = Conversations(engine, self.limiter, self._spaces)
+        self.core = Conversations(engine, self.limiter, Scope(settings.channel_spaces, settings.default_spaces))
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str,
               event_id: str | None = None) -> asyncio.Task[None] | None:
@@ -99,10 +100,6 @@ class EvidentBot:
 
     def _is_other_bot(self, event: dict[str, Any]) -> bool:
         return bool(event.get("bot_id")) or event.get("subtype") == "bot_message"
-
-    def _spaces(self, channel: str) -> tuple[str, ...] | None:
-        spaces = self.settings.channel_spaces.get(channel)
-        return tuple(spaces) if spaces else None
 
     @staticmethod
     def _team(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -201,9 +202,29 @@ class Settings:
     ignore_bots: bool = _f(True, "EVIDENT_IGNORE_BOTS", "Ignore messages from other bots.")
     channel_spaces: Mapping[str, tuple[str, ...]] = _f(
         None, "EVIDENT_CHANNEL_SPACES",
-        "Per-channel space scope, e.g. 'C123=ENG,OPS;C456=HR'. Unmapped channels search all spaces.",
+        "Per-channel space scope by channel id (Slack C…/G…, Teams 19:…), e.g. 'C123=ENG,OPS;C456=HR'. "
+        "Channels not listed (and DMs) get EVIDENT_DEFAULT_SPACES.",
         factory=dict)
+    default_spaces: tuple[str, ...] = _f(("*",), "EVIDENT_DEFAULT_SPACES",
+                                         "Scope of DMs and unmapped channels: '*' every indexed space, 'none' "
+                                         "nothing (evident asks to be mapped), or a comma list of space keys.")
     user_rate_per_min: int = _f(10, "EVIDENT_USER_RATE_PER_MIN", "Questions per user per minute.", min=0)
+    # ---- Microsoft Teams (Azure Bot registration)
+    teams_app_id: str | None = _f(None, "TEAMS_APP_ID", "The bot's Microsoft App ID (client id); set it to serve Teams.")
+    teams_app_password: Secret = _f(Secret(""), "TEAMS_APP_PASSWORD", "The app registration's client secret.",
+                                    secret=True)
+    teams_tenant_id: str | None = _f(None, "TEAMS_TENANT_ID", "Tenant of a single-tenant bot (its token authority).")
+    teams_port: int = _f(3978, "EVIDENT_TEAMS_PORT", "Port of the Teams messaging endpoint (/api/messages).",
+                         min=0, max=65535)
+    teams_openid_url: str = _f("https://login.botframework.com/v1/.well-known/openidconfiguration",
+                               "EVIDENT_TEAMS_OPENID_URL", "OpenID metadata whose keys sign incoming activities.",
+                               url=True)
+    teams_token_url: str | None = _f(None, "EVIDENT_TEAMS_TOKEN_URL",
+                                     "Token endpoint for replies; default the tenant's "
+                                     "login.microsoftonline.com/<tenant>/oauth2/v2.0/token.", url=True)
+    teams_explain_reactions: tuple[str, ...] = _f(("surprised",), "EVIDENT_TEAMS_EXPLAIN_REACTIONS",
+                                                  "Teams reactions that request an explanation (like, heart, "
+                                                  "laugh, surprised, sad, angry).")
     # ---- Confluence
     confluence_url: str | None = _f(None, "CONFLUENCE_URL", "Site URL (Cloud: https://x.atlassian.net/wiki).", url=True)
     confluence_user: str | None = _f(None, "CONFLUENCE_USER", "Cloud: account e-mail. Unset: Data Center PAT.")
@@ -268,6 +289,9 @@ class Settings:
                 if parts.scheme not in ("http", "https") or not parts.hostname:
                     raise ConfigError(f"{env}={mask_url_credentials(str(value))!r} is not an http(s) URL; write it "
                                       "with its scheme, e.g. http://localhost:8000")
+        special = {x.lower() for x in self.default_spaces} & {"*", "none"}
+        if special and len(self.default_spaces) > 1:
+            raise ConfigError(f"EVIDENT_DEFAULT_SPACES: '{special.pop()}' stands alone, not in a list of spaces")
         return self
 
     def masked(self) -> dict[str, object]:
@@ -326,7 +350,10 @@ def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
         if f.metadata.get("secret"):
             return Secret(value.reveal() if isinstance(value, Secret) else str(value))
         if f.name == "channel_spaces":
-            return _parse_channel_spaces(value)
+            try:
+                return _parse_channel_spaces(value)
+            except ValueError as exc:
+                raise ConfigError(f"{env}: {exc}") from None
         if t.startswith("tuple"):
             if isinstance(value, str):
                 return tuple(s.strip() for s in value.split(",") if s.strip())
@@ -359,7 +386,14 @@ def _parse_channel_spaces(value: Any) -> dict[str, tuple[str, ...]]:
         if not part.strip():
             continue
         if "=" not in part:
-            raise ValueError(part)
+            raise ValueError(f"{part.strip()!r} is not CHANNEL_ID=SPACE[,SPACE]")
         chan, spaces = part.split("=", 1)
         out[chan.strip()] = tuple(s.strip() for s in spaces.split(",") if s.strip())
+    for chan in out:
+        if not _CHANNEL_ID.fullmatch(chan):
+            raise ValueError(f"{chan!r} is not a channel id (Slack C…/G…/D…, Teams 19:…); names and wildcards "
+                             "are not supported: use EVIDENT_DEFAULT_SPACES for everything unmapped")
     return out
+
+
+_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]+|19:\S+")
