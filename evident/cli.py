@@ -16,6 +16,7 @@ from evident.index_cmds import index_group, ingest, search
 from evident.ops_cmds import backup, restore
 from evident.serve_cmd import serve
 from evident.sync_cmd import sync
+from evident.teams_cmds import teams_group
 from pipeline.errors import EvidentError
 from pipeline.runtime.redact import Redactor
 from pipeline.runtime.settings import Settings
@@ -52,5 +53,6 @@ def config_show(ctx: click.Context) -> None:
     click.echo(json.dumps(ctx.obj["settings"].masked(), indent=2, default=str))
 
 
-for command in (ingest, search, index_group, ask, chat, explain, demo, eval_group, sync, serve, backup, restore):
+for command in (ingest, search, index_group, ask, chat, explain, demo, eval_group, sync, serve, backup, restore,
+                teams_group):
     main.add_command(command)

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import signal
 import time
+from typing import Any
 
 import click
 
@@ -45,32 +47,36 @@ class SyncLoop:
             await asyncio.sleep(self.settings.sync_interval_s)
 
 
-async def serve_forever(settings: Settings) -> None:
-    from bot.core.health import add_health_routes
-    from bot.slack.transports import check_tokens, run_bot
+def platforms(settings: Settings) -> tuple[str, ...]:
+    """The chat platforms the settings configure: Slack (SLACK_BOT_TOKEN), Teams (TEAMS_APP_ID), or both."""
+    from pipeline.errors import ConfigError
+
+    found = tuple(name for name, on in (("slack", bool(settings.slack_bot_token.reveal())),
+                                        ("teams", bool(settings.teams_app_id))) if on)
+    if not found:
+        raise ConfigError("nothing to serve: set SLACK_BOT_TOKEN (Slack) and/or TEAMS_APP_ID (Teams)")
+    return found
+
+
+async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    """Serve the configured platforms from one process and one engine until SIGINT/SIGTERM (or ``stop``)."""
+    from bot.slack.transports import check_tokens
+    from bot.teams.app import check_teams_settings
     from pipeline.factory import build_engine
     from pipeline.runtime.metrics import Metrics
 
-    check_tokens(settings)  # fail fast, before loading models
+    chosen = platforms(settings)
+    if "slack" in chosen:
+        check_tokens(settings)  # fail fast, before loading models
+    if "teams" in chosen:
+        check_teams_settings(settings)
     metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it
     engine = await build_engine(settings, metrics=metrics)
-    checks = {}
-
-    async def index_check() -> None:
-        await engine.index.count()
-
-    checks["index"] = index_check
-    if engine.llm is not None and hasattr(engine.llm, "ping"):
-        checks["llm"] = engine.llm.ping
     sync_loop = SyncLoop(settings, engine) if settings.confluence_url else None
-    routes = functools.partial(
-        add_health_routes, checks=checks, metrics=metrics,
-        last_sync_age=sync_loop.age if sync_loop else None,
-        max_sync_age_s=3 * settings.sync_interval_s if sync_loop else None,
-    )
+    routes = _health_routes(settings, engine, metrics, sync_loop)
     task = asyncio.create_task(sync_loop.run()) if sync_loop else None
     try:
-        await run_bot(settings, engine, routes=routes)
+        await _run_platforms(settings, engine, chosen, stop or asyncio.Event(), routes)
     finally:
         if task is not None:
             task.cancel()
@@ -79,9 +85,55 @@ async def serve_forever(settings: Settings) -> None:
         await engine.aclose()
 
 
+def _health_routes(settings: Settings, engine: Any, metrics: Any, sync_loop: SyncLoop | None) -> Any:
+    from bot.core.health import add_health_routes
+
+    async def index_check() -> None:
+        await engine.index.count()
+
+    checks: dict[str, Any] = {"index": index_check}
+    if engine.llm is not None and hasattr(engine.llm, "ping"):
+        checks["llm"] = engine.llm.ping
+    return functools.partial(
+        add_health_routes, checks=checks, metrics=metrics,
+        last_sync_age=sync_loop.age if sync_loop else None,
+        max_sync_age_s=3 * settings.sync_interval_s if sync_loop else None,
+    )
+
+
+async def _run_platforms(settings: Settings, engine: Any, chosen: tuple[str, ...], stop: asyncio.Event,
+                         routes: Any) -> None:
+    """Each platform until ``stop``; health routes go with Slack's HTTP port, or with Teams' when alone. One
+    platform failing stops the others."""
+    from bot.slack.transports import run_bot
+    from bot.teams.app import run_teams
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    runs = []
+    if "slack" in chosen:
+        runs.append(run_bot(settings, engine, stop=stop, routes=routes))
+    if "teams" in chosen:
+        runs.append(run_teams(settings, engine, stop, routes=None if "slack" in chosen else routes))
+    tasks = [asyncio.create_task(r) for r in runs]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if t.exception() is not None:
+                stop.set()
+    finally:
+        stop.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+
+
 @click.command()
 @click.pass_context
 @cli_errors
 def serve(ctx: click.Context) -> None:
-    """Run the Slack bot (Socket Mode by default) with periodic Confluence sync."""
+    """Run the Slack and/or Teams bot (whichever is configured) with periodic Confluence sync."""
     run(serve_forever(load_settings(ctx)))

@@ -77,8 +77,14 @@ def _m2_message_ref(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE turns RENAME COLUMN slack_ts TO message_ref")
 
 
+def _m3_feedback_platform(db: sqlite_utils.Database) -> None:
+    """Feedback records where it came from (slack, teams) and the comment a feedback form may carry."""
+    db.execute("ALTER TABLE feedback ADD COLUMN platform TEXT")
+    db.execute("ALTER TABLE feedback ADD COLUMN comment TEXT")
+
+
 # Append new migrations; never edit or reorder applied ones. Index i brings the schema to version i+1.
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m1_initial, _m2_message_ref)
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m1_initial, _m2_message_ref, _m3_feedback_platform)
 
 
 class Store:
@@ -251,17 +257,20 @@ class Store:
 
     # ------------------------------------------------------------ feedback
 
-    async def set_feedback(self, turn_id: int, user_id: str, value: int) -> None:
-        """Record a user's 👍/👎 on a turn; a later call changes it."""
+    async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str = "slack",
+                           comment: str | None = None) -> None:
+        """Record a user's 👍/👎 on a turn (a reaction or a button: one rating per user); a later call changes it."""
         if value not in (1, -1):
             raise InputError(f"feedback value must be +1 or -1, got {value!r}")
 
         def q() -> None:
             with self._tx() as conn:
                 conn.execute(
-                    "INSERT INTO feedback(turn_id, user_id, value, created_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(turn_id, user_id) DO UPDATE SET value=excluded.value, created_at=excluded.created_at",
-                    (turn_id, user_id, value, _now()),
+                    "INSERT INTO feedback(turn_id, user_id, value, created_at, platform, comment) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id, user_id) DO UPDATE SET value=excluded.value, "
+                    "created_at=excluded.created_at, platform=excluded.platform, "
+                    "comment=COALESCE(excluded.comment, feedback.comment)",
+                    (turn_id, user_id, value, _now(), platform, comment),
                 )
 
         await self._run(q)

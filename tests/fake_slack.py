@@ -354,7 +354,8 @@ class MemoryStore:
     async def conversation_exists(self, key: str) -> bool:
         return any(t.conversation_key == key for t in self.turns.values())
 
-    async def set_feedback(self, turn_id: int, user_id: str, value: int) -> None:
+    async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str = "slack",
+                           comment: str | None = None) -> None:
         self.feedback[(turn_id, user_id)] = value
 
     async def remove_feedback(self, turn_id: int, user_id: str) -> None:

@@ -55,7 +55,7 @@ async def test_version_1_store_keeps_its_answer_links(tmp_path: Path) -> None:
     turn = await s.turn_by_message("C1", "9.9")
     assert turn is not None and turn.message_ref == "9.9" and turn.raw_answer == "a [1] raw"
     assert turn.retrieved == (RetrievedRef("e1", 0.1, 1, "p", "u", "t"),)
-    assert s.schema_version == len(MIGRATIONS) == 2
+    assert s.schema_version == len(MIGRATIONS) == 3
     await s.close()
 
 
@@ -148,6 +148,17 @@ async def test_feedback_change_and_remove(store: Store) -> None:
         await store.set_feedback(tid, "U1", 0)
     with pytest.raises(StoreError):  # foreign key: no such turn
         await store.set_feedback(tid + 50, "U1", 1)
+
+
+async def test_feedback_records_platform_and_keeps_a_comment(tmp_path: Path) -> None:
+    s = Store(tmp_path / "f.db")
+    tid = await s.add_turn(TurnRecord(conversation_key="teams:t:19:c", question="q"))
+    await s.set_feedback(tid, "U1", -1, platform="teams", comment="wrong page")
+    await s.set_feedback(tid, "U1", -1, platform="teams")  # a later reaction keeps the comment
+    await s.close()
+    conn = sqlite3.connect(tmp_path / "f.db")
+    assert conn.execute("SELECT value, platform, comment FROM feedback").fetchall() == [(-1, "teams", "wrong page")]
+    conn.close()
 
 
 async def test_attribution_cache_upserts(store: Store) -> None:

@@ -158,6 +158,16 @@ class Conversations:
             log.exception("turn lookup failed")
             return None
 
+    async def turn_by_id(self, turn_id: object) -> Turn | None:
+        """A turn named by an id a platform sent back (a button's payload), or None when it is not one."""
+        if not isinstance(turn_id, int) or isinstance(turn_id, bool):
+            return None
+        try:
+            return await self.engine.store.get_turn(turn_id)
+        except StoreError:
+            log.exception("turn lookup failed")
+            return None
+
     async def explain(self, turn: Turn, surface: ExplanationSurface) -> None:
         """Explain ``turn`` once (concurrent or repeated requests in this process are ignored)."""
         turn_id = turn.id
@@ -179,7 +189,8 @@ class Conversations:
             self._explained.discard(str(turn_id))
             await surface.say(EXPLAIN_FAILED)
 
-    async def feedback(self, turn: Turn, user: str, value: int | None) -> None:
+    async def feedback(self, turn: Turn, user: str, value: int | None, *, platform: str = "slack",
+                       comment: str | None = None) -> None:
         """Record (``value`` ±1) or withdraw (None) one user's rating of a turn."""
         if not user:
             return
@@ -187,6 +198,6 @@ class Conversations:
             if value is None:
                 await self.engine.store.remove_feedback(turn.id, user)
             else:
-                await self.engine.store.set_feedback(turn.id, user, value)
+                await self.engine.store.set_feedback(turn.id, user, value, platform=platform, comment=comment)
         except StoreError:
             log.exception("could not record feedback on turn %s", turn.id)

@@ -1,0 +1,123 @@
+"""Load test: N concurrent Teams conversations against the bot with a slow (0.5 s) engine.
+
+Two processes, like production: the "Microsoft side" (OpenID/JWKS + token endpoint, the Bot Connector, and
+the sender of RS256-signed activities) runs in a child process; the bot (the real /api/messages endpoint with
+JWT validation, the Connector client, the real SQLite Store) runs in this one with a FakeEngine that sleeps
+``--llm-delay`` per answer in place of the LLM.
+
+Reports answers delivered, ack latency (HTTP response to each activity POST, all N sent at once) and the
+end-to-end overhead beyond the engine's time (activity sent -> answer reached the Connector, minus the engine
+delay). Both processes read the same CLOCK_MONOTONIC.
+
+    python benchmarks/teams_load.py [--conversations 50] [--llm-delay 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import httpx
+from aiohttp import web
+from fake_slack import FakeEngine
+from fake_teams import APP_ID, APP_PASSWORD, TENANT, ActivitySender, FakeConnector, FakeIdentity
+
+from bot.teams.app import build_teams, build_web_app
+from pipeline.runtime.settings import Settings
+from pipeline.store import Store
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
+
+
+async def microsoft_side(conn: Connection, n: int) -> None:
+    identity, connector = await FakeIdentity().start(), await FakeConnector().start()
+    conn.send((identity.openid_url, identity.token_url))
+    endpoint = await asyncio.to_thread(conn.recv)
+    async with ActivitySender(endpoint, identity, connector.url + "/") as send:
+        await send.send(send.personal("warm-up", chat="a:warm"))  # first request fetches keys and a token
+        await connector.wait_for(lambda: any(p.activity.get("entities") for p in connector.posted), 10)
+        connector.posted.clear()
+        acts = [send.personal(f"question {i}?", chat=f"a:chat-{i}", user=f"user-{i}") for i in range(n)]
+        tokens = [identity.sign(a["serviceUrl"]) for a in acts]  # signing is the Bot Framework's cost, not ours
+        sent_at: dict[str, float] = {}
+
+        async def one(act: dict[str, Any], token: str) -> float:
+            sent_at[act["conversation"]["id"]] = t = time.monotonic()
+            status, _ = await send.send(act, token=token)
+            assert status == 200, status
+            return time.monotonic() - t
+
+        t0 = time.monotonic()
+        acks = await asyncio.gather(*(one(a, t) for a, t in zip(acts, tokens, strict=True)))
+        await connector.wait_for(lambda: sum(1 for p in connector.posted if p.activity.get("entities")) >= n, 30)
+        wall = time.monotonic() - t0
+    e2e = [p.at - sent_at[p.conversation_id] for p in connector.posted
+           if p.activity.get("entities") and p.conversation_id in sent_at]
+    conn.send({"acks": acks, "e2e": e2e, "wall": wall})
+    await connector.close()
+    await identity.close()
+
+
+def child(conn: Connection, n: int) -> None:
+    asyncio.run(microsoft_side(conn, n))
+
+
+async def bot_side(conn: Connection, delay_s: float) -> dict[str, Any]:
+    openid_url, token_url = await asyncio.to_thread(conn.recv)
+    settings = Settings.load(env={}, teams_app_id=APP_ID, teams_app_password=APP_PASSWORD, teams_tenant_id=TENANT,
+                             teams_openid_url=openid_url, teams_token_url=token_url, user_rate_per_min=1000)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await Store.open(Path(tmp) / "evident.db")
+        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=100)) as http:
+            bot, auth = build_teams(settings, FakeEngine(store, delay_s=delay_s), http)
+            runner = web.AppRunner(build_web_app(bot, auth), access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            conn.send(f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages")
+            result: dict[str, Any] = await asyncio.to_thread(conn.recv)
+            await bot.drain(10)
+            await runner.cleanup()
+        await store.close()
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--conversations", type=int, default=50)
+    ap.add_argument("--llm-delay", type=float, default=0.5)
+    args = ap.parse_args()
+    parent_conn, child_conn = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=child, args=(child_conn, args.conversations))
+    proc.start()
+    try:
+        r = asyncio.run(bot_side(parent_conn, args.llm_delay))
+    finally:
+        proc.join(30)
+    acks, e2e = r["acks"], [t - args.llm_delay for t in r["e2e"]]
+    print(f"conversations={args.conversations} engine_delay={args.llm_delay:.3f}s wall={r['wall']:.3f}s")
+    print(f"answers delivered: {len(e2e)}/{args.conversations}")
+    print(f"ack latency ms: p50={1000 * statistics.median(acks):.1f} p99={1000 * pct(acks, 99):.1f} "
+          f"max={1000 * max(acks):.1f}")
+    if e2e:
+        print(f"end-to-end overhead beyond engine ms: p50={1000 * statistics.median(e2e):.1f} "
+              f"p95={1000 * pct(e2e, 95):.1f} max={1000 * max(e2e):.1f}")
+    return 0 if len(e2e) == args.conversations else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,229 @@
+"""A local fake of the Microsoft side of a Teams bot, for offline tests and the load benchmark.
+
+* ``FakeIdentity``: OpenID metadata and a JWKS (a fresh RSA key pair) like login.botframework.com, plus an
+  OAuth client-credentials token endpoint like login.microsoftonline.com.
+* ``FakeConnector``: the Bot Connector REST API (``/v3/conversations/{id}/activities[/{id}]``) on 127.0.0.1,
+  recording every activity evident posts; it can answer 429 + Retry-After.
+* ``ActivitySender``: builds activities as Teams sends them and POSTs them signed (RS256, our ``kid``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import jwt
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+APP_ID = "11111111-2222-3333-4444-555555555555"
+APP_PASSWORD = "teams-test-secret"
+TENANT = "tenant-1"
+BOT_ID = f"28:{APP_ID}"
+ACCESS_TOKEN = "connector-access-token"
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.app = web.Application()
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> Any:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+class FakeIdentity(_Server):
+    ISSUER = "https://api.botframework.com"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.kid = "test-key-1"
+        self.token_requests: list[dict[str, str]] = []
+        self.app.router.add_get("/openid", self._openid)
+        self.app.router.add_get("/jwks", self._jwks)
+        self.app.router.add_post("/token", self._token)
+
+    @property
+    def openid_url(self) -> str:
+        return f"{self.url}/openid"
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.url}/token"
+
+    async def _openid(self, _request: web.Request) -> web.Response:
+        return web.json_response({"issuer": self.ISSUER, "jwks_uri": f"{self.url}/jwks",
+                                  "id_token_signing_alg_values_supported": ["RS256"]})
+
+    async def _jwks(self, _request: web.Request) -> web.Response:
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
+        return web.json_response({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]})
+
+    async def _token(self, request: web.Request) -> web.Response:
+        form = dict(await request.post())
+        self.token_requests.append({k: str(v) for k, v in form.items()})
+        if form.get("client_id") != APP_ID or form.get("client_secret") != APP_PASSWORD:
+            return web.json_response({"error": "invalid_client"}, status=401)
+        return web.json_response({"access_token": ACCESS_TOKEN, "expires_in": 3600, "token_type": "Bearer"})
+
+    def sign(self, service_url: str, *, audience: str = APP_ID, issuer: str | None = None,
+             expires_in: float = 600, key: rsa.RSAPrivateKey | None = None, kid: str | None = None) -> str:
+        now = int(time.time())
+        claims = {"iss": issuer or self.ISSUER, "aud": audience, "iat": now, "nbf": now, "exp": now + int(expires_in),
+                  "serviceurl": service_url}
+        return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": kid or self.kid})
+
+
+@dataclass
+class Posted:
+    method: str
+    conversation_id: str
+    reply_to: str | None
+    activity: dict[str, Any]
+    id: str
+    at: float = 0.0  # time.monotonic() when it arrived
+
+
+class FakeConnector(_Server):
+    def __init__(self) -> None:
+        super().__init__()
+        self.posted: list[Posted] = []
+        self.throttle: int = 0  # answer this many requests with 429 first
+        self.retry_after = "0"
+        self.unauthorized: list[str] = []
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Event()
+        base = "/v3/conversations/{cid}/activities"
+        self.app.router.add_post(base, self._post)
+        self.app.router.add_post(base + "/{aid}", self._post)
+        self.app.router.add_put(base + "/{aid}", self._put)
+
+    async def _auth(self, request: web.Request) -> web.Response | None:
+        if request.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":
+            self.unauthorized.append(request.path)
+            return web.json_response({"error": "unauthorized"}, status=401)
+        if self.throttle > 0:
+            self.throttle -= 1
+            return web.json_response({"error": "throttled"}, status=429, headers={"Retry-After": self.retry_after})
+        return None
+
+    async def _post(self, request: web.Request) -> web.Response:
+        refused = await self._auth(request)
+        if refused is not None:
+            return refused
+        new_id = f"bot-msg-{next(self._ids)}"
+        self.posted.append(Posted("POST", request.match_info["cid"], request.match_info.get("aid"),
+                                  await request.json(), new_id, time.monotonic()))
+        self._changed.set()
+        return web.json_response({"id": new_id})
+
+    async def _put(self, request: web.Request) -> web.Response:
+        refused = await self._auth(request)
+        if refused is not None:
+            return refused
+        self.posted.append(Posted("PUT", request.match_info["cid"], request.match_info["aid"], await request.json(),
+                                  request.match_info["aid"]))
+        self._changed.set()
+        return web.json_response({"id": request.match_info["aid"]})
+
+    def messages(self, conversation_id: str | None = None) -> list[Posted]:
+        return [p for p in self.posted if p.activity.get("type") == "message"
+                and (conversation_id is None or p.conversation_id == conversation_id)]
+
+    async def wait_for(self, predicate: Any, within_s: float = 10.0) -> bool:
+        deadline = asyncio.get_running_loop().time() + within_s
+        while not predicate():
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.2))
+        return True
+
+
+class ActivitySender:
+    """Activities as Teams sends them, POSTed to evident's endpoint with a Bot Framework signature."""
+
+    def __init__(self, endpoint: str, identity: FakeIdentity, service_url: str) -> None:
+        self.endpoint = endpoint
+        self.identity = identity
+        self.service_url = service_url
+        self._ids = itertools.count(1)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ActivitySender:
+        self._session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _base(self, kind: str, conversation: dict[str, Any], *, user: str = "aad-user-1", **extra: Any) -> dict[str, Any]:
+        return {"type": kind, "id": f"act-{next(self._ids)}", "timestamp": "2026-11-23T08:00:00Z",
+                "serviceUrl": self.service_url, "channelId": "msteams",
+                "from": {"id": f"29:{user}", "aadObjectId": user, "name": "Ann"},
+                "recipient": {"id": BOT_ID, "name": "evident"}, "conversation": conversation, **extra}
+
+    def channel_mention(self, text: str, *, channel: str = "19:eng@thread.tacv2", root: str | None = None,
+                        **extra: Any) -> dict[str, Any]:
+        act = self._base("message", {}, text=f"<at>evident</at> {text}",
+                         entities=[{"type": "mention", "text": "<at>evident</at>",
+                                    "mentioned": {"id": BOT_ID, "name": "evident"}}],
+                         channelData={"channel": {"id": channel}, "team": {"id": "19:team"}, "tenant": {"id": TENANT}},
+                         **extra)
+        act["conversation"] = {"id": f"{channel};messageid={root or act['id']}", "conversationType": "channel",
+                               "tenantId": TENANT, "isGroup": True}
+        return act
+
+    def channel_reply(self, text: str, *, channel: str = "19:eng@thread.tacv2", root: str, **extra: Any) -> dict[str, Any]:
+        return self._base("message", {"id": f"{channel};messageid={root}", "conversationType": "channel",
+                                      "tenantId": TENANT}, text=text,
+                          channelData={"channel": {"id": channel}, "tenant": {"id": TENANT}}, **extra)
+
+    def personal(self, text: str, *, chat: str = "a:personal-chat-1", user: str = "aad-user-1") -> dict[str, Any]:
+        return self._base("message", {"id": chat, "conversationType": "personal", "tenantId": TENANT},
+                          user=user, text=text, channelData={"tenant": {"id": TENANT}})
+
+    def reaction(self, conversation_id: str, reply_to: str, kind: str = "surprised") -> dict[str, Any]:
+        return self._base("messageReaction", {"id": conversation_id, "tenantId": TENANT}, replyToId=reply_to,
+                          reactionsAdded=[{"type": kind}])
+
+    def explain_button(self, conversation_id: str, reply_to: str, turn: Any) -> dict[str, Any]:
+        return self._base("message", {"id": conversation_id, "tenantId": TENANT}, replyToId=reply_to,
+                          value={"action": "evident.explain", "turn": turn})
+
+    def feedback(self, conversation_id: str, reply_to: str, reaction: str, text: str | None = None) -> dict[str, Any]:
+        action: dict[str, Any] = {"reaction": reaction}
+        if text is not None:
+            action["feedback"] = json.dumps({"feedbackText": text})
+        return self._base("invoke", {"id": conversation_id, "tenantId": TENANT}, name="message/submitAction",
+                          replyToId=reply_to, value={"actionName": "feedback", "actionValue": action})
+
+    async def send(self, activity: dict[str, Any], *, token: str | None = None,
+                   authorization: str | None = None) -> tuple[int, Any]:
+        assert self._session is not None
+        auth = authorization if authorization is not None else \
+            f"Bearer {token or self.identity.sign(activity['serviceUrl'])}"
+        headers = {"Authorization": auth} if auth else {}
+        async with self._session.post(self.endpoint, json=activity, headers=headers) as resp:
+            body = await resp.text()
+            return resp.status, (json.loads(body) if body else None)
