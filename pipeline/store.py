@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from pipeline.errors import InputError, StoreError
+from pipeline.store_migrations import MIGRATIONS
 from pipeline.turns import RetrievedRef, Turn, TurnRecord, citation_from_json, citation_to_json
 
 T = TypeVar("T")
@@ -35,56 +36,6 @@ _UPDATABLE = frozenset(f.name for f in dataclasses.fields(TurnRecord)) - {"conve
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-# ---------------------------------------------------------------- migrations
-
-
-def _m1_initial(db: sqlite_utils.Database) -> None:
-    db["conversations"].create(  # type: ignore[union-attr]
-        {"key": str, "created_at": str, "updated_at": str, "meta": str}, pk="key", not_null={"created_at"},
-    )
-    db["turns"].create(  # type: ignore[union-attr]
-        {
-            "id": int, "conversation_key": str, "turn_no": int, "created_at": str, "user_id": str,
-            "question": str, "completed_question": str, "retrieval_query": str, "retrieved": str,
-            "answer": str, "citations": str, "out_of_scope": int, "extractive": int, "model": str,
-            "prompt_template": str, "prompt_version": str, "timings": str, "error": str, "slack_ts": str,
-            "meta": str,
-        },
-        pk="id", not_null={"conversation_key", "turn_no", "created_at"},
-        foreign_keys=[("conversation_key", "conversations", "key")],
-    )
-    db["turns"].create_index(["conversation_key", "turn_no"], unique=True)  # type: ignore[union-attr]
-    db["turns"].create_index(["slack_ts"])  # type: ignore[union-attr]
-    db["feedback"].create(  # type: ignore[union-attr]
-        {"turn_id": int, "user_id": str, "value": int, "created_at": str},
-        pk=("turn_id", "user_id"), foreign_keys=[("turn_id", "turns", "id")],
-    )
-    db["attributions"].create(  # type: ignore[union-attr]
-        {"turn_id": int, "method": str, "params_hash": str, "result": str, "created_at": str},
-        pk=("turn_id", "method", "params_hash"), foreign_keys=[("turn_id", "turns", "id")],
-    )
-    db["sync_state"].create(  # type: ignore[union-attr]
-        {"source": str, "space": str, "checkpoint_utc": str, "updated_at": str}, pk=("source", "space"),
-    )
-    db["seen_events"].create({"event_id": str, "created_at": float}, pk="event_id")  # type: ignore[union-attr]
-    db["seen_events"].create_index(["created_at"])  # type: ignore[union-attr]
-
-
-def _m2_message_ref(db: sqlite_utils.Database) -> None:
-    """The posted answer's id is platform-neutral (a Slack ts, a Teams activity id)."""
-    db.execute("ALTER TABLE turns RENAME COLUMN slack_ts TO message_ref")
-
-
-def _m3_feedback_platform(db: sqlite_utils.Database) -> None:
-    """Feedback records where it came from (slack, teams) and the comment a feedback form may carry."""
-    db.execute("ALTER TABLE feedback ADD COLUMN platform TEXT")
-    db.execute("ALTER TABLE feedback ADD COLUMN comment TEXT")
-
-
-# Append new migrations; never edit or reorder applied ones. Index i brings the schema to version i+1.
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_m1_initial, _m2_message_ref, _m3_feedback_platform)
 
 
 class Store:
@@ -216,6 +167,10 @@ class Store:
     async def set_message_ref(self, turn_id: int, message_ref: str) -> None:
         """Link a turn to the platform message that shows its answer (for reactions on it)."""
         await self.update_turn(turn_id, message_ref=message_ref)
+
+    async def mark_explained(self, turn_id: int) -> None:
+        """Record that the turn's explanation was posted (later requests, even after a restart, are ignored)."""
+        await self.update_turn(turn_id, explained_at=_now())
 
     async def get_turn(self, turn_id: int) -> Turn | None:
         rows = await self._run(lambda: self._rows("SELECT * FROM turns WHERE id=?", (turn_id,)))
@@ -401,7 +356,7 @@ def _decode_turn(row: dict[str, Any]) -> Turn:
         model=row.get("model") or "", prompt_template=row.get("prompt_template") or "",
         prompt_version=row.get("prompt_version"), timings=js("timings", {}), error=row.get("error"),
         raw_answer=meta.get("raw_answer") or row.get("answer") or "", notice=meta.get("notice"),
-        message_ref=row.get("message_ref"),
+        message_ref=row.get("message_ref"), explained_at=row.get("explained_at"),
     )
 
 

@@ -83,6 +83,7 @@ class TurnRecord:
     raw_answer: str = ""  # the generator's text before citation parsing: what explain regenerates against
     notice: str | None = None  # e.g. "your message was shortened"
     message_ref: str | None = None  # the platform's id of the posted answer (Slack ts, Teams activity id)
+    explained_at: str | None = None  # when an explanation of this answer was posted (it is posted once)
 
     @property
     def asked(self) -> str:

@@ -373,6 +373,9 @@ class MemoryStore:
     async def get_turn(self, turn_id: int) -> Turn | None:
         return self.turns.get(turn_id)
 
+    async def mark_explained(self, turn_id: int) -> None:
+        self.turns[turn_id] = dataclasses.replace(self.turns[turn_id], explained_at="now")
+
 
 def default_answer(question: str) -> Answer:
     return Answer(text=f"To {question.lower()}, open the VPN portal [1] and follow the guide [2].",

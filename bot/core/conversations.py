@@ -169,9 +169,10 @@ class Conversations:
             return None
 
     async def explain(self, turn: Turn, surface: ExplanationSurface) -> None:
-        """Explain ``turn`` once (concurrent or repeated requests in this process are ignored)."""
+        """Explain ``turn`` once: concurrent requests and requests for an answer already explained (recorded
+        in the store, so also after a restart) are ignored."""
         turn_id = turn.id
-        if not self._explained.add(str(turn_id)):
+        if turn.explained_at or not self._explained.add(str(turn_id)):
             return  # already explained (or being explained)
         try:
             result = await self.engine.explain(turn_id)
@@ -182,12 +183,19 @@ class Conversations:
             return
         try:
             await surface.explanation(result)
+            await self._mark_explained(turn_id)
         except SurfaceError:  # the platform refused (the adapter logged why): a later request may try again
             self._explained.discard(str(turn_id))
         except Exception:  # e.g. rendering failed: still an answer for the user
             log.exception("showing the explanation of turn %s failed", turn_id)
             self._explained.discard(str(turn_id))
             await surface.say(EXPLAIN_FAILED)
+
+    async def _mark_explained(self, turn_id: int) -> None:
+        try:
+            await self.engine.store.mark_explained(turn_id)
+        except StoreError:
+            log.exception("could not record that turn %s was explained", turn_id)
 
     async def feedback(self, turn: Turn, user: str, value: int | None, *, platform: str = "slack",
                        comment: str | None = None) -> None:

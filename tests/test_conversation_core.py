@@ -1,0 +1,71 @@
+"""The platform-neutral conversation core with a real store: what holds across restarts and scopes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fake_slack import FakeEngine
+
+from bot.core.conversations import Conversations, Question
+from bot.core.ratelimit import UserRateLimiter
+from bot.core.scope import NOT_CONNECTED, Scope
+from pipeline.store import Store
+
+
+class RecordingSurface:
+    """A Surface that keeps what evident would show (plain class, the protocol's methods)."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, object]] = []
+
+    async def progress(self) -> str | None:
+        self.shown.append(("progress", None))
+        return None
+
+    def conversation_key(self, progress_id: str | None) -> str:
+        return "test:conv"
+
+    async def earlier_messages(self) -> list[tuple[str, str]] | None:
+        return None
+
+    async def answer(self, result: object) -> str | None:
+        self.shown.append(("answer", result))
+        return f"msg-{len(self.shown)}"
+
+    async def say(self, text: str) -> None:
+        self.shown.append(("say", text))
+
+    async def rate_limited(self, retry_after_s: int) -> None:
+        self.shown.append(("rate_limited", retry_after_s))
+
+    async def explanation(self, result: object) -> None:
+        self.shown.append(("explanation", result))
+
+
+async def test_an_answer_is_explained_once_even_across_a_restart(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "core.db")
+    engine = FakeEngine(store)
+    core = Conversations(engine, UserRateLimiter(100), Scope({}, ("*",)))
+    surface = RecordingSurface()
+    await core.answer(Question("U1", "How do I get VPN access?", "C1", "test:conv"), surface)
+    turn = await store.turn_by_message("test:conv", "msg-2")
+    assert turn is not None and turn.explained_at is None
+    await core.explain(turn, surface)
+    restarted = Conversations(FakeEngine(store), UserRateLimiter(100), Scope({}, ("*",)))  # nothing in memory
+    again = await store.get_turn(turn.id)
+    assert again is not None and again.explained_at is not None
+    await restarted.explain(again, surface)
+    assert [kind for kind, _ in surface.shown].count("explanation") == 1
+    await store.close()
+
+
+async def test_default_scope_none_tells_the_user_and_asks_nothing(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "core.db")
+    engine = FakeEngine(store)
+    core = Conversations(engine, UserRateLimiter(100), Scope({"C9": ("ENG",)}, ("none",)))
+    surface = RecordingSurface()
+    await core.answer(Question("U1", "holidays?", "D1", "test:dm"), surface)
+    await core.answer(Question("U1", "deploy?", "C9", "test:c9"), surface)
+    assert surface.shown[0] == ("say", NOT_CONNECTED)
+    assert [(a.question, a.spaces) for a in engine.asks] == [("deploy?", ("ENG",))]
+    await store.close()
