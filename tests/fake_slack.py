@@ -290,6 +290,19 @@ class EventSender:
         status, body, _ = await self.post_raw(urllib.parse.urlencode(form), "application/x-www-form-urlencoded")
         return status, body
 
+    async def block_action(self, action_id: str, value: str, *, channel: str = "C1", user: str = "U1",
+                           message_ts: str = "", action_type: str = "button") -> int:
+        """A click on a button of one of evident's messages, as Slack posts it (form field ``payload``)."""
+        payload = {"type": "block_actions", "team": {"id": self.team}, "user": {"id": user},
+                   "api_app_id": "A1", "token": "legacy", "trigger_id": f"trig{next(self._ids)}",
+                   "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
+                   "channel": {"id": channel}, "message": {"ts": message_ts, "type": "message"},
+                   "actions": [{"type": action_type, "action_id": action_id, "block_id": "b1", "value": value,
+                                "action_ts": str(time.time())}]}
+        body = urllib.parse.urlencode({"payload": json.dumps(payload)})
+        status, _, _ = await self.post_raw(body, "application/x-www-form-urlencoded")
+        return status
+
     # --------------------------------------------------------------- event builders
 
     def mention(self, text: str, *, channel: str = "C1", user: str = "U1", thread_ts: str | None = None,

@@ -62,7 +62,7 @@ def _text(args: dict[str, Any]) -> str:
     for b in args.get("blocks") or []:
         if b["type"] == "section":
             parts.append(b["text"]["text"])
-        else:
+        elif b["type"] == "context":  # buttons (actions, context_actions) carry no answer text
             parts.extend(e["text"] for e in b.get("elements", []))
     return "\n".join(parts)
 

@@ -47,7 +47,7 @@ def _text(args: dict[str, Any]) -> str:
     for b in args.get("blocks") or []:
         if b["type"] == "section":
             parts.append(b["text"]["text"])
-        else:
+        elif b["type"] == "context":  # buttons (actions, context_actions) carry no answer text
             parts.extend(e["text"] for e in b.get("elements", []))
     return "\n".join(parts)
 
@@ -343,6 +343,28 @@ async def test_channel_space_mapping_is_passed_to_the_engine(make_harness: Facto
     await h.send.event(h.send.mention("holidays?", channel="C1"))
     await h.answered(2)
     assert {a.question: a.spaces for a in h.engine.asks} == {"deploy?": ("ENG", "OPS"), "holidays?": None}
+
+
+async def test_feedback_and_explain_buttons_under_an_answer(h: Harness) -> None:
+    ev, update = await _answer_once(h)
+    blocks = update["blocks"]
+    (feedback,) = [e for b in blocks if b["type"] == "context_actions" for e in b["elements"]]
+    (explain,) = [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
+    assert feedback["type"] == "feedback_buttons" and explain["action_id"] == "evident_explain"
+    turn_id = int(explain["value"])
+    assert feedback["positive_button"]["value"] == f"up:{turn_id}"
+    assert await h.send.block_action("evident_feedback", f"down:{turn_id}", user="U7", action_type="feedback_buttons",
+                                     message_ts=update["ts"]) == 200
+    assert await h.send.block_action("evident_explain", str(turn_id), message_ts=update["ts"]) == 200
+    assert await h.send.block_action("evident_explain", str(turn_id), channel="C2") == 200  # not where it was asked
+    await h.settle()
+    assert await h.engine.store.get_feedback(turn_id) == {"U7": -1}
+    explanations = [m for m in h.slack.of("chat.postMessage") if "Why this answer?" in m.get("text", "")]
+    assert len(explanations) == 1 and explanations[0]["channel"] == "C1" and explanations[0]["thread_ts"] == ev["ts"]
+    # a reaction after the button: the answer is already explained
+    await h.send.event(h.send.reaction("mag", "C1", update["ts"]))
+    await h.settle()
+    assert len([m for m in h.slack.of("chat.postMessage") if "Why this answer?" in m.get("text", "")]) == 1
 
 
 async def test_unmapped_channels_and_dms_get_the_default_scope(make_harness: Factory) -> None:

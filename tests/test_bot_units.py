@@ -71,7 +71,7 @@ def _all_text(blocks: list[dict]) -> str:
     for b in blocks:
         if b["type"] == "section":
             parts.append(b["text"]["text"])
-        else:
+        elif b["type"] == "context":  # buttons (actions, context_actions) carry no answer text
             parts.extend(e["text"] for e in b["elements"])
     return "\n".join(parts)
 
@@ -97,7 +97,8 @@ def test_render_answer_shows_engine_notice_escaped() -> None:
 def test_render_answer_without_citations_has_no_hint() -> None:
     r = render_answer(_turn("I don't know.", citations=[]))
     assert "React with" not in _all_text(r.blocks)
-    assert [b["type"] for b in r.blocks] == ["section"]
+    assert [b["type"] for b in r.blocks] == ["section", "context_actions", "actions"]  # 👍/👎 and "Why?" stay
+    assert [b["type"] for b in render_answer(_turn("I don't know.", citations=[]), buttons=False).blocks] == ["section"]
 
 
 def test_render_answer_splits_long_answers_into_sections() -> None:
@@ -193,9 +194,10 @@ def test_manifest_declares_exactly_the_needed_scopes_events_and_command() -> Non
     yaml = pytest.importorskip("yaml")
     manifest = yaml.safe_load((Path(__file__).parent.parent / "deploy" / "slack-app-manifest.yaml").read_text())
     assert set(manifest["oauth_config"]["scopes"]["bot"]) == {
-        "app_mentions:read", "chat:write", "im:history", "im:read", "channels:history", "groups:history",
-        "reactions:read", "reactions:write", "commands", "users:read"}
+        "app_mentions:read", "chat:write", "im:history", "channels:history", "groups:history",
+        "reactions:read", "commands"}  # nothing evident never calls (im:read, reactions:write, users:read are gone)
     assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
         "app_mention", "message.im", "message.channels", "message.groups", "reaction_added", "reaction_removed"}
     assert [c["command"] for c in manifest["features"]["slash_commands"]] == ["/ask"]
     assert manifest["settings"]["socket_mode_enabled"] is True
+    assert manifest["settings"]["interactivity"]["is_enabled"] is True  # the answer's buttons

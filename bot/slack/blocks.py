@@ -11,7 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    ButtonElement,
+    ContextActionsBlock,
+    ContextBlock,
+    FeedbackButtonObject,
+    FeedbackButtonsElement,
+    MarkdownTextObject,
+    SectionBlock,
+)
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.slack.mrkdwn import bar, escape, link
@@ -21,6 +30,8 @@ from pipeline.types import Citation
 SECTION_LIMIT = 3000
 MAX_BLOCKS = 50
 PLACEHOLDER = "Searching the wiki…"
+FEEDBACK_ACTION = "evident_feedback"
+EXPLAIN_ACTION = "evident_explain"
 _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _LINK = re.compile(r"<[^<>\n]*>")
 
@@ -113,8 +124,20 @@ def explain_hint(emojis: Sequence[str]) -> str:
     return "React with " + " or ".join(names) + " to see why"
 
 
+def answer_buttons(turn_id: int) -> list[Block]:
+    """👍/👎 (Slack's feedback buttons) and "Why this answer?" under an answer; the values carry the turn."""
+    feedback = FeedbackButtonsElement(
+        action_id=FEEDBACK_ACTION,
+        positive_button=FeedbackButtonObject(text="Good answer", value=f"up:{turn_id}",
+                                             accessibility_label="Mark this answer as helpful"),
+        negative_button=FeedbackButtonObject(text="Bad answer", value=f"down:{turn_id}",
+                                             accessibility_label="Mark this answer as not helpful"))
+    explain = ButtonElement(text="Why this answer?", action_id=EXPLAIN_ACTION, value=str(turn_id))
+    return [ContextActionsBlock(elements=[feedback]).to_dict(), ActionsBlock(elements=[explain]).to_dict()]
+
+
 def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("explain", "mag"),
-                  asked_by: str | None = None, question: str | None = None) -> Rendered:
+                  asked_by: str | None = None, question: str | None = None, buttons: bool = True) -> Rendered:
     """The Block Kit message that replaces the placeholder."""
     answer = result.answer
     blocks: list[Block] = []
@@ -136,6 +159,8 @@ def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("e
         hint = explain_hint(explain_emojis)
         if hint:
             blocks_tail.append(_context(hint))
+    if buttons and answer.text.strip() and not answer.out_of_scope:
+        blocks_tail.extend(answer_buttons(result.turn_id))
     room = MAX_BLOCKS - len(blocks) - len(blocks_tail)
     if len(sections) > room:
         sections = [*sections[: room - 1], _section("_(answer truncated)_")]

@@ -22,10 +22,18 @@ from bot.core.dedup import Deduper
 from bot.core.ratelimit import UserRateLimiter
 from bot.core.scope import Scope
 from bot.core.work import BackgroundWork
-from bot.slack.blocks import PLACEHOLDER
+from bot.slack.blocks import EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
-from bot.slack.threads import DM_MAIN, clean_question, conversation_key, mentions, thread_of_key
+from bot.slack.threads import (
+    DM_MAIN,
+    channel_of_key,
+    clean_question,
+    conversation_key,
+    mentions,
+    thread_of_key,
+)
 from pipeline.runtime.settings import Settings
+from pipeline.turns import Turn
 
 log = logging.getLogger("evident.bot")
 
@@ -76,6 +84,8 @@ class EvidentBot:
         app.event("reaction_added")(self.on_reaction_added)
         app.event("reaction_removed")(self.on_reaction_removed)
         app.command("/ask")(self.on_ask)
+        app.action(FEEDBACK_ACTION)(self.on_feedback_button)
+        app.action(EXPLAIN_ACTION)(self.on_explain_button)
         app.error(self.on_error)
 
     async def _dedupe_events(self, body: dict[str, Any], context: dict[str, Any],
@@ -197,6 +207,23 @@ class EvidentBot:
         self.spawn(self._feedback(channel, ts, str(event.get("user") or ""), None), f"unfeedback:{channel}:{ts}",
                    context.get(_EVENT_ID))
 
+    async def on_feedback_button(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any],
+                                 action: dict[str, Any]) -> None:
+        await ack()
+        kind, _, turn_id = str(action.get("value") or "").partition(":")
+        value = {"up": 1, "down": -1}.get(kind)
+        channel, user = _where(body)
+        if value is not None and turn_id.isdigit():
+            self.spawn(self._button_feedback(channel, int(turn_id), user, value), f"feedback-button:{turn_id}")
+
+    async def on_explain_button(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any],
+                                action: dict[str, Any]) -> None:
+        await ack()
+        turn_id = str(action.get("value") or "")
+        channel, _ = _where(body)
+        if turn_id.isdigit():
+            self.spawn(self._button_explain(channel, int(turn_id)), f"explain-button:{turn_id}")
+
     def _reaction_target(self, event: dict[str, Any], context: dict[str, Any]) -> tuple[str, str] | None:
         """(channel, ts) of a reacted-to message that evident wrote; None for anything else."""
         item = event.get("item") or {}
@@ -222,7 +249,31 @@ class EvidentBot:
         thread = thread_of_key(turn.conversation_key) or ts
         await self.core.explain(turn, SlackExplanation(self.client, channel, thread))
 
+    async def _button_turn(self, channel: str, turn_id: int) -> Turn | None:
+        """The turn a button names, if it was answered in the channel the button was clicked in."""
+        turn = await self.core.turn_by_id(turn_id)
+        if turn is None or channel_of_key(turn.conversation_key) != channel:
+            return None
+        return turn
+
+    async def _button_feedback(self, channel: str, turn_id: int, user: str, value: int) -> None:
+        turn = await self._button_turn(channel, turn_id)
+        if turn is not None:
+            await self.core.feedback(turn, user, value)
+
+    async def _button_explain(self, channel: str, turn_id: int) -> None:
+        turn = await self._button_turn(channel, turn_id)
+        if turn is not None:
+            thread = thread_of_key(turn.conversation_key) or turn.message_ref or ""
+            await self.core.explain(turn, SlackExplanation(self.client, channel, thread))
+
     async def _feedback(self, channel: str, ts: str, user: str, value: int | None) -> None:
         turn = await self.core.turn_for(channel, ts)
         if turn is not None:
             await self.core.feedback(turn, user, value)
+
+
+def _where(body: dict[str, Any]) -> tuple[str, str]:
+    """(channel id, user id) of a block action."""
+    channel = body.get("channel") or (body.get("container") or {})
+    return str(channel.get("id") or channel.get("channel_id") or ""), str((body.get("user") or {}).get("id") or "")

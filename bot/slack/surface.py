@@ -74,7 +74,8 @@ class SlackThread:
 
     async def answer(self, result: TurnResultLike) -> str | None:
         rendered = render_answer(result, explain_emojis=self.explain_emojis,
-                                 asked_by=self.asked_by if not self.ephemeral else None, question=self.question)
+                                 asked_by=self.asked_by if not self.ephemeral else None, question=self.question,
+                                 buttons=not self.ephemeral)
         if result.error:
             rendered.blocks.append({"type": "context",
                                     "elements": [{"type": "mrkdwn", "text": f":warning: {escape(result.error)}"}]})

@@ -27,6 +27,12 @@ def thread_of_key(key: str) -> str | None:
     return last if re.fullmatch(r"\d+\.\d+", last) else None
 
 
+def channel_of_key(key: str) -> str:
+    """The channel id in a ``team:channel:thread`` conversation key ("" for other keys)."""
+    parts = key.split(":")
+    return parts[1] if len(parts) == 3 else ""
+
+
 def clean_question(text: str, bot_user_id: str | None) -> str:
     """Remove the bot's own mention (and leading punctuation) from a message's text."""
     if bot_user_id:
