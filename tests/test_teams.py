@@ -243,13 +243,13 @@ async def test_page_text_cannot_mention_link_or_format(make_harness: Factory) ->
 
 
 def test_mention_stripping_keeps_other_mentions_as_text() -> None:
-    act = Activity.parse({"type": "message", "text": "<at>evident</at> ask <at>Bob</at> about &amp; VPN",
+    act = Activity.parse({"type": "message", "text": "<at>evident</at> does <at>Bob</at> know about &amp; VPN",
                           "recipient": {"id": BOT_ID}, "conversation": {"id": "c"},
                           "entities": [{"type": "mention", "text": "<at>evident</at>", "mentioned": {"id": BOT_ID}},
                                        {"type": "mention", "text": "<at>Bob</at>", "mentioned": {"id": "29:bob"}},
                                        "not-an-entity"],
                           "from": ["wrong", "type"]})
-    assert act.question() == "ask Bob about & VPN" and act.mentions_bot and act.user_id == ""
+    assert act.question() == "does Bob know about & VPN" and act.mentions_bot and act.user_id == ""
 
 
 def test_answer_rendering_escapes_and_keeps_markers() -> None:
@@ -333,3 +333,11 @@ def test_app_package_has_the_bot_id_scopes_and_icons(tmp_path: Path) -> None:
     assert manifest["bots"][0]["scopes"] == ["personal", "team", "groupChat"]
     bad = CliRunner().invoke(main, ["teams", "package", "--out", str(out), "--app-id", "not-a-guid"])
     assert bad.exit_code == 2 and "must be the bot's Microsoft App ID" in bad.output
+
+
+async def test_team_mapping_applies_to_its_unmapped_channels_and_ask_is_a_command_word(make_harness: Factory) -> None:
+    h = await make_harness(channel_spaces="19:team=OPS;19:hr@thread.tacv2=HR")
+    await h.send.send(h.send.channel_mention("ask how do I deploy?"))  # channel 19:eng in team 19:team
+    await h.send.send(h.send.channel_mention("holidays?", channel="19:hr@thread.tacv2"))
+    await h.answers(2)
+    assert {a.question: a.spaces for a in h.engine.asks} == {"how do I deploy?": ("OPS",), "holidays?": ("HR",)}

@@ -73,11 +73,12 @@ class Question:
     key: str | None  # the conversation; None: it starts with the progress message (in-channel /ask)
     history: list[tuple[str, str]] | None = None
     join_late: bool = False  # read earlier messages when evident has not seen this conversation yet
+    team: str = ""  # the team whose mapping applies when the channel has none (Teams)
 
 
 class Conversations:
     def __init__(self, engine: EngineLike, limiter: UserRateLimiter,
-                 spaces_for: Callable[[str], tuple[str, ...] | None]) -> None:
+                 spaces_for: Callable[[str, str], tuple[str, ...] | None]) -> None:
         self.engine = engine
         self.limiter = limiter
         self.spaces_for = spaces_for
@@ -115,7 +116,7 @@ class Conversations:
         if not self.limiter.allow(q.user):
             await surface.rate_limited(self.limiter.retry_after_s(q.user))
             return
-        spaces = self.spaces_for(q.scope)
+        spaces = self.spaces_for(q.scope, q.team)
         if spaces == NO_SPACE:
             await surface.say(NOT_CONNECTED)
             return

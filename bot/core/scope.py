@@ -27,7 +27,8 @@ class Scope:
         else:
             self.default = tuple(default_spaces)
 
-    def __call__(self, channel: str) -> tuple[str, ...] | None:
-        """Space keys for a question asked in ``channel`` (None: every space; empty: none)."""
-        mapped = self.channel_spaces.get(channel)
+    def __call__(self, channel: str, team: str = "") -> tuple[str, ...] | None:
+        """Space keys for a question asked in ``channel`` (None: every space; empty: none). A Teams channel
+        that is not mapped itself takes its team's mapping, where the team id is mapped."""
+        mapped = self.channel_spaces.get(channel) or (self.channel_spaces.get(team) if team else None)
         return tuple(mapped) if mapped else self.default

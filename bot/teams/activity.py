@@ -10,6 +10,7 @@ from typing import Any
 
 _AT = re.compile(r"<at\b[^>]*>(.*?)</at>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
+_ASK = re.compile(r"^ask\s+(?=\S)", re.IGNORECASE)
 
 
 def _s(value: Any) -> str:
@@ -35,6 +36,7 @@ class Activity:
     reply_to_id: str = ""
     value: dict[str, Any] = field(default_factory=dict)
     channel_id: str = ""  # the Teams channel (for scope), "" outside channels
+    team_id: str = ""
     mentions: tuple[tuple[str, str], ...] = ()  # (mentioned id, the <at> text)
     reactions_added: tuple[str, ...] = ()
 
@@ -54,6 +56,7 @@ class Activity:
             user_id=_s(sender.get("aadObjectId")) or _s(sender.get("id")), recipient_id=_s(recipient.get("id")),
             text=_s(body.get("text")), name=_s(body.get("name")), reply_to_id=_s(body.get("replyToId")),
             value=_d(body.get("value")), channel_id=_s(_d(data.get("channel")).get("id")),
+            team_id=_s(_d(data.get("team")).get("id")),
             mentions=mentions, reactions_added=reactions,
         )
 
@@ -75,4 +78,5 @@ class Activity:
         """The message text without the bot's own mention(s), tags and entities, whitespace collapsed."""
         bot_names = {t for mid, t in self.mentions if mid == self.recipient_id}
         text = _AT.sub(lambda m: "" if m.group(0) in bot_names else m.group(1), self.text)
-        return " ".join(html.unescape(_TAGS.sub(" ", text)).split())
+        text = " ".join(html.unescape(_TAGS.sub(" ", text)).split())
+        return _ASK.sub("", text, count=1)  # the manifest's "ask" command word

@@ -74,7 +74,8 @@ class TeamsBot:
         self.work.spawn(coro, f"teams-{what}", event_id)
 
     def _question(self, activity: Activity, reply: TeamsReply, event_id: str | None) -> None:
-        q = Question(activity.user_id, activity.question(), activity.scope, activity.conversation_key)
+        q = Question(activity.user_id, activity.question(), activity.scope, activity.conversation_key,
+                     team=activity.team_id)
         if activity.conversation_type == "personal" or activity.mentions_bot:
             self._spawn(self.core.answer(q, reply), "answer", event_id)
         else:  # a reply in a channel chain or group chat without a mention (delivered with RSC permissions)
