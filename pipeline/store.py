@@ -210,6 +210,34 @@ class Store:
         rows = await self._run(q)
         return _decode_turn(rows[0]) if rows else None
 
+    async def conversation_meta(self, key: str) -> dict[str, Any]:
+        """What a platform keeps about a conversation (e.g. the channel an assistant thread looks at)."""
+        rows = await self._run(lambda: self._rows("SELECT meta FROM conversations WHERE key=?", (key,)))
+        meta = json.loads(rows[0]["meta"] or "{}") if rows else {}
+        return meta if isinstance(meta, dict) else {}
+
+    async def set_conversation_meta(self, key: str, meta: Mapping[str, Any]) -> None:
+        payload = json.dumps(dict(meta), ensure_ascii=False)
+
+        def q() -> None:
+            now = _now()
+            with self._tx() as conn:
+                conn.execute(
+                    "INSERT INTO conversations(key, created_at, updated_at, meta) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET meta=excluded.meta, updated_at=excluded.updated_at",
+                    (key, now, now, payload),
+                )
+
+        await self._run(q)
+
+    async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]:
+        """(title, space, times cited) of the pages answers cited most, most cited first."""
+        rows = await self._run(lambda: self._rows(
+            "SELECT json_extract(c.value, '$.title') AS title, json_extract(c.value, '$.space') AS space, "
+            "COUNT(*) AS n FROM turns, json_each(turns.citations) AS c WHERE turns.error IS NULL "
+            "AND json_valid(turns.citations) GROUP BY title, space ORDER BY n DESC, title LIMIT ?", (int(limit),)))
+        return [(str(r["title"] or ""), str(r["space"] or ""), int(r["n"])) for r in rows if r["title"]]
+
     # ------------------------------------------------------------ feedback
 
     async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str = "slack",

@@ -192,6 +192,26 @@ class FakeSlack:
     def _m_reactions_remove(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True}
 
+    def _m_assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self._assistant_thread(args)
+
+    def _m_assistant_threads_setSuggestedPrompts(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self._assistant_thread(args)
+
+    def _m_assistant_threads_setTitle(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self._assistant_thread(args)
+
+    def _assistant_thread(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Slack accepts these only for threads in the assistant container (DMs, ``D…``)."""
+        if not str(args.get("channel_id", "")).startswith("D") or not args.get("thread_ts"):
+            return {"ok": False, "error": "not_allowed"}
+        return {"ok": True}
+
+    def _m_views_publish(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("user_id") or not args.get("view"):
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True, "view": {"id": "V1"}}
+
     def _m_users_info(self, args: dict[str, Any]) -> dict[str, Any]:
         uid = args.get("user", "")
         return {"ok": True, "user": {"id": uid, "name": uid.lower(), "is_bot": uid == self.bot_user}}
@@ -343,6 +363,7 @@ class MemoryStore:
         self.turns: dict[int, Turn] = {}
         self.feedback: dict[tuple[int, str], int] = {}
         self.events: set[str] = set()
+        self.meta: dict[str, dict[str, Any]] = {}
 
     async def add_turn(self, record: TurnRecord) -> int:
         turn_id = len(self.turns) + 1
@@ -385,6 +406,15 @@ class MemoryStore:
 
     async def get_turn(self, turn_id: int) -> Turn | None:
         return self.turns.get(turn_id)
+
+    async def conversation_meta(self, key: str) -> dict[str, Any]:
+        return dict(self.meta.get(key, {}))
+
+    async def set_conversation_meta(self, key: str, meta: Any) -> None:
+        self.meta[key] = dict(meta)
+
+    async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]:
+        return []
 
     async def mark_explained(self, turn_id: int) -> None:
         self.turns[turn_id] = dataclasses.replace(self.turns[turn_id], explained_at="now")
@@ -438,7 +468,8 @@ class FakeEngine:
         answer = self.answer_for(question)
         turn_id = await self.store.add_turn(TurnRecord(conversation_key=conversation_key, question=question,
                                                        user_id=user_id, completed_question=completed,
-                                                       answer=answer.text, error=self.error_text))
+                                                       answer=answer.text, citations=tuple(answer.citations),
+                                                       error=self.error_text))
         return TurnResult(turn_id, answer, completed, followup, self.error_text)
 
     async def explain(self, turn_id: int) -> ExplainResult:

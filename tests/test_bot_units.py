@@ -195,9 +195,12 @@ def test_manifest_declares_exactly_the_needed_scopes_events_and_command() -> Non
     manifest = yaml.safe_load((Path(__file__).parent.parent / "deploy" / "slack-app-manifest.yaml").read_text())
     assert set(manifest["oauth_config"]["scopes"]["bot"]) == {
         "app_mentions:read", "chat:write", "im:history", "channels:history", "groups:history",
-        "reactions:read", "commands"}  # nothing evident never calls (im:read, reactions:write, users:read are gone)
+        "reactions:read", "commands", "assistant:write"}  # nothing evident never calls (im:read, reactions:write,
+    # users:read are gone)
     assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
-        "app_mention", "message.im", "message.channels", "message.groups", "reaction_added", "reaction_removed"}
+        "app_mention", "message.im", "message.channels", "message.groups", "reaction_added", "reaction_removed",
+        "assistant_thread_started", "assistant_thread_context_changed"}
+    assert "assistant_description" in manifest["features"]["assistant_view"]
     assert [c["command"] for c in manifest["features"]["slash_commands"]] == ["/ask"]
     assert manifest["settings"]["socket_mode_enabled"] is True
     assert manifest["settings"]["interactivity"]["is_enabled"] is True  # the answer's buttons

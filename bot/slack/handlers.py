@@ -22,6 +22,7 @@ from bot.core.dedup import Deduper
 from bot.core.ratelimit import UserRateLimiter
 from bot.core.scope import Scope
 from bot.core.work import BackgroundWork
+from bot.slack.assistant import AssistantListeners
 from bot.slack.blocks import EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
@@ -66,6 +67,12 @@ class EvidentBot:
               event_id: str | None = None) -> asyncio.Task[None] | None:
         return self.work.spawn(coro, name, event_id)
 
+    @staticmethod
+    def event_id(context: dict[str, Any]) -> str | None:
+        """The Events API event id the de-dup middleware recorded for this request, if any."""
+        value = context.get(_EVENT_ID)
+        return value if isinstance(value, str) else None
+
     @property
     def in_flight(self) -> int:
         return self.work.in_flight
@@ -79,6 +86,7 @@ class EvidentBot:
     def register(self, app: AsyncApp) -> None:
         self.app = app
         app.middleware(self._dedupe_events)
+        app.assistant(AssistantListeners(self).assistant())  # DM threads in the AI-app panel (before "message")
         app.event("app_mention")(self.on_app_mention)
         app.event("message")(self.on_message)
         app.event("reaction_added")(self.on_reaction_added)
@@ -135,7 +143,7 @@ class EvidentBot:
             key, reply_in, late = conversation_key(team, channel, thread), thread, thread
         else:
             key, reply_in, late = conversation_key(team, channel, ts), ts, None
-        surface = self._thread(team, channel, user, question, reply_in, context, backfill_thread=late, before_ts=ts)
+        surface = self.thread_surface(team, channel, user, question, reply_in, context, backfill_thread=late, before_ts=ts)
         q = Question(user, question, channel, key, join_late=late is not None)
         self.spawn(self.core.answer(q, surface), f"answer:{channel}:{ts}", context.get(_EVENT_ID))
 
@@ -155,7 +163,7 @@ class EvidentBot:
                 return
             question = clean_question(text, bot_user)
             q = Question(user, question, channel, conversation_key(team, channel, thread or DM_MAIN))
-            self.spawn(self.core.answer(q, self._thread(team, channel, user, question, thread, context)),
+            self.spawn(self.core.answer(q, self.thread_surface(team, channel, user, question, thread, context)),
                        f"answer:{channel}:{ts}", context.get(_EVENT_ID))
             return
         if mentions(text, bot_user) or not thread or thread == ts:
@@ -164,7 +172,7 @@ class EvidentBot:
         if not question:
             return  # e.g. an image dropped into the thread: nothing to answer, and no need to nag
         q = Question(user, question, channel, conversation_key(team, channel, thread))
-        surface = self._thread(team, channel, user, question, thread, context)
+        surface = self.thread_surface(team, channel, user, question, thread, context)
         self.spawn(self.core.follow_up(q, surface, lambda: self.dedup.claim_message(channel, ts)),
                    f"followup:{channel}:{ts}", context.get(_EVENT_ID))
 
@@ -182,7 +190,7 @@ class EvidentBot:
         team = str(body.get("team_id") or context.get("team_id") or "T")
         channel, user = str(body.get("channel_id", "")), str(body.get("user_id", ""))
         key = conversation_key(team, channel, f"ask-{body.get('trigger_id', '')}") if ephemeral else None
-        surface = self._thread(team, channel, user, question, None, context, respond=respond, ephemeral=ephemeral,
+        surface = self.thread_surface(team, channel, user, question, None, context, respond=respond, ephemeral=ephemeral,
                                asked_by=user if _USER_ID.match(user) else None)
         self.spawn(self.core.answer(Question(user, question, channel, key), surface), f"ask:{channel}:{user}")
 
@@ -236,7 +244,7 @@ class EvidentBot:
 
     # ------------------------------------------------------------------ work (after the ack)
 
-    def _thread(self, team: str, channel: str, user: str, question: str, thread_ts: str | None,
+    def thread_surface(self, team: str, channel: str, user: str, question: str, thread_ts: str | None,
                 context: dict[str, Any], **extra: Any) -> SlackThread:
         return SlackThread(self.client, team, channel, user, question, thread_ts,
                            explain_emojis=self.settings.explain_emojis, bot_user_id=context.get("bot_user_id"),

@@ -43,12 +43,15 @@ class SlackThread:
     bot_user_id: str | None = None
     bot_id: str | None = None
     placeholder: str | None = None  # ts of our "Searching the wiki…" message once posted
+    assistant: bool = False  # an AI-app assistant thread: a live status instead of a placeholder message
 
     # ------------------------------------------------------------------ Surface
 
     async def progress(self) -> str | None:
         if self.ephemeral:
             return None  # the /ask ack already showed the placeholder
+        if self.assistant and await self._status("is searching the wiki…"):
+            return None
         try:
             resp = await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=PLACEHOLDER)
         except SlackClientError as exc:
@@ -58,6 +61,27 @@ class SlackThread:
             raise SurfaceError(self.channel) from None
         self.placeholder = str(resp["ts"])
         return self.placeholder
+
+    async def _status(self, status: str) -> bool:
+        """Show Slack's "<app> is searching…" status in an assistant thread; False where Slack refuses."""
+        assert self.thread_ts is not None
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=self.channel, thread_ts=self.thread_ts, status=status,
+                loading_messages=["Searching the wiki…", "Reading the pages…", "Writing the answer…"])
+            return True
+        except SlackClientError as exc:
+            log.info("no assistant status in %s (%s): posting a placeholder", self.channel, slack_error(exc))
+            return False
+
+    async def _post(self, rendered: Rendered) -> str | None:
+        try:
+            resp = await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts,
+                                                      text=rendered.text, blocks=rendered.blocks)
+        except SlackClientError as exc:
+            log.error("could not post the answer in %s: %s", self.channel, slack_error(exc))
+            return None
+        return str(resp["ts"])
 
     def conversation_key(self, progress_id: str | None) -> str:
         return conversation_key(self.team, self.channel, progress_id or "")
@@ -82,7 +106,8 @@ class SlackThread:
         if self.ephemeral:
             await self._respond(rendered.text, rendered)
             return None
-        assert self.placeholder is not None
+        if self.placeholder is None:  # assistant thread: the reply also clears the status
+            return await self._post(rendered)
         try:
             await self.client.chat_update(channel=self.channel, ts=self.placeholder, text=rendered.text,
                                           blocks=rendered.blocks)

@@ -1,0 +1,117 @@
+"""Slack's AI-app surface ("Agents & AI Apps" side panel), on Bolt's ``AsyncAssistant``.
+
+- ``assistant_thread_started``: a greeting and suggested prompts drawn from the pages answers cite most in
+  the spaces in scope (generic ones until there is history).
+- ``assistant_thread_context_changed``: the channel the user is looking at is remembered (in the store, so
+  it survives restarts); questions in the thread are answered from that channel's spaces, within the mapping.
+- a message in the thread: the question is answered with a live status ("is searching the wiki…") instead of
+  a placeholder message; the thread gets the first question as its title.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt.context.assistant.thread_context import AssistantThreadContext
+from slack_bolt.context.assistant.thread_context_store.async_store import AsyncAssistantThreadContextStore
+from slack_bolt.middleware.assistant.async_assistant import AsyncAssistant
+from slack_sdk.errors import SlackClientError
+
+from bot.core.conversations import Question
+from bot.slack.threads import clean_question, conversation_key
+from pipeline.protocols import ConversationStore
+
+if TYPE_CHECKING:
+    from bot.slack.handlers import EvidentBot
+
+log = logging.getLogger("evident.bot")
+
+GREETING = "Hi! Ask me anything about the wiki. I answer with links to the pages I used."
+GENERIC_PROMPTS = (
+    {"title": "How do I get access?", "message": "How do I request access to a system?"},
+    {"title": "Who is on call?", "message": "Who is on call this week?"},
+    {"title": "Where is the runbook?", "message": "Where is the deployment runbook?"},
+)
+MAX_PROMPTS = 4
+
+
+class ThreadContexts(AsyncAssistantThreadContextStore):
+    """The channel each assistant thread is looking at, kept with the conversation in the store."""
+
+    def __init__(self, store: ConversationStore, team: str = "T") -> None:
+        self.store = store
+        self.team = team
+
+    def _key(self, channel_id: str, thread_ts: str) -> str:
+        return conversation_key(self.team, channel_id, thread_ts)
+
+    async def save(self, *, channel_id: str, thread_ts: str, context: dict[str, str]) -> None:
+        meta = await self.store.conversation_meta(self._key(channel_id, thread_ts))
+        await self.store.set_conversation_meta(self._key(channel_id, thread_ts), {**meta, "assistant_context": context})
+
+    async def find(self, *, channel_id: str, thread_ts: str) -> AssistantThreadContext | None:
+        context = (await self.store.conversation_meta(self._key(channel_id, thread_ts))).get("assistant_context")
+        return AssistantThreadContext(context) if isinstance(context, dict) and context.get("channel_id") else None
+
+
+async def suggested_prompts(store: ConversationStore, spaces: tuple[str, ...] | None) -> list[dict[str, str]]:
+    """Prompts about the pages cited most in ``spaces`` (None: all); generic ones without history."""
+    prompts = [{"title": f"About {title}"[:70], "message": f"What does the wiki say about {title}?"}
+               for title, space, _ in await store.popular_pages(50) if spaces is None or space in spaces]
+    return (prompts or list(GENERIC_PROMPTS))[:MAX_PROMPTS]
+
+
+class AssistantListeners:
+    def __init__(self, bot: EvidentBot) -> None:
+        self.bot = bot
+        self.contexts = ThreadContexts(bot.engine.store)
+
+    def assistant(self) -> AsyncAssistant:
+        assistant = AsyncAssistant(thread_context_store=self.contexts)
+        assistant.thread_started(self.on_thread_started)
+        assistant.user_message(self.on_user_message)
+        return assistant
+
+    async def on_thread_started(self, payload: dict[str, Any]) -> None:
+        thread = payload.get("assistant_thread") or {}
+        channel, ts = str(thread.get("channel_id") or ""), str(thread.get("thread_ts") or "")
+        context = thread.get("context") or {}
+        if channel and ts:
+            if context.get("channel_id"):
+                await self.contexts.save(channel_id=channel, thread_ts=ts, context=context)
+            self.bot.spawn(self._greet(channel, ts, str(context.get("channel_id") or channel)), f"greet:{channel}:{ts}")
+
+    async def _greet(self, channel: str, thread_ts: str, scope: str) -> None:
+        client = self.bot.client
+        try:
+            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=GREETING)
+            prompts = await suggested_prompts(self.bot.engine.store, self.bot.core.spaces_for(scope, ""))
+            await client.assistant_threads_setSuggestedPrompts(channel_id=channel, thread_ts=thread_ts,
+                                                                title="Try asking", prompts=prompts)
+        except SlackClientError as exc:
+            log.warning("could not greet in assistant thread %s: %s", thread_ts, exc)
+
+    async def on_user_message(self, payload: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
+        channel, ts = str(payload.get("channel") or ""), str(payload.get("ts") or "")
+        thread = str(payload.get("thread_ts") or "")
+        if not channel or not ts or not thread or not self.bot.dedup.claim_message(channel, ts):
+            return
+        user = str(payload.get("user") or "")
+        question = clean_question(str(payload.get("text") or ""), context.get("bot_user_id"))
+        team = str(body.get("team_id") or payload.get("team") or context.get("team_id") or "T")
+        surface = self.bot.thread_surface(team, channel, user, question, thread, context, assistant=True)
+        self.bot.spawn(self._answer(Question(user, question, channel, conversation_key(team, channel, thread)),
+                                    surface, thread), f"assistant:{channel}:{ts}", self.bot.event_id(context))
+
+    async def _answer(self, q: Question, surface: Any, thread_ts: str) -> None:
+        found = await self.contexts.find(channel_id=surface.channel, thread_ts=thread_ts)
+        if found is not None:  # answer from the spaces of the channel the user is looking at
+            q = Question(q.user, q.text, found.channel_id, q.key)
+        if q.key and not await self.bot.core.known(q.key) and q.text:
+            try:
+                await self.bot.client.assistant_threads_setTitle(channel_id=surface.channel, thread_ts=thread_ts,
+                                                                  title=q.text[:80])
+            except SlackClientError as exc:
+                log.info("could not title assistant thread %s: %s", thread_ts, exc)
+        await self.bot.core.answer(q, surface)

@@ -1,0 +1,87 @@
+"""Slack's AI-app surface through the real HTTP transport: assistant threads, status, title, prompts, scope."""
+# ruff: noqa: F811  (the harness fixtures are imported from test_bot_http and shadowed by parameters, as pytest wants)
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from test_bot_http import Factory, Harness, h, make_harness  # noqa: F401  (the fixtures)
+
+from pipeline.types import Answer, Citation
+
+DM = "D1"
+
+
+def _started(h: Harness, thread_ts: str, kind: str = "assistant_thread_started", context_channel: str = "C9") -> dict:
+    return {"type": kind, "event_ts": h.send.new_ts(),
+            "assistant_thread": {"user_id": "U1", "channel_id": DM, "thread_ts": thread_ts,
+                                 "context": {"channel_id": context_channel, "team_id": "T1", "enterprise_id": None}}}
+
+
+def _ask(h: Harness, text: str, thread_ts: str) -> dict[str, Any]:
+    return h.send.message(text, channel=DM, channel_type="im", thread_ts=thread_ts)
+
+
+async def _answers(h: Harness, n: int) -> list[dict[str, Any]]:
+    def found() -> list[dict[str, Any]]:
+        return [m for m in h.slack.of("chat.postMessage") if "[1]" in m.get("text", "")]
+
+    await h.slack.wait_for(lambda: len(found()) >= n)
+    return found()
+
+
+async def test_thread_started_greets_and_suggests_prompts(h: Harness) -> None:
+    thread = f"{time.time():.6f}"
+    await h.send.event(_started(h, thread))
+    (prompts,) = await h.slack.wait_calls("assistant.threads.setSuggestedPrompts")
+    greeting = h.slack.of("chat.postMessage")[0]
+    assert greeting["channel"] == DM and greeting["thread_ts"] == thread and "Ask me anything" in greeting["text"]
+    assert prompts["channel_id"] == DM and prompts["thread_ts"] == thread
+    assert len(prompts["prompts"]) >= 1 and all({"title", "message"} <= set(p) for p in prompts["prompts"])
+
+
+async def test_question_in_a_thread_gets_status_title_and_answer_from_the_viewed_channels_spaces(
+        make_harness: Factory) -> None:
+    h = await make_harness(channel_spaces="C9=ENG;C8=HR", default_spaces="none")
+    thread = f"{time.time():.6f}"
+    await h.send.event(_started(h, thread, context_channel="C9"))
+    await h.send.event(_ask(h, "How do I get VPN access?", thread))
+    (answer,) = await _answers(h, 1)
+    assert answer["channel"] == DM and answer["thread_ts"] == thread
+    (status,) = h.slack.of("assistant.threads.setStatus")
+    assert status["status"] == "is searching the wiki…" and status["thread_ts"] == thread
+    (title,) = h.slack.of("assistant.threads.setTitle")
+    assert title["title"] == "How do I get VPN access?"
+    assert not h.slack.of("chat.update")  # no placeholder to replace
+    # the user switches to another channel: the scope follows it (Bolt saves the context through our store)
+    await h.send.event(_started(h, thread, kind="assistant_thread_context_changed", context_channel="C8"))
+    await h.settle()
+    await h.send.event(_ask(h, "and holidays?", thread))
+    await _answers(h, 2)
+    assert [(a.question, a.spaces) for a in h.engine.asks] == [
+        ("How do I get VPN access?", ("ENG",)), ("and holidays?", ("HR",))]
+    assert len(h.slack.of("assistant.threads.setTitle")) == 1  # titled once, by the first question
+
+
+async def test_without_assistant_status_a_dm_thread_falls_back_to_the_placeholder(h: Harness) -> None:
+    h.slack.fail_next("assistant.threads.setStatus", error="not_allowed")
+    await h.send.event(_ask(h, "How do I get VPN access?", "1500000000.000100"))
+    (update,) = await h.answered()
+    assert "[1]" in update["text"]
+
+
+def _cited(question: str) -> Answer:
+    return Answer(text="See [1].", citations=[Citation(1, "https://w/p/9", "Release versioning policy", "ENG", ("e",))])
+
+
+async def test_suggested_prompts_come_from_pages_answers_cited_in_scope(make_harness: Factory) -> None:
+    from fake_slack import FakeEngine
+
+    h = await make_harness(FakeEngine(answer_for=_cited), channel_spaces="C9=ENG")
+    await h.send.event(h.send.mention("how are releases numbered?", channel="C9"))
+    await h.answered()
+    await h.settle()
+    await h.send.event(_started(h, f"{time.time():.6f}", context_channel="C9"))
+    (prompts,) = await h.slack.wait_calls("assistant.threads.setSuggestedPrompts")
+    assert prompts["prompts"][0]["message"] == "What does the wiki say about Release versioning policy?"
