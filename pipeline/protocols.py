@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from pipeline.store_reports import FeedbackSummary, SpaceSync
 from pipeline.turns import Turn
 from pipeline.types import ChatMessage, Evidence, Hit, IndexPoint, Page, SearchRequest, SparseVector
 
@@ -150,6 +151,12 @@ class ConversationStore(Protocol):
     async def set_conversation_meta(self, key: str, meta: Mapping[str, Any]) -> None: ...
 
     async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]: ...
+
+    async def recent_questions(self, user_id: str, limit: int = 5) -> list[tuple[int, str, str]]: ...
+
+    async def feedback_summary(self, worst: int = 5) -> FeedbackSummary: ...
+
+    async def sync_status(self) -> list[SpaceSync]: ...
 
     async def conversation_exists(self, key: str) -> bool: ...
 

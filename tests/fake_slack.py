@@ -416,6 +416,19 @@ class MemoryStore:
     async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]:
         return []
 
+    async def recent_questions(self, user_id: str, limit: int = 5) -> list[tuple[int, str, str]]:
+        mine = [t for t in self.turns.values() if t.user_id == user_id]
+        return [(t.id, t.question, t.created_at) for t in reversed(mine)][:limit]
+
+    async def feedback_summary(self, worst: int = 5) -> Any:
+        from pipeline.store_reports import FeedbackSummary
+
+        values = list(self.feedback.values())
+        return FeedbackSummary(sum(v > 0 for v in values), sum(v < 0 for v in values), ())
+
+    async def sync_status(self) -> list[Any]:
+        return []
+
     async def mark_explained(self, turn_id: int) -> None:
         self.turns[turn_id] = dataclasses.replace(self.turns[turn_id], explained_at="now")
 
@@ -471,6 +484,9 @@ class FakeEngine:
                                                        answer=answer.text, citations=tuple(answer.citations),
                                                        error=self.error_text))
         return TurnResult(turn_id, answer, completed, followup, self.error_text)
+
+    async def evidence_count(self) -> int:
+        return 68  # the sample space's evidence
 
     async def explain(self, turn_id: int) -> ExplainResult:
         if turn_id in self._explained:

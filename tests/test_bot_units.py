@@ -199,7 +199,8 @@ def test_manifest_declares_exactly_the_needed_scopes_events_and_command() -> Non
     # users:read are gone)
     assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
         "app_mention", "message.im", "message.channels", "message.groups", "reaction_added", "reaction_removed",
-        "assistant_thread_started", "assistant_thread_context_changed"}
+        "assistant_thread_started", "assistant_thread_context_changed", "app_home_opened"}
+    assert manifest["features"]["app_home"]["home_tab_enabled"] is True
     assert "assistant_description" in manifest["features"]["assistant_view"]
     assert [c["command"] for c in manifest["features"]["slash_commands"]] == ["/ask"]
     assert manifest["settings"]["socket_mode_enabled"] is True

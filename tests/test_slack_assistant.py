@@ -85,3 +85,34 @@ async def test_suggested_prompts_come_from_pages_answers_cited_in_scope(make_har
     await h.send.event(_started(h, f"{time.time():.6f}", context_channel="C9"))
     (prompts,) = await h.slack.wait_calls("assistant.threads.setSuggestedPrompts")
     assert prompts["prompts"][0]["message"] == "What does the wiki say about Release versioning policy?"
+
+
+def _home_text(view: dict[str, Any]) -> str:
+    parts = []
+    for b in view["blocks"]:
+        if b["type"] in ("section", "header"):
+            parts.append(b["text"]["text"])
+        elif b["type"] == "context":
+            parts.extend(e["text"] for e in b["elements"])
+    return "\n".join(parts)
+
+
+async def test_app_home_shows_index_status_recent_questions_and_admin_feedback(make_harness: Factory) -> None:
+    h = await make_harness(admin_users="UADMIN")
+    await h.send.event(h.send.mention("How do I get VPN <!channel> access?", user="U1"))
+    (update,) = await h.answered()
+    await h.settle()
+    turn_id = int([e for b in update["blocks"] if b["type"] == "actions" for e in b["elements"]][0]["value"])
+    await h.send.block_action("evident_feedback", f"down:{turn_id}", user="U2", action_type="feedback_buttons")
+    await h.settle()
+    for user in ("U1", "UADMIN"):
+        await h.send.event({"type": "app_home_opened", "user": user, "channel": "D9", "tab": "home",
+                            "event_ts": h.send.new_ts()})
+    views = await h.slack.wait_calls("views.publish", 2)
+    by_user = {v["user_id"]: _home_text(v["view"]) for v in views}
+    assert "68 evidence indexed" in by_user["U1"]
+    assert "How do I get VPN &lt;!channel&gt; access?" in by_user["U1"] and "<!channel>" not in by_user["U1"]
+    assert "Feedback" not in by_user["U1"]
+    assert "*Feedback* (admins): 0 👍 · 1 👎" in by_user["UADMIN"]
+    assert f"https://slack.com/archives/C1/p{update['ts'].replace('.', '')}" in by_user["UADMIN"]
+

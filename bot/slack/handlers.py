@@ -14,6 +14,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.contracts import EngineLike
@@ -24,6 +25,7 @@ from bot.core.scope import Scope
 from bot.core.work import BackgroundWork
 from bot.slack.assistant import AssistantListeners
 from bot.slack.blocks import EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
+from bot.slack.home import home_view
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
     DM_MAIN,
@@ -33,6 +35,7 @@ from bot.slack.threads import (
     mentions,
     thread_of_key,
 )
+from pipeline.errors import EvidentError, StoreError
 from pipeline.runtime.settings import Settings
 from pipeline.turns import Turn
 
@@ -91,6 +94,7 @@ class EvidentBot:
         app.event("message")(self.on_message)
         app.event("reaction_added")(self.on_reaction_added)
         app.event("reaction_removed")(self.on_reaction_removed)
+        app.event("app_home_opened")(self.on_home_opened)
         app.command("/ask")(self.on_ask)
         app.action(FEEDBACK_ACTION)(self.on_feedback_button)
         app.action(EXPLAIN_ACTION)(self.on_explain_button)
@@ -214,6 +218,26 @@ class EvidentBot:
         channel, ts = target
         self.spawn(self._feedback(channel, ts, str(event.get("user") or ""), None), f"unfeedback:{channel}:{ts}",
                    context.get(_EVENT_ID))
+
+    async def on_home_opened(self, event: dict[str, Any]) -> None:
+        user = str(event.get("user") or "")
+        if event.get("tab", "home") == "home" and user:
+            self.spawn(self._publish_home(user), f"home:{user}")
+
+    async def _publish_home(self, user: str) -> None:
+        store = self.engine.store
+        try:
+            evidence: int | None = await self.engine.evidence_count()
+        except EvidentError as exc:
+            log.warning("App Home: index unavailable: %s", exc)
+            evidence = None
+        try:
+            view = home_view(evidence=evidence, spaces=await store.sync_status(),
+                             recent=await store.recent_questions(user),
+                             feedback=await store.feedback_summary() if user in self.settings.admin_users else None)
+            await self.client.views_publish(user_id=user, view=view)
+        except (StoreError, SlackClientError) as exc:
+            log.error("could not publish the App Home of %s: %s", user, exc)
 
     async def on_feedback_button(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any],
                                  action: dict[str, Any]) -> None:

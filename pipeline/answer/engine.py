@@ -133,6 +133,10 @@ class Engine:
             finally:
                 await asyncio.to_thread(self.embedder.close)
 
+    async def evidence_count(self) -> int:
+        """Evidence in the index (cheap: no page listing), for status views."""
+        return await self.index.count()
+
     # ------------------------------------------------------------------ ask
 
     async def ask(

@@ -208,6 +208,8 @@ class Settings:
     default_spaces: tuple[str, ...] = _f(("*",), "EVIDENT_DEFAULT_SPACES",
                                          "Scope of DMs and unmapped channels: '*' every indexed space, 'none' "
                                          "nothing (evident asks to be mapped), or a comma list of space keys.")
+    admin_users: tuple[str, ...] = _f((), "EVIDENT_ADMIN_USERS",
+                                      "Slack user ids who see the feedback summary in evident's App Home.")
     user_rate_per_min: int = _f(10, "EVIDENT_USER_RATE_PER_MIN", "Questions per user per minute.", min=0)
     # ---- Microsoft Teams (Azure Bot registration)
     teams_app_id: str | None = _f(None, "TEAMS_APP_ID", "The bot's Microsoft App ID (client id); set it to serve Teams.")

@@ -1,0 +1,61 @@
+"""evident's App Home tab: index status, the user's recent questions, and for admins the feedback summary.
+
+Published with ``views.publish`` when a user opens the tab (``app_home_opened``); every number is read
+fresh from the index and the store, and every piece of stored text is escaped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_sdk.models.blocks import ContextBlock, DividerBlock, HeaderBlock, MarkdownTextObject, SectionBlock
+
+from bot.slack.mrkdwn import escape
+from bot.slack.threads import channel_of_key
+from pipeline.store_reports import FeedbackSummary, SpaceSync
+
+MAX_SHOWN = 5
+
+
+def _section(text: str) -> dict[str, Any]:
+    return SectionBlock(text=MarkdownTextObject(text=text[:3000])).to_dict()
+
+
+def _context(text: str) -> dict[str, Any]:
+    return ContextBlock(elements=[MarkdownTextObject(text=text[:3000])]).to_dict()
+
+
+def _permalink(conversation_key: str, message_ref: str | None) -> str | None:
+    channel = channel_of_key(conversation_key)
+    if not channel or not message_ref:
+        return None
+    return f"https://slack.com/archives/{channel}/p{message_ref.replace('.', '')}"
+
+
+def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tuple[int, str, str]],
+              feedback: FeedbackSummary | None) -> dict[str, Any]:
+    """The Home tab. ``feedback`` is shown only when given (admins)."""
+    blocks: list[dict[str, Any]] = [HeaderBlock(text="evident").to_dict()]
+    indexed = "unavailable" if evidence is None else f"{evidence:,} evidence indexed"
+    blocks.append(_section(f"*Wiki index:* {indexed}"))
+    if spaces:
+        lines = [f"• *{escape(s.space)}* synced up to {escape(s.checkpoint_utc)} (run {escape(s.updated_at[:19])})"
+                 for s in spaces]
+        blocks.append(_section("*Confluence spaces*\n" + "\n".join(lines)))
+    else:
+        blocks.append(_context("No Confluence sync has run yet (`evident sync`, or `evident serve` with CONFLUENCE_URL)."))
+    blocks.append(DividerBlock().to_dict())
+    if recent:
+        lines = [f"• {escape(q[:150])} _({escape(at[:10])})_" for _, q, at in recent[:MAX_SHOWN]]
+        blocks.append(_section("*Your recent questions*\n" + "\n".join(lines)))
+    else:
+        blocks.append(_section("*Ask me anything about the wiki*: mention me in a channel, message me here, "
+                               "or use `/ask`."))
+    if feedback is not None:
+        blocks.append(DividerBlock().to_dict())
+        blocks.append(_section(f"*Feedback* (admins): {feedback.up} 👍 · {feedback.down} 👎"))
+        for t in feedback.worst[:MAX_SHOWN]:
+            link = _permalink(t.conversation_key, t.message_ref)
+            label = f"<{link}|{escape(t.question[:120])}>" if link else escape(t.question[:120])
+            blocks.append(_context(f"{t.down} 👎 · {t.up} 👍 — {label}"))
+    return {"type": "home", "blocks": blocks}

@@ -1,0 +1,77 @@
+"""Read-only reports over the store, for an operator's or a user's view of evident (Slack's App Home).
+
+A mixin of ``pipeline.store.Store``: it uses the store's connection helpers and runs nothing but SELECTs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RatedTurn:
+    turn_id: int
+    conversation_key: str
+    question: str
+    message_ref: str | None
+    up: int
+    down: int
+
+
+@dataclass(frozen=True)
+class FeedbackSummary:
+    up: int
+    down: int
+    worst: tuple[RatedTurn, ...]  # most 👎 first
+
+
+@dataclass(frozen=True)
+class SpaceSync:
+    source: str
+    space: str
+    checkpoint_utc: str
+    updated_at: str
+
+
+class StoreReports:
+    """Implemented by ``Store``; these are what the reports need from it."""
+
+    async def _run(self, fn: Callable[[], T]) -> T:  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    async def recent_questions(self, user_id: str, limit: int = 5) -> list[tuple[int, str, str]]:
+        """(turn id, question, created_at) of one user's latest questions, newest first."""
+        rows = await self._run(lambda: self._rows(
+            "SELECT id, question, created_at FROM turns WHERE user_id=? AND question != '' "
+            "ORDER BY id DESC LIMIT ?", (user_id, int(limit))))
+        return [(int(r["id"]), str(r["question"]), str(r["created_at"])) for r in rows]
+
+    async def feedback_summary(self, worst: int = 5) -> FeedbackSummary:
+        """All 👍/👎 counted, and the answers with the most 👎."""
+        def q() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            totals = self._rows("SELECT SUM(value > 0) AS up, SUM(value < 0) AS down FROM feedback")
+            rated = self._rows(
+                "SELECT t.id, t.conversation_key, t.question, t.message_ref, SUM(f.value > 0) AS up, "
+                "SUM(f.value < 0) AS down FROM feedback f JOIN turns t ON t.id = f.turn_id GROUP BY t.id "
+                "HAVING down > 0 ORDER BY down DESC, up ASC, t.id DESC LIMIT ?", (int(worst),))
+            return totals, rated
+
+        totals, rated = await self._run(q)
+        return FeedbackSummary(
+            up=int(totals[0]["up"] or 0), down=int(totals[0]["down"] or 0),
+            worst=tuple(RatedTurn(int(r["id"]), str(r["conversation_key"]), str(r["question"] or ""),
+                                  r["message_ref"], int(r["up"] or 0), int(r["down"] or 0)) for r in rated))
+
+    async def sync_status(self) -> list[SpaceSync]:
+        """Each synced space's checkpoint and when it last advanced."""
+        rows = await self._run(lambda: self._rows(
+            "SELECT source, space, checkpoint_utc, updated_at FROM sync_state ORDER BY space"))
+        return [SpaceSync(str(r["source"]), str(r["space"]), str(r["checkpoint_utc"]), str(r["updated_at"]))
+                for r in rows]
