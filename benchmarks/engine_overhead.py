@@ -101,6 +101,9 @@ class TimedLLM:
     async def close(self) -> None:
         await self.inner.close()
 
+    async def stream(self, messages: Sequence[ChatMessage], **kwargs: Any) -> str:
+        return str(await self.inner.stream(messages, **kwargs))
+
 
 def responder(body: dict[str, Any]) -> str:
     """Rephrase requests get the statement back, made standalone (so every retrieval query is new and

@@ -6,7 +6,7 @@ callers run them in a worker thread so the event loop never blocks. Network-boun
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -96,6 +96,10 @@ class LLM(Protocol):
         n: int = 1,
     ) -> list[str]:
         """Return ``n`` completions' texts."""
+
+    async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], Awaitable[None]],
+                     role: str = "answer", max_tokens: int | None = None, temperature: float = 0.0) -> str:
+        """One completion, each piece of text handed to ``on_text`` as it arrives; the whole text."""
 
     def model_for(self, role: str) -> str: ...
 

@@ -17,9 +17,10 @@ import hmac
 import inspect
 import itertools
 import json
+import re
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +212,31 @@ class FakeSlack:
         if not args.get("user_id") or not args.get("view"):
             return {"ok": False, "error": "invalid_arguments"}
         return {"ok": True, "view": {"id": "V1"}}
+
+    def _m_chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        ts = self._next_ts()
+        self.messages[(args["channel"], ts)] = {"channel": args["channel"], "type": "message", "ts": ts,
+                                                "user": self.bot_user, "bot_id": self.bot_id,
+                                                "thread_ts": args["thread_ts"], "text": args.get("markdown_text") or "",
+                                                "blocks": [], "streaming": True}
+        return {"ok": True, "channel": args["channel"], "ts": ts}
+
+    def _m_chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        msg = self.messages.get((args.get("channel", ""), args.get("ts", "")))
+        if msg is None or not msg.get("streaming"):
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        msg["text"] += args.get("markdown_text") or ""
+        return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
+
+    def _m_chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        msg = self.messages.get((args.get("channel", ""), args.get("ts", "")))
+        if msg is None or not msg.get("streaming"):
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        msg["text"] += args.get("markdown_text") or ""
+        msg.update(streaming=False, blocks=args.get("blocks") or [])
+        return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
 
     def _m_users_info(self, args: dict[str, Any]) -> dict[str, Any]:
         uid = args.get("user", "")
@@ -468,10 +494,15 @@ class FakeEngine:
         self._explained: dict[int, ExplainResult] = {}
 
     async def ask(self, conversation_key: str, question: str, *, user_id: str | None = None,
-                  spaces: tuple[str, ...] | None = None,
-                  history: list[tuple[str, str]] | None = None) -> TurnResult:
+                  spaces: tuple[str, ...] | None = None, history: list[tuple[str, str]] | None = None,
+                  on_text: Callable[[str], Awaitable[None]] | None = None) -> TurnResult:
         self.asks.append(AskCall(conversation_key, question, user_id, spaces, history))
-        if self.delay_s:
+        if on_text is not None:  # an LLM streaming: the delay is spread over the words
+            words = re.findall(r"\S+\s*", self.answer_for(question).text)
+            for word in words:
+                await asyncio.sleep(self.delay_s / max(1, len(words)))
+                await on_text(word)
+        elif self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.fail_with is not None:
             raise self.fail_with

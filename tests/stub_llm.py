@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import random
 import re
 import time
@@ -64,6 +65,7 @@ class StubLLMServer:
         novel_logprob: float = -5.0,
         echo_logprobs: bool = True,
         hide_special_tokens: bool = False,
+        stream_delay: float = 0.0,
     ) -> None:
         self.responder = responder
         self.replies: deque[str] = deque(replies)
@@ -79,6 +81,7 @@ class StubLLMServer:
         self.novel_logprob = novel_logprob
         self.echo_logprobs = echo_logprobs
         self.hide_special_tokens = hide_special_tokens
+        self.stream_delay = stream_delay  # seconds between streamed words
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -171,6 +174,8 @@ class StubLLMServer:
         if n > 1 and not self.supports_n:
             return _error(400, "Only n=1 is supported for this model.", type_="invalid_request_error", param="n")
         texts = self._texts(body, n)
+        if body.get("stream"):
+            return await self._stream(request, model, texts[0])
         choices = [
             {"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None, "finish_reason": "stop"}
             for i, t in enumerate(texts)
@@ -186,6 +191,25 @@ class StubLLMServer:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         })
+
+    async def _stream(self, request: web.Request, model: str, text: str) -> web.StreamResponse:
+        """Server-sent events the way OpenAI streams: one chunk per word (``stream_delay`` apart), [DONE]."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        cid = f"chatcmpl-stub{next(self._ids)}"
+        words = re.findall(r"\S+\s*", text) or [""]
+        for i, word in enumerate(words):
+            delta = {"role": "assistant", "content": word} if i == 0 else {"content": word}
+            chunk = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if self.stream_delay:
+                await asyncio.sleep(self.stream_delay)
+        done = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        await resp.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+        await resp.write_eof()
+        return resp
 
     async def _injected_failure(self) -> web.Response | None:
         """The next queued ``fail_next`` failure, if any (shared by both completion endpoints)."""

@@ -28,6 +28,9 @@ class RecordingSurface:
     async def earlier_messages(self) -> list[tuple[str, str]] | None:
         return None
 
+    def text_sink(self) -> None:
+        return None
+
     async def answer(self, result: object) -> str | None:
         self.shown.append(("answer", result))
         return f"msg-{len(self.shown)}"

@@ -149,6 +149,23 @@ async def test_source_markers_become_page_links_and_bogus_ones_are_dropped(make:
     assert r.answer.trace.raw_answer == reply
 
 
+async def test_streamed_answer_hands_over_the_raw_text_and_returns_the_cited_answer(make: Make) -> None:
+    reply = "Alice prepares the evaluation todo list [Source 2]. It was agreed in October [Source 9]."
+    pieces: list[str] = []
+
+    async def sink(text: str) -> None:
+        pieces.append(text)
+
+    async with StubLLMServer(default_reply=reply) as stub:
+        stub.fail_next("429", retry_after=0.01)  # retried: nothing was shown yet
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalConfig(final_k=5))
+        r = await p.engine.ask("t:s", "What is Alice's todo from the RAG meeting in October?", on_text=sink)
+        assert stub.requests[-1]["stream"] is True
+    assert len(pieces) > 5 and "".join(pieces) == reply
+    assert r.answer.text == "Alice prepares the evaluation todo list [1]. It was agreed in October."
+    assert r.answer.citations[0].url == RAG_MEETING_URL and r.answer.trace.raw_answer == reply
+
+
 async def test_out_of_scope_sentence_is_flagged(make: Make) -> None:
     async with StubLLMServer(default_reply=OUT_OF_SCOPE) as stub:
         p = await make(llm_url=stub.base_url)

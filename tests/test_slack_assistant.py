@@ -24,8 +24,10 @@ def _ask(h: Harness, text: str, thread_ts: str) -> dict[str, Any]:
 
 
 async def _answers(h: Harness, n: int) -> list[dict[str, Any]]:
+    """Answers streamed into assistant threads, once their stream has stopped (oldest first)."""
     def found() -> list[dict[str, Any]]:
-        return [m for m in h.slack.of("chat.postMessage") if "[1]" in m.get("text", "")]
+        done = [m for m in h.slack.messages.values() if "[1]" in m.get("text", "") and m.get("streaming") is False]
+        return sorted(done, key=lambda m: float(m["ts"]))
 
     await h.slack.wait_for(lambda: len(found()) >= n)
     return found()
@@ -49,11 +51,19 @@ async def test_question_in_a_thread_gets_status_title_and_answer_from_the_viewed
     await h.send.event(_ask(h, "How do I get VPN access?", thread))
     (answer,) = await _answers(h, 1)
     assert answer["channel"] == DM and answer["thread_ts"] == thread
+    assert answer["text"] == "To how do i get vpn access?, open the VPN portal [1] and follow the guide [2]."
+    start = h.slack.of("chat.startStream")[0]
+    assert start["recipient_user_id"] == "U1" and start["recipient_team_id"] == "T1"
+    (stop,) = h.slack.of("chat.stopStream")
+    tail = " ".join(str(b) for b in stop["blocks"])
+    assert "wiki.example.com/pages/1|VPN access" in tail and "feedback_buttons" in tail  # sources and buttons
     (status,) = h.slack.of("assistant.threads.setStatus")
     assert status["status"] == "is searching the wiki…" and status["thread_ts"] == thread
     (title,) = h.slack.of("assistant.threads.setTitle")
     assert title["title"] == "How do I get VPN access?"
     assert not h.slack.of("chat.update")  # no placeholder to replace
+    await h.settle()
+    assert (await h.engine.store.turn_by_message("D1", answer["ts"])) is not None  # reactions find it
     # the user switches to another channel: the scope follows it (Bolt saves the context through our store)
     await h.send.event(_started(h, thread, kind="assistant_thread_context_changed", context_channel="C8"))
     await h.settle()
@@ -62,6 +72,14 @@ async def test_question_in_a_thread_gets_status_title_and_answer_from_the_viewed
     assert [(a.question, a.spaces) for a in h.engine.asks] == [
         ("How do I get VPN access?", ("ENG",)), ("and holidays?", ("HR",))]
     assert len(h.slack.of("assistant.threads.setTitle")) == 1  # titled once, by the first question
+
+
+async def test_a_workspace_without_streaming_gets_the_answer_whole(h: Harness) -> None:
+    h.slack.fail_next("chat.startStream", error="method_not_supported_for_channel_type")
+    await h.send.event(_ask(h, "How do I get VPN access?", f"{time.time():.6f}"))
+    await h.slack.wait_for(lambda: any("[1]" in m.get("text", "") for m in h.slack.of("chat.postMessage")))
+    await h.settle()
+    assert not h.slack.of("chat.appendStream") and not h.slack.of("chat.stopStream")
 
 
 async def test_without_assistant_status_a_dm_thread_falls_back_to_the_placeholder(h: Harness) -> None:
@@ -102,7 +120,7 @@ async def test_app_home_shows_index_status_recent_questions_and_admin_feedback(m
     await h.send.event(h.send.mention("How do I get VPN <!channel> access?", user="U1"))
     (update,) = await h.answered()
     await h.settle()
-    turn_id = int([e for b in update["blocks"] if b["type"] == "actions" for e in b["elements"]][0]["value"])
+    turn_id = int(next(e for b in update["blocks"] if b["type"] == "actions" for e in b["elements"])["value"])
     await h.send.block_action("evident_feedback", f"down:{turn_id}", user="U2", action_type="feedback_buttons")
     await h.settle()
     for user in ("U1", "UADMIN"):

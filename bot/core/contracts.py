@@ -6,6 +6,7 @@ with a small deterministic engine and so the dependency stays one-way (bot -> pi
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from pipeline.protocols import ConversationStore
@@ -43,7 +44,8 @@ class EngineLike(Protocol):
 
     async def ask(self, conversation_key: str, question: str, *, user_id: str | None = None,
                   spaces: tuple[str, ...] | None = None,
-                  history: list[tuple[str, str]] | None = None) -> TurnResultLike: ...
+                  history: list[tuple[str, str]] | None = None,
+                  on_text: Callable[[str], Awaitable[None]] | None = None) -> TurnResultLike: ...
 
     async def explain(self, turn_id: int) -> ExplainResultLike: ...
 

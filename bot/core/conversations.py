@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +25,7 @@ from pipeline.errors import StoreError
 from pipeline.turns import Turn
 
 log = logging.getLogger("evident.bot")
+TextSink = Callable[[str], Awaitable[None]]
 
 EMPTY_QUESTION = "Ask me a question about the wiki, e.g. _how do I request VPN access?_"
 
@@ -46,8 +47,12 @@ class Surface(Protocol):
     async def earlier_messages(self) -> list[tuple[str, str]] | None:
         """(question, answer) pairs of the conversation before evident joined it, or None."""
 
+    def text_sink(self) -> TextSink | None:
+        """Where the answer's text goes while it is generated (a platform stream), or None: shown whole."""
+
     async def answer(self, result: TurnResultLike) -> str | None:
-        """Show the answer (replacing the progress message); the message id to link the turn to, or None."""
+        """Show the answer (replacing the progress message or completing the stream); the message id to link
+        the turn to, or None."""
 
     async def say(self, text: str) -> None:
         """A short plain message where the answer would have gone (never silence)."""
@@ -126,7 +131,8 @@ class Conversations:
         if q.join_late and not await self.known(key):
             history = await surface.earlier_messages()
         try:
-            result = await self.engine.ask(key, q.text, user_id=q.user or None, spaces=spaces, history=history)
+            result = await self.engine.ask(key, q.text, user_id=q.user or None, spaces=spaces, history=history,
+                                           on_text=surface.text_sink())
         except Exception as exc:  # every failure must reach the user; details only to the log
             log.exception("answering failed in %s", q.scope)
             await surface.say(user_message(exc))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ class SlackThread:
     bot_id: str | None = None
     placeholder: str | None = None  # ts of our "Searching the wiki…" message once posted
     assistant: bool = False  # an AI-app assistant thread: a live status instead of a placeholder message
+    stream: SlackStream | None = None  # the answer streaming in (assistant threads), once started
 
     # ------------------------------------------------------------------ Surface
 
@@ -96,6 +98,13 @@ class SlackThread:
             log.warning("thread backfill failed in %s: %s", self.channel, slack_error(exc))
             return None
 
+    def text_sink(self) -> Callable[[str], Awaitable[None]] | None:
+        """Assistant threads stream the answer as it is generated (chat.startStream/appendStream/stopStream)."""
+        if not self.assistant or self.placeholder is not None or self.ephemeral or self.thread_ts is None:
+            return None
+        self.stream = SlackStream(self.client, self.channel, self.thread_ts, self.team, self.user)
+        return self.stream.add
+
     async def answer(self, result: TurnResultLike) -> str | None:
         rendered = render_answer(result, explain_emojis=self.explain_emojis,
                                  asked_by=self.asked_by if not self.ephemeral else None, question=self.question,
@@ -106,6 +115,9 @@ class SlackThread:
         if self.ephemeral:
             await self._respond(rendered.text, rendered)
             return None
+        tail = [b for b in rendered.blocks if b.get("type") != "section"]  # sources, notes, buttons
+        if self.stream is not None and await self.stream.stop(tail):  # the text streamed in already
+            return self.stream.ts
         if self.placeholder is None:  # assistant thread: the reply also clears the status
             return await self._post(rendered)
         try:
@@ -184,3 +196,56 @@ def slack_error(exc: SlackClientError) -> str:
             return str(data.get("error", "unknown_error"))
         return f"HTTP {exc.response.status_code}"
     return type(exc).__name__
+
+
+class SlackStream:
+    """One answer streamed into a thread: started on the first text, appended in batches, stopped with the
+    sources and buttons. Any refusal (a workspace without streaming, a missing method) ends the stream; the
+    answer is then posted whole, so nothing is lost."""
+
+    FLUSH_CHARS = 60
+    FLUSH_S = 0.25
+
+    def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str, team: str, user: str) -> None:
+        self.client, self.channel, self.thread_ts, self.team, self.user = client, channel, thread_ts, team, user
+        self.ts: str | None = None
+        self.failed = False
+        self._pending = ""
+        self._flushed_at = 0.0
+
+    async def add(self, text: str) -> None:
+        if self.failed:
+            return
+        self._pending += escape(text)
+        now = time.monotonic()
+        if self.ts is not None and len(self._pending) < self.FLUSH_CHARS and now - self._flushed_at < self.FLUSH_S:
+            return
+        await self._flush(now)
+
+    async def _flush(self, now: float) -> None:
+        text, self._pending = self._pending, ""
+        try:
+            if self.ts is None:
+                resp = await self.client.chat_startStream(channel=self.channel, thread_ts=self.thread_ts,
+                                                          markdown_text=text, recipient_team_id=self.team,
+                                                          recipient_user_id=self.user or None)
+                self.ts = str(resp["ts"])
+            elif text:
+                await self.client.chat_appendStream(channel=self.channel, ts=self.ts, markdown_text=text)
+            self._flushed_at = now
+        except SlackClientError as exc:
+            log.info("answer streaming unavailable in %s (%s): posting it whole", self.channel, slack_error(exc))
+            self.failed = True
+
+    async def stop(self, blocks: list[dict[str, Any]]) -> bool:
+        """Flush what is left and stop with ``blocks`` under the text; False when the stream failed."""
+        if self.ts is None or self.failed:
+            return False
+        try:
+            await self.client.chat_stopStream(channel=self.channel, ts=self.ts, markdown_text=self._pending or None,
+                                              blocks=blocks or None)
+            return True
+        except SlackClientError as exc:
+            log.warning("could not finish the answer stream in %s: %s", self.channel, slack_error(exc))
+            return False
+

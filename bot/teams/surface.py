@@ -42,6 +42,9 @@ class TeamsReply:
     async def earlier_messages(self) -> list[tuple[str, str]] | None:
         return None  # reading a channel's earlier replies needs Microsoft Graph permissions evident does not ask for
 
+    def text_sink(self) -> None:
+        return None  # answers arrive whole after the typing indicator
+
     async def answer(self, result: TurnResultLike) -> str | None:
         try:
             return await self._send(answer_activity(result)) or None

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -45,6 +45,7 @@ from pipeline.types import Answer, ChatMessage, Evidence, Hit
 
 log = logging.getLogger("evident.engine")
 T = TypeVar("T")
+TextSink = Callable[[str], Awaitable[None]]
 
 MAX_QUESTION_CHARS = 2000
 
@@ -148,7 +149,10 @@ class Engine:
         spaces: tuple[str, ...] | None = None,
         history: Sequence[tuple[str, str]] | None = None,
         trace: bool | None = None,
+        on_text: TextSink | None = None,
     ) -> TurnResult:
+        """Answer ``question`` in ``conversation_key``; with ``on_text``, an LLM answer's raw text is handed
+        over piece by piece as it is generated (the returned ``TurnResult`` has the final, cited answer)."""
         trace = self.options.trace if trace is None else trace
         new_turn_ref()
         t_start = time.perf_counter()
@@ -170,7 +174,8 @@ class Engine:
             )
             timings.update({f"{k}_ms": v for k, v in retrieved.timings_ms.items()})
             answer, template = await self._timed(timings, "answer_ms",
-                                                 self._answer(plan.completed, retrieved.hits, trace=trace))
+                                                 self._answer(plan.completed, retrieved.hits, trace=trace,
+                                                              on_text=on_text))
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
             error = user_message(exc)
@@ -251,7 +256,8 @@ class Engine:
         by_id = {h.evidence.id: h for h in hits}
         return [by_id[i] for i, _ in result.kept], [t for _, t in result.kept], list(result.dropped)
 
-    async def _answer(self, question: str, hits: Sequence[Hit], *, trace: bool = False) -> tuple[Answer, str]:
+    async def _answer(self, question: str, hits: Sequence[Hit], *, trace: bool = False,
+                      on_text: TextSink | None = None) -> tuple[Answer, str]:
         if not hits:
             return Answer(text=OUT_OF_SCOPE, out_of_scope=True, model="none"), ""
         if self.llm is None:
@@ -260,10 +266,13 @@ class Engine:
             return ans, ""
         kept, texts, dropped = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
-        out = await self._complete_llm(
-            messages, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0
-        )
-        raw = (out[0] if out else "").strip()
+        if on_text is not None:
+            raw = (await self._stream_llm(messages, on_text)).strip()
+        else:
+            out = await self._complete_llm(
+                messages, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0
+            )
+            raw = (out[0] if out else "").strip()
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=self.llm.model_for("answer"))
             ans.trace.warning = "the language model returned an empty answer"
@@ -310,6 +319,16 @@ class Engine:
         self.metrics.llm_calls.inc(role=role)
         try:
             return await self.llm.complete(messages, role=role, **kwargs)
+        except Exception as exc:
+            self.metrics.llm_errors.inc(kind=error_kind(exc))
+            raise
+
+    async def _stream_llm(self, messages: Sequence[ChatMessage], on_text: TextSink) -> str:
+        assert self.llm is not None
+        self.metrics.llm_calls.inc(role="answer")
+        try:
+            return await self.llm.stream(messages, on_text=on_text, role="answer",
+                                         max_tokens=self.options.answer_max_tokens, temperature=0.0)
         except Exception as exc:
             self.metrics.llm_errors.inc(kind=error_kind(exc))
             raise

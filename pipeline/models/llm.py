@@ -128,6 +128,36 @@ class OpenAILLM:
             texts.extend(r[0] if r else "" for r in more)
         return texts[:n]
 
+    async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], Awaitable[None]],
+                     role: str = "answer", max_tokens: int | None = None, temperature: float = 0.0) -> str:
+        """One completion streamed: ``on_text`` gets each piece of text as it arrives; returns the whole text.
+        Retried like ``complete`` until the first piece arrives; a failure after that is not retried (the
+        user has seen part of the answer) and raises ``RemoteError``."""
+        model = self.model_for(role)
+        payload: dict[str, Any] = {
+            "model": model, "stream": True, "temperature": temperature,
+            "messages": [{"role": m.role, "content": neutralize_special_tokens(m.content)} for m in messages],
+        }
+        if max_tokens is not None:
+            payload["max_tokens"] = max_tokens
+
+        async def call() -> str:
+            parts: list[str] = []
+            stream = await self._client.chat.completions.create(**payload)
+            try:
+                async for chunk in stream:
+                    delta = chunk.choices[0].delta.content if chunk.choices and chunk.choices[0].delta else None
+                    if delta:
+                        parts.append(delta)
+                        await on_text(delta)
+            except openai.OpenAIError as exc:
+                if parts:
+                    raise RemoteError(f"the answer stream broke off: {type(exc).__name__}", service="llm") from exc
+                raise
+            return "".join(parts)
+
+        return await self._with_retries(call, model=model)
+
     async def ping(self) -> None:
         """Readiness check: one GET /models, falling back to a 1-token completion where /models is missing.
         No retries, so a broken configuration fails fast with the same errors as ``complete``."""
