@@ -337,12 +337,13 @@ class EventSender:
         return status, body
 
     async def block_action(self, action_id: str, value: str, *, channel: str = "C1", user: str = "U1",
-                           message_ts: str = "", action_type: str = "button") -> int:
+                           message_ts: str = "", action_type: str = "button", thread_ts: str | None = None) -> int:
         """A click on a button of one of evident's messages, as Slack posts it (form field ``payload``)."""
         payload = {"type": "block_actions", "team": {"id": self.team}, "user": {"id": user},
                    "api_app_id": "A1", "token": "legacy", "trigger_id": f"trig{next(self._ids)}",
                    "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
-                   "channel": {"id": channel}, "message": {"ts": message_ts, "type": "message"},
+                   "channel": {"id": channel},
+                   "message": {"ts": message_ts, "type": "message", **({"thread_ts": thread_ts} if thread_ts else {})},
                    "actions": [{"type": action_type, "action_id": action_id, "block_id": "b1", "value": value,
                                 "action_ts": str(time.time())}]}
         body = urllib.parse.urlencode({"payload": json.dumps(payload)})
@@ -515,6 +516,9 @@ class FakeEngine:
                                                        answer=answer.text, citations=tuple(answer.citations),
                                                        error=self.error_text))
         return TurnResult(turn_id, answer, completed, followup, self.error_text)
+
+    async def followups(self, result: TurnResult) -> list[str]:
+        return [] if result.error else ["What about Linux?", "Who approves VPN requests?"]
 
     async def evidence_count(self) -> int:
         return 68  # the sample space's evidence

@@ -68,8 +68,9 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
         slack = await FakeSlack().start()
         engine = engine or FakeEngine()
         engine.store = store = await Store.open(tmp_path / f"evident-{len(cleanups)}.db")
+        # suggestions add a chat.update after each answer; only the test of them turns them on
         settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_signing_secret=SIGNING_SECRET,
-                                 slack_transport="http", http_port=0, **overrides)
+                                 slack_transport="http", http_port=0, **{"followup_suggestions": False, **overrides})
         client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url)
         bot = build_bot(settings, engine, client=client)
         transport = HttpTransport(bot.app, host="127.0.0.1", port=0)
@@ -365,6 +366,23 @@ async def test_feedback_and_explain_buttons_under_an_answer(h: Harness) -> None:
     await h.send.event(h.send.reaction("mag", "C1", update["ts"]))
     await h.settle()
     assert len([m for m in h.slack.of("chat.postMessage") if "Why this answer?" in m.get("text", "")]) == 1
+
+
+async def test_suggested_next_questions_are_buttons_that_ask_in_the_thread(make_harness: Factory) -> None:
+    h = await make_harness(followup_suggestions=True)
+    ev = h.send.mention("How do I get VPN access?")
+    await h.send.event(ev)
+    await h.slack.wait_for(lambda: any(b.get("block_id") == "evident_suggestions"
+                                       for m in h.slack.of("chat.update") for b in m.get("blocks") or []))
+    last = h.slack.of("chat.update")[-1]
+    (row,) = [b for b in last["blocks"] if b.get("block_id") == "evident_suggestions"]
+    assert [e["value"] for e in row["elements"]] == ["What about Linux?", "Who approves VPN requests?"]
+    assert "[1]" in _text(last)  # the answer itself is still there
+    await h.send.block_action(row["elements"][0]["action_id"], "What about Linux?", user="U5",
+                              message_ts=last["ts"], thread_ts=ev["ts"])
+    await h.answered(2)
+    first, second = h.engine.asks
+    assert second.question == "What about Linux?" and second.user_id == "U5" and second.key == first.key
 
 
 async def test_unmapped_channels_and_dms_get_the_default_scope(make_harness: Factory) -> None:

@@ -31,6 +31,9 @@ class RecordingSurface:
     def text_sink(self) -> None:
         return None
 
+    async def suggest(self, message_id: str, questions: list[str]) -> None:
+        self.shown.append(("suggest", questions))
+
     async def answer(self, result: object) -> str | None:
         self.shown.append(("answer", result))
         return f"msg-{len(self.shown)}"

@@ -23,8 +23,9 @@ from helpers import (
 )
 from stub_llm import StubLLMServer
 
-from pipeline.answer.engine import MAX_QUESTION_CHARS, EngineOptions
+from pipeline.answer.engine import EngineOptions
 from pipeline.answer.prompts import OUT_OF_SCOPE
+from pipeline.answer.query_builder import MAX_QUESTION_CHARS
 from pipeline.answer.retrieve import RetrievalConfig
 
 REPHRASED = "Who is the primary on-call engineer in weeks 5 to 6?"

@@ -57,6 +57,9 @@ class Surface(Protocol):
     async def say(self, text: str) -> None:
         """A short plain message where the answer would have gone (never silence)."""
 
+    async def suggest(self, message_id: str, questions: list[str]) -> None:
+        """Offer ``questions`` as next questions with the answer ``message_id`` (a no-op where unsupported)."""
+
     async def rate_limited(self, retry_after_s: int) -> None:
         """Tell the asker to slow down, in whole seconds (privately where the platform allows)."""
 
@@ -83,10 +86,11 @@ class Question:
 
 class Conversations:
     def __init__(self, engine: EngineLike, limiter: UserRateLimiter,
-                 spaces_for: Callable[[str, str], tuple[str, ...] | None]) -> None:
+                 spaces_for: Callable[[str, str], tuple[str, ...] | None], *, suggest: bool = False) -> None:
         self.engine = engine
         self.limiter = limiter
         self.spaces_for = spaces_for
+        self.suggest = suggest  # follow-up question suggestions under answers
         self._explained = SeenSet()
 
     # ------------------------------------------------------------------ questions
@@ -147,6 +151,16 @@ class Conversations:
             await self.engine.store.set_message_ref(result.turn_id, message_id)
         except StoreError:
             log.exception("could not link turn %s to its message", result.turn_id)
+        if self.suggest:
+            await self._suggest(result, surface, message_id)
+
+    async def _suggest(self, result: TurnResultLike, surface: Surface, message_id: str) -> None:
+        try:
+            questions = await self.engine.followups(result)
+            if questions:
+                await surface.suggest(message_id, questions)
+        except Exception:  # suggestions are a nicety: the answer is already there
+            log.exception("follow-up suggestions failed for turn %s", result.turn_id)
 
     async def known(self, key: str) -> bool:
         try:

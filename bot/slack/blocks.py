@@ -32,6 +32,7 @@ MAX_BLOCKS = 50
 PLACEHOLDER = "Searching the wiki…"
 FEEDBACK_ACTION = "evident_feedback"
 EXPLAIN_ACTION = "evident_explain"
+ASK_ACTION_PREFIX = "evident_ask_"  # + the suggestion's position
 _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _LINK = re.compile(r"<[^<>\n]*>")
 
@@ -134,6 +135,13 @@ def answer_buttons(turn_id: int) -> list[Block]:
                                              accessibility_label="Mark this answer as not helpful"))
     explain = ButtonElement(text="Why this answer?", action_id=EXPLAIN_ACTION, value=str(turn_id))
     return [ContextActionsBlock(elements=[feedback]).to_dict(), ActionsBlock(elements=[explain]).to_dict()]
+
+
+def suggestion_buttons(questions: Sequence[str]) -> Block:
+    """Next questions as buttons; a click asks it in the same thread (plain text: no mrkdwn to escape)."""
+    return ActionsBlock(block_id="evident_suggestions", elements=[
+        ButtonElement(text=q[:75], action_id=f"{ASK_ACTION_PREFIX}{i}", value=q[:2000])
+        for i, q in enumerate(questions[:3])]).to_dict()
 
 
 def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("explain", "mag"),

@@ -24,7 +24,7 @@ from bot.core.ratelimit import UserRateLimiter
 from bot.core.scope import Scope
 from bot.core.work import BackgroundWork
 from bot.slack.assistant import AssistantListeners
-from bot.slack.blocks import EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
+from bot.slack.blocks import ASK_ACTION_PREFIX, EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
 from bot.slack.home import home_view
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
@@ -64,7 +64,8 @@ class EvidentBot:
         self.dedup = Deduper(engine.store)
         self.limiter = limiter or UserRateLimiter(settings.user_rate_per_min)
         self.work = BackgroundWork(self.dedup)
-        self.core = Conversations(engine, self.limiter, Scope(settings.channel_spaces, settings.default_spaces))
+        self.core = Conversations(engine, self.limiter, Scope(settings.channel_spaces, settings.default_spaces),
+                                  suggest=settings.followup_suggestions)
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str,
               event_id: str | None = None) -> asyncio.Task[None] | None:
@@ -98,6 +99,7 @@ class EvidentBot:
         app.command("/ask")(self.on_ask)
         app.action(FEEDBACK_ACTION)(self.on_feedback_button)
         app.action(EXPLAIN_ACTION)(self.on_explain_button)
+        app.action(re.compile(f"^{ASK_ACTION_PREFIX}\\d+$"))(self.on_suggestion)
         app.error(self.on_error)
 
     async def _dedupe_events(self, body: dict[str, Any], context: dict[str, Any],
@@ -247,6 +249,21 @@ class EvidentBot:
         channel, user = _where(body)
         if value is not None and turn_id.isdigit():
             self.spawn(self._button_feedback(channel, int(turn_id), user, value), f"feedback-button:{turn_id}")
+
+    async def on_suggestion(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any], action: dict[str, Any],
+                            context: dict[str, Any]) -> None:
+        """A suggested next question was clicked: ask it in the answer's thread, as the one who clicked."""
+        await ack()
+        channel, user = _where(body)
+        message = body.get("message") or {}
+        thread = str(message.get("thread_ts") or message.get("ts") or "")
+        question = str(action.get("value") or "").strip()
+        if not (channel and thread and question):
+            return
+        team = str((body.get("team") or {}).get("id") or context.get("team_id") or "T")
+        surface = self.thread_surface(team, channel, user, question, thread, context, assistant=channel.startswith("D"))
+        q = Question(user, question, channel, conversation_key(team, channel, thread))
+        self.spawn(self.core.answer(q, surface), f"suggestion:{channel}:{thread}")
 
     async def on_explain_button(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any],
                                 action: dict[str, Any]) -> None:

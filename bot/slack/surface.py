@@ -16,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.core.conversations import SurfaceError
 from bot.core.messages import rate_limited_message
-from bot.slack.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation
+from bot.slack.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation, suggestion_buttons
 from bot.slack.mrkdwn import escape
 from bot.slack.threads import backfill, conversation_key
 
@@ -46,6 +46,7 @@ class SlackThread:
     placeholder: str | None = None  # ts of our "Searching the wiki…" message once posted
     assistant: bool = False  # an AI-app assistant thread: a live status instead of a placeholder message
     stream: SlackStream | None = None  # the answer streaming in (assistant threads), once started
+    shown: Rendered | None = None  # the answer as last rendered (suggestions are added to it)
 
     # ------------------------------------------------------------------ Surface
 
@@ -98,6 +99,16 @@ class SlackThread:
             log.warning("thread backfill failed in %s: %s", self.channel, slack_error(exc))
             return None
 
+    async def suggest(self, message_id: str, questions: list[str]) -> None:
+        """Add next-question buttons to the answer (a streamed answer also gets its linked rendering)."""
+        if self.shown is None or self.ephemeral or not questions:
+            return
+        try:
+            await self.client.chat_update(channel=self.channel, ts=message_id, text=self.shown.text,
+                                          blocks=[*self.shown.blocks, suggestion_buttons(questions)])
+        except SlackClientError as exc:
+            log.info("could not add suggestions in %s: %s", self.channel, slack_error(exc))
+
     def text_sink(self) -> Callable[[str], Awaitable[None]] | None:
         """Assistant threads stream the answer as it is generated (chat.startStream/appendStream/stopStream)."""
         if not self.assistant or self.placeholder is not None or self.ephemeral or self.thread_ts is None:
@@ -112,6 +123,7 @@ class SlackThread:
         if result.error:
             rendered.blocks.append({"type": "context",
                                     "elements": [{"type": "mrkdwn", "text": f":warning: {escape(result.error)}"}]})
+        self.shown = rendered
         if self.ephemeral:
             await self._respond(rendered.text, rendered)
             return None

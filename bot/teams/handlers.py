@@ -40,7 +40,8 @@ class TeamsBot:
         self.connector = connector
         self.limiter = limiter or UserRateLimiter(settings.user_rate_per_min)
         self.work = BackgroundWork(Deduper(engine.store))
-        self.core = Conversations(engine, self.limiter, Scope(settings.channel_spaces, settings.default_spaces))
+        self.core = Conversations(engine, self.limiter, Scope(settings.channel_spaces, settings.default_spaces),
+                                  suggest=settings.followup_suggestions)
         self.explain_reactions = {r.strip().lower() for r in settings.teams_explain_reactions}
 
     @property

@@ -45,6 +45,9 @@ class TeamsReply:
     def text_sink(self) -> None:
         return None  # answers arrive whole after the typing indicator
 
+    async def suggest(self, message_id: str, questions: list[str]) -> None:
+        return None  # Teams shows suggested actions in personal chats only: not offered yet
+
     async def answer(self, result: TurnResultLike) -> str | None:
         try:
             return await self._send(answer_activity(result)) or None

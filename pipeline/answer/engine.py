@@ -21,8 +21,15 @@ from typing import Any, TypeVar
 from pipeline.answer.budget import fit_evidence
 from pipeline.answer.citations import is_out_of_scope, parse_citations
 from pipeline.answer.extractive import extractive_answer
+from pipeline.answer.followups import suggest_followups
 from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary
-from pipeline.answer.query_builder import PriorTurn, QueryPlan, backfilled_turns, plan_query
+from pipeline.answer.query_builder import (
+    PriorTurn,
+    QueryPlan,
+    backfilled_turns,
+    clean_question,
+    plan_query,
+)
 from pipeline.answer.results import ClusterShare, ExplainResult, TurnResult
 from pipeline.answer.retrieve import RetrievalConfig, retrieve
 from pipeline.attribution import AttributionResult, attribute
@@ -47,7 +54,6 @@ log = logging.getLogger("evident.engine")
 T = TypeVar("T")
 TextSink = Callable[[str], Awaitable[None]]
 
-MAX_QUESTION_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -66,26 +72,6 @@ class EngineOptions:
     # The LLM endpoint can teacher-force (prompt log-probs); the logprob attribution method needs it.
     prompt_logprobs: bool = False
     raw_template: str = "raw_chatml"
-
-
-def valid_text(text: str) -> str:
-    """``text`` with lone surrogates (undecodable input bytes) replaced by U+FFFD: SQLite, JSON and the
-    LLM client all need valid UTF-8, and one odd character must not lose the user's turn."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
-def clean_question(question: str) -> tuple[str, str | None]:
-    """The question as evident reads it (valid UTF-8, no NULs, at most MAX_QUESTION_CHARS) and a notice for
-    the user when it had to be shortened."""
-    question = valid_text(question or "").replace("\x00", "").strip()
-    if len(question) <= MAX_QUESTION_CHARS:
-        return question, None
-    notice = f"Your message was long, so I only read its first {MAX_QUESTION_CHARS} characters."
-    return question[:MAX_QUESTION_CHARS], notice
 
 
 class Engine:
@@ -133,6 +119,13 @@ class Engine:
                 await self.index.close()
             finally:
                 await asyncio.to_thread(self.embedder.close)
+
+    async def followups(self, result: TurnResult) -> list[str]:
+        """Up to three questions a user might ask next (none for a failed or out-of-scope turn)."""
+        a = result.answer
+        done = not result.error and not a.out_of_scope and a.text.strip()
+        return await suggest_followups(self.llm, self.prompts, result.completed_question, a.text, a.citations) \
+            if done else []
 
     async def evidence_count(self) -> int:
         """Evidence in the index (cheap: no page listing), for status views."""

@@ -147,3 +147,26 @@ def backfilled_turns(history: Sequence[tuple[str, str]]) -> list[PriorTurn]:
     if pending_q:
         prior.append(PriorTurn(question=pending_q))
     return prior
+
+
+MAX_QUESTION_CHARS = 2000
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates (undecodable input bytes) replaced by U+FFFD: SQLite, JSON and the
+    LLM client all need valid UTF-8, and one odd character must not lose the user's turn."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def clean_question(question: str) -> tuple[str, str | None]:
+    """The question as evident reads it (valid UTF-8, no NULs, at most MAX_QUESTION_CHARS) and a notice for
+    the user when it had to be shortened."""
+    question = valid_text(question or "").replace("\x00", "").strip()
+    if len(question) <= MAX_QUESTION_CHARS:
+        return question, None
+    notice = f"Your message was long, so I only read its first {MAX_QUESTION_CHARS} characters."
+    return question[:MAX_QUESTION_CHARS], notice

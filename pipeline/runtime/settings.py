@@ -208,6 +208,9 @@ class Settings:
     default_spaces: tuple[str, ...] = _f(("*",), "EVIDENT_DEFAULT_SPACES",
                                          "Scope of DMs and unmapped channels: '*' every indexed space, 'none' "
                                          "nothing (evident asks to be mapped), or a comma list of space keys.")
+    followup_suggestions: bool = _f(False, "EVIDENT_FOLLOWUP_SUGGESTIONS",
+                                    "Offer 2-3 next questions as buttons under answers, added once the answer "
+                                    "is shown (an LLM writes them; offline: questions about the cited pages).")
     admin_users: tuple[str, ...] = _f((), "EVIDENT_ADMIN_USERS",
                                       "Slack user ids who see the feedback summary in evident's App Home.")
     user_rate_per_min: int = _f(10, "EVIDENT_USER_RATE_PER_MIN", "Questions per user per minute.", min=0)
