@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pipeline.store_reports import FeedbackSummary, SpaceSync
+from pipeline.store_reports import FeedbackSummary, SpaceSync, SyncRun
 from pipeline.turns import Turn
 from pipeline.types import ChatMessage, Evidence, Hit, IndexPoint, Page, SearchRequest, SparseVector
 
@@ -161,6 +161,8 @@ class ConversationStore(Protocol):
     async def feedback_summary(self, worst: int = 5) -> FeedbackSummary: ...
 
     async def sync_status(self) -> list[SpaceSync]: ...
+
+    async def last_sync(self) -> SyncRun | None: ...
 
     async def conversation_exists(self, key: str) -> bool: ...
 

@@ -14,7 +14,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -311,6 +311,19 @@ class Store(StoreReports):
                     "updated_at=excluded.updated_at",
                     (source, space, checkpoint_utc, _now()),
                 )
+
+        await self._run(q)
+
+    async def record_sync(self, source: str, summary: str, failed: Sequence[tuple[str, str]], *, keep: int = 50) -> None:
+        """Remember a finished sync run (its first 20 failures), keeping the latest ``keep`` runs."""
+        errors = json.dumps([f"{where}: {why}"[:300] for where, why in failed[:20]], ensure_ascii=False)
+
+        def q() -> None:
+            with self._tx() as conn:
+                conn.execute("INSERT INTO sync_runs(source, finished_at, summary, failed, errors) VALUES (?, ?, ?, ?, ?)",
+                             (source, _now(), summary, len(failed), errors))
+                conn.execute("DELETE FROM sync_runs WHERE id NOT IN (SELECT id FROM sync_runs ORDER BY id DESC LIMIT ?)",
+                             (int(keep),))
 
         await self._run(q)
 

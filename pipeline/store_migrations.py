@@ -59,7 +59,13 @@ def _m4_explained_at(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE turns ADD COLUMN explained_at TEXT")
 
 
+def _m5_sync_runs(db: sqlite_utils.Database) -> None:
+    """Each finished sync run: what it did and which pages failed (shown to operators in Slack's App Home)."""
+    db["sync_runs"].create(  # type: ignore[union-attr]
+        {"id": int, "source": str, "finished_at": str, "summary": str, "failed": int, "errors": str}, pk="id")
+
+
 # Append new migrations; never edit or reorder applied ones. Index i brings the schema to version i+1.
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
-    _m1_initial, _m2_message_ref, _m3_feedback_platform, _m4_explained_at,
+    _m1_initial, _m2_message_ref, _m3_feedback_platform, _m4_explained_at, _m5_sync_runs,
 )

@@ -5,6 +5,7 @@ A mixin of ``pipeline.store.Store``: it uses the store's connection helpers and 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,6 +36,15 @@ class SpaceSync:
     space: str
     checkpoint_utc: str
     updated_at: str
+
+
+@dataclass(frozen=True)
+class SyncRun:
+    source: str
+    finished_at: str
+    summary: str
+    failed: int
+    errors: tuple[str, ...]
 
 
 class StoreReports:
@@ -75,3 +85,15 @@ class StoreReports:
             "SELECT source, space, checkpoint_utc, updated_at FROM sync_state ORDER BY space"))
         return [SpaceSync(str(r["source"]), str(r["space"]), str(r["checkpoint_utc"]), str(r["updated_at"]))
                 for r in rows]
+
+    async def last_sync(self) -> SyncRun | None:
+        """The latest finished sync run, with its first failures."""
+        rows = await self._run(lambda: self._rows(
+            "SELECT source, finished_at, summary, failed, errors FROM sync_runs ORDER BY id DESC LIMIT 1"))
+        if not rows:
+            return None
+        r = rows[0]
+        errors = json.loads(r["errors"] or "[]")
+        return SyncRun(str(r["source"]), str(r["finished_at"]), str(r["summary"]), int(r["failed"] or 0),
+                       tuple(str(e) for e in errors) if isinstance(errors, list) else ())
+

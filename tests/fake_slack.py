@@ -456,6 +456,9 @@ class MemoryStore:
     async def sync_status(self) -> list[Any]:
         return []
 
+    async def last_sync(self) -> Any:
+        return None
+
     async def mark_explained(self, turn_id: int) -> None:
         self.turns[turn_id] = dataclasses.replace(self.turns[turn_id], explained_at="now")
 

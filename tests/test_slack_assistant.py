@@ -117,6 +117,7 @@ def _home_text(view: dict[str, Any]) -> str:
 
 async def test_app_home_shows_index_status_recent_questions_and_admin_feedback(make_harness: Factory) -> None:
     h = await make_harness(admin_users="UADMIN")
+    await h.engine.store.record_sync("confluence", "added 3, failed 1", [("page:42", "table too large <@U9>")])
     await h.send.event(h.send.mention("How do I get VPN <!channel> access?", user="U1"))
     (update,) = await h.answered()
     await h.settle()
@@ -129,6 +130,7 @@ async def test_app_home_shows_index_status_recent_questions_and_admin_feedback(m
     views = await h.slack.wait_calls("views.publish", 2)
     by_user = {v["user_id"]: _home_text(v["view"]) for v in views}
     assert "68 evidence indexed" in by_user["U1"]
+    assert ":warning: Last sync" in by_user["U1"] and "page:42: table too large &lt;@U9&gt;" in by_user["U1"]
     assert "How do I get VPN &lt;!channel&gt; access?" in by_user["U1"] and "<!channel>" not in by_user["U1"]
     assert "Feedback" not in by_user["U1"]
     assert "*Feedback* (admins): 0 👍 · 1 👎" in by_user["UADMIN"]

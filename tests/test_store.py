@@ -56,7 +56,7 @@ async def test_version_1_store_keeps_its_answer_links(tmp_path: Path) -> None:
     turn = await s.turn_by_message("C1", "9.9")
     assert turn is not None and turn.message_ref == "9.9" and turn.raw_answer == "a [1] raw"
     assert turn.retrieved == (RetrievedRef("e1", 0.1, 1, "p", "u", "t"),)
-    assert s.schema_version == len(MIGRATIONS) == 4
+    assert s.schema_version == len(MIGRATIONS) == 5
     await s.close()
 
 
@@ -160,6 +160,17 @@ async def test_feedback_records_platform_and_keeps_a_comment(tmp_path: Path) -> 
     conn = sqlite3.connect(tmp_path / "f.db")
     assert conn.execute("SELECT value, platform, comment FROM feedback").fetchall() == [(-1, "teams", "wrong page")]
     conn.close()
+
+
+async def test_sync_runs_keep_the_latest_with_their_first_failures(store: Store) -> None:
+    assert await store.last_sync() is None
+    for i in range(4):
+        await store.record_sync("confluence", f"run {i}", [(f"page:{n}", "bad table") for n in range(i * 10)], keep=3)
+    last = await store.last_sync()
+    assert last is not None and last.summary == "run 3" and last.failed == 30
+    assert len(last.errors) == 20 and last.errors[0] == "page:0: bad table"
+    rows = await store._run(lambda: store._rows("SELECT COUNT(*) AS n FROM sync_runs"))
+    assert rows[0]["n"] == 3
 
 
 async def test_attribution_cache_upserts(store: Store) -> None:

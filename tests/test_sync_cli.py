@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from connectors.local import sample_space_dir
 from evident.cli import main
+from pipeline.store import Store
 from tests.fake_confluence import FakeConfluence, synthetic_pages
 
 
@@ -35,6 +36,11 @@ async def test_sync_cli_full_then_no_change(tmp_path: Path) -> None:
         assert "error: Confluence rejected the credentials (HTTP 401)" in wrong.output
         assert "Traceback" not in wrong.output
         assert "s3cret-token" not in first.output + second.output + wrong.output
+    store = Store(tmp_path / "evident.db")  # each run is recorded for the operator (Slack's App Home)
+    last = await store.last_sync()
+    await store.close()
+    assert last is not None and last.summary.startswith(f"added 0, updated 0, deleted 0, unchanged {len(pages)}")
+    assert last.failed == 0 and last.errors == ()
 
 
 def test_sync_cli_without_confluence_url_is_one_clear_error(tmp_path: Path) -> None:

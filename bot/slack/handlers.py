@@ -234,7 +234,7 @@ class EvidentBot:
             log.warning("App Home: index unavailable: %s", exc)
             evidence = None
         try:
-            view = home_view(evidence=evidence, spaces=await store.sync_status(),
+            view = home_view(evidence=evidence, spaces=await store.sync_status(), last_sync=await store.last_sync(),
                              recent=await store.recent_questions(user),
                              feedback=await store.feedback_summary() if user in self.settings.admin_users else None)
             await self.client.views_publish(user_id=user, view=view)

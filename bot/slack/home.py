@@ -12,7 +12,7 @@ from slack_sdk.models.blocks import ContextBlock, DividerBlock, HeaderBlock, Mar
 
 from bot.slack.mrkdwn import escape
 from bot.slack.threads import channel_of_key
-from pipeline.store_reports import FeedbackSummary, SpaceSync
+from pipeline.store_reports import FeedbackSummary, SpaceSync, SyncRun
 
 MAX_SHOWN = 5
 
@@ -33,7 +33,7 @@ def _permalink(conversation_key: str, message_ref: str | None) -> str | None:
 
 
 def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tuple[int, str, str]],
-              feedback: FeedbackSummary | None) -> dict[str, Any]:
+              feedback: FeedbackSummary | None, last_sync: SyncRun | None = None) -> dict[str, Any]:
     """The Home tab. ``feedback`` is shown only when given (admins)."""
     blocks: list[dict[str, Any]] = [HeaderBlock(text="evident").to_dict()]
     indexed = "unavailable" if evidence is None else f"{evidence:,} evidence indexed"
@@ -44,6 +44,11 @@ def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tup
         blocks.append(_section("*Confluence spaces*\n" + "\n".join(lines)))
     else:
         blocks.append(_context("No Confluence sync has run yet (`evident sync`, or `evident serve` with CONFLUENCE_URL)."))
+    if last_sync is not None:
+        icon = ":warning:" if last_sync.failed else ":white_check_mark:"
+        blocks.append(_context(f"{icon} Last sync {escape(last_sync.finished_at[:19])}: {escape(last_sync.summary)}"))
+        for error in last_sync.errors[:MAX_SHOWN]:
+            blocks.append(_context(f"• {escape(error[:280])}"))
     blocks.append(DividerBlock().to_dict())
     if recent:
         lines = [f"• {escape(q[:150])} _({escape(at[:10])})_" for _, q, at in recent[:MAX_SHOWN]]

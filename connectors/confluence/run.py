@@ -43,21 +43,25 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
     source = make_confluence_source(settings)
     try:
         if engine is not None:
-            return await sync_confluence(
+            report = await sync_confluence(
                 source=source, index=engine.index, embedder=engine.embedder, sparse=engine.sparse,
                 store=engine.store, options=ingest_options(settings), full=full,
                 spaces=list(spaces) if spaces else None, progress=progress,
             )
+            await engine.store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
+            return report
         if rebuild:
             await drop_index(settings)
         embedder, sparse, index = await open_stack(settings)
         store = make_store(settings)
         try:
-            return await sync_confluence(
+            report = await sync_confluence(
                 source=source, index=index, embedder=embedder, sparse=sparse, store=store,
                 options=ingest_options(settings), full=full, spaces=list(spaces) if spaces else None,
                 progress=progress,
             )
+            await store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
+            return report
         finally:
             try:
                 await index.close()
