@@ -23,8 +23,8 @@ from slack_sdk.models.blocks import (
 )
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
+from bot.core.explanation import view_of
 from bot.slack.mrkdwn import bar, escape, link
-from pipeline.attribution import ExplanationView, SourceShare, explanation_view
 from pipeline.types import Citation
 
 SECTION_LIMIT = 3000
@@ -180,7 +180,7 @@ def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("e
 def render_explanation(result: ExplainResultLike, *, max_clusters: int = 5) -> str:
     """The one Slack rendering of an explanation: a share bar per source, its linked (escaped) title,
     duplicates collapsed, why it got its share, and low-confidence / partial notes."""
-    view = _view(result, max_clusters)
+    view = view_of(result, max_clusters)
     if not view.sources:
         text = escape(result.text.strip()) if result.text.strip() else ""
         return text or "I couldn't attribute this answer to any particular source."
@@ -193,16 +193,3 @@ def render_explanation(result: ExplainResultLike, *, max_clusters: int = 5) -> s
         lines.append(f"_… and {view.more} more ({view.more_percent:.0f}% in total)_")
     lines.extend(f"_{escape(note)}_" for note in view.notes)
     return _truncate("\n".join(lines), 3900)
-
-
-def _view(result: ExplainResultLike, max_clusters: int) -> ExplanationView:
-    """The structured attribution when the engine has it; else the bare shares (older cached turns)."""
-    if result.result is not None:
-        return explanation_view(result.result, max_clusters=max_clusters)
-    clusters = sorted(result.clusters, key=lambda c: c.percent, reverse=True)
-    shown = [SourceShare(c.percent, c.evidence_titles[0] if c.evidence_titles else "",
-                         c.urls[0] if c.urls else "", f" (+{c.size - 1} similar)" if c.size > 1 else "")
-             for c in clusters[:max_clusters]]
-    rest = clusters[max_clusters:]
-    notes = ["Partial explanation: some counterfactual runs failed."] if result.partial else []
-    return ExplanationView(shown, notes, len(rest), sum(c.percent for c in rest))

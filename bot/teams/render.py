@@ -15,7 +15,7 @@ from typing import Any
 from adaptive_cards.card import ActionSubmit, AdaptiveCard, TextBlock
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
-from pipeline.attribution import ExplanationView, SourceShare, explanation_view
+from bot.core.explanation import view_of
 from pipeline.types import Citation
 
 EXPLAIN_ACTION = "evident.explain"
@@ -85,7 +85,7 @@ def text_activity(text: str) -> dict[str, Any]:
 
 def explanation_card(result: ExplainResultLike, *, max_sources: int = 5) -> dict[str, Any]:
     """The explanation as an Adaptive Card: each source's share, linked title and why it got it."""
-    view = _view(result, max_sources)
+    view = view_of(result, max_sources)
     builder = AdaptiveCard.new().version("1.5").add_item(
         TextBlock(text="**Why this answer?** How much each source contributed:", wrap=True))
     if not view.sources:
@@ -104,14 +104,3 @@ def explanation_card(result: ExplainResultLike, *, max_sources: int = 5) -> dict
     card = builder.create()
     return {"type": "message", "attachments": [
         {"contentType": "application/vnd.microsoft.card.adaptive", "content": card.to_dict()}]}
-
-
-def _view(result: ExplainResultLike, max_sources: int) -> ExplanationView:
-    if result.result is not None:
-        return explanation_view(result.result, max_clusters=max_sources)
-    clusters = sorted(result.clusters, key=lambda c: c.percent, reverse=True)
-    shown = [SourceShare(c.percent, c.evidence_titles[0] if c.evidence_titles else "", c.urls[0] if c.urls else "",
-                         f" (+{c.size - 1} similar)" if c.size > 1 else "") for c in clusters[:max_sources]]
-    rest = clusters[max_sources:]
-    notes = ["Partial explanation: some counterfactual runs failed."] if result.partial else []
-    return ExplanationView(shown, notes, len(rest), sum(c.percent for c in rest))
