@@ -73,10 +73,11 @@ async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None
     metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it
     engine = await build_engine(settings, metrics=metrics)
     sync_loop = SyncLoop(settings, engine) if settings.confluence_url else None
-    routes = _health_routes(settings, engine, metrics, sync_loop)
+    checks: dict[str, Any] = {}  # the platforms add theirs ("slack": the Socket Mode link, "teams": listening)
+    routes = _health_routes(settings, engine, metrics, sync_loop, checks)
     task = asyncio.create_task(sync_loop.run()) if sync_loop else None
     try:
-        await _run_platforms(settings, engine, chosen, stop or asyncio.Event(), routes)
+        await _run_platforms(settings, engine, chosen, stop or asyncio.Event(), routes, checks)
     finally:
         if task is not None:
             task.cancel()
@@ -85,13 +86,14 @@ async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None
         await engine.aclose()
 
 
-def _health_routes(settings: Settings, engine: Any, metrics: Any, sync_loop: SyncLoop | None) -> Any:
+def _health_routes(settings: Settings, engine: Any, metrics: Any, sync_loop: SyncLoop | None,
+                   checks: dict[str, Any]) -> Any:
     from bot.core.health import add_health_routes
 
     async def index_check() -> None:
         await engine.index.count()
 
-    checks: dict[str, Any] = {"index": index_check}
+    checks["index"] = index_check
     if engine.llm is not None and hasattr(engine.llm, "ping"):
         checks["llm"] = engine.llm.ping
     return functools.partial(
@@ -102,7 +104,7 @@ def _health_routes(settings: Settings, engine: Any, metrics: Any, sync_loop: Syn
 
 
 async def _run_platforms(settings: Settings, engine: Any, chosen: tuple[str, ...], stop: asyncio.Event,
-                         routes: Any) -> None:
+                         routes: Any, checks: dict[str, Any]) -> None:
     """Each platform until ``stop``; health routes go with Slack's HTTP port, or with Teams' when alone. One
     platform failing stops the others."""
     from bot.slack.transports import run_bot
@@ -114,9 +116,9 @@ async def _run_platforms(settings: Settings, engine: Any, chosen: tuple[str, ...
             loop.add_signal_handler(sig, stop.set)
     runs = []
     if "slack" in chosen:
-        runs.append(run_bot(settings, engine, stop=stop, routes=routes))
+        runs.append(run_bot(settings, engine, stop=stop, routes=routes, checks=checks))
     if "teams" in chosen:
-        runs.append(run_teams(settings, engine, stop, routes=None if "slack" in chosen else routes))
+        runs.append(run_teams(settings, engine, stop, routes=None if "slack" in chosen else routes, checks=checks))
     tasks = [asyncio.create_task(r) for r in runs]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

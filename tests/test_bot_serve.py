@@ -113,6 +113,34 @@ async def test_run_bot_reports_rejected_token(slack: FakeSlack) -> None:
     assert BOT_TOKEN not in str(err.value)
 
 
+async def test_run_bot_stops_at_a_rejected_app_token_without_a_connect_loop(slack: FakeSlack) -> None:
+    slack.fail_next("apps.connections.open", error="invalid_auth")
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    with pytest.raises(AuthError, match=r"Slack rejected SLACK_APP_TOKEN \(apps.connections.open: invalid_auth\)") as err:
+        await asyncio.wait_for(run_bot(settings, FakeEngine(), client=_client(slack)), 10)
+    assert APP_TOKEN not in str(err.value)
+    assert len(slack.of("apps.connections.open")) == 1  # one call, no retry loop
+
+
+async def test_socket_mode_link_is_a_readiness_check(slack: FakeSlack) -> None:
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    checks: dict[str, Any] = {}
+    stop = asyncio.Event()
+    runner = asyncio.create_task(run_bot(settings, FakeEngine(), client=_client(slack), stop=stop, checks=checks))
+    await slack.wait_for(lambda: "slack" in checks and len(slack.of("apps.connections.open")) >= 2)
+    for _ in range(50):  # the link comes up right after the connection URL is handed out
+        try:
+            await checks["slack"]()
+            break
+        except ConnectionError:
+            await asyncio.sleep(0.05)
+    await checks["slack"]()  # connected: ready
+    stop.set()
+    await asyncio.wait_for(runner, 10)
+    with pytest.raises(ConnectionError, match="not connected"):
+        await checks["slack"]()
+
+
 async def test_run_bot_reports_unreachable_slack() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

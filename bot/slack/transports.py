@@ -22,6 +22,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.contracts import EngineLike
+from bot.core.health import Check
 from bot.slack.app import build_bot, make_client
 from pipeline.errors import AuthError, ConfigError, UnreachableError
 from pipeline.runtime.settings import Settings
@@ -72,6 +73,21 @@ async def verify_auth(client: AsyncWebClient) -> dict[str, Any]:
         raise UnreachableError(f"cannot reach Slack for auth.test: {type(exc).__name__}",
                                service="slack") from None
     return dict(resp.data) if isinstance(resp.data, dict) else {}
+
+
+async def verify_app_token(settings: Settings, client: AsyncWebClient) -> None:
+    """Open one Socket Mode connection URL with SLACK_APP_TOKEN, so a wrong or revoked token stops start-up with
+    one line naming it (slack_sdk's own connect loop would retry it forever)."""
+    app_client = AsyncWebClient(token=settings.slack_app_token.reveal(), base_url=client.base_url, timeout=30)
+    try:
+        await app_client.apps_connections_open(app_token=settings.slack_app_token.reveal())
+    except SlackApiError as exc:
+        code = exc.response.get("error", "unknown_error")
+        raise AuthError(f"Slack rejected SLACK_APP_TOKEN (apps.connections.open: {code}); it needs the "
+                        "connections:write scope", service="slack", status=exc.response.status_code) from None
+    except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+        raise UnreachableError(f"cannot reach Slack for apps.connections.open: {type(exc).__name__}",
+                               service="slack") from None
 
 
 Routes = Callable[[web.Application], None]
@@ -152,6 +168,11 @@ class SocketTransport:
         await self._handler.connect_async()
         log.info("Slack Socket Mode connected")
 
+    async def check_connected(self) -> None:
+        """A readiness check: raises while the Socket Mode link is down."""
+        if not await self._handler.client.is_connected():
+            raise ConnectionError("Slack Socket Mode is not connected")
+
     async def stop_accepting(self) -> None:
         await self._handler.disconnect_async()
 
@@ -161,7 +182,8 @@ class SocketTransport:
 
 async def run_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient | None = None,
                   stop: asyncio.Event | None = None, host: str = "0.0.0.0",
-                  drain_timeout_s: float = DRAIN_TIMEOUT_S, routes: Routes | None = None) -> None:
+                  drain_timeout_s: float = DRAIN_TIMEOUT_S, routes: Routes | None = None,
+                  checks: dict[str, Check] | None = None) -> None:
     """Serve Slack until ``stop`` is set or the process gets SIGINT/SIGTERM, then shut down gracefully.
 
     ``routes`` (e.g. health/metrics) are mounted on the HTTP transport's app; in Socket Mode they get their
@@ -172,11 +194,12 @@ async def run_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebCli
         if client is None:
             session = await stack.enter_async_context(aiohttp.ClientSession())
             client = make_client(settings, session=session)
-        await _serve(settings, engine, client, stop or asyncio.Event(), host, drain_timeout_s, routes)
+        await _serve(settings, engine, client, stop or asyncio.Event(), host, drain_timeout_s, routes,
+                     {} if checks is None else checks)
 
 
 async def _serve(settings: Settings, engine: EngineLike, client: AsyncWebClient, stop: asyncio.Event,
-                 host: str, drain_timeout_s: float, routes: Routes | None) -> None:
+                 host: str, drain_timeout_s: float, routes: Routes | None, checks: dict[str, Check]) -> None:
     ident = await verify_auth(client)
     log.info("connected to Slack as %s (team %s)", ident.get("user", "?"), ident.get("team", "?"))
     bot = build_bot(settings, engine, client=client)
@@ -185,7 +208,10 @@ async def _serve(settings: Settings, engine: EngineLike, client: AsyncWebClient,
     if settings.slack_transport == "http":
         transport = HttpTransport(bot.app, host=host, port=settings.http_port, routes=routes)
     else:
-        transport = SocketTransport(bot.app, settings.slack_app_token.reveal(), client)
+        await verify_app_token(settings, client)
+        socket = SocketTransport(bot.app, settings.slack_app_token.reveal(), client)
+        checks["slack"] = socket.check_connected  # /readyz: not ready while the link is down
+        transport = socket
         if routes is not None:
             side = HttpTransport(None, host=host, port=settings.http_port, routes=routes)
     loop = asyncio.get_running_loop()

@@ -17,6 +17,7 @@ import httpx
 from aiohttp import web
 
 from bot.core.contracts import EngineLike
+from bot.core.health import Check
 from bot.teams.activity import Activity
 from bot.teams.auth import ActivityAuth, AppTokens
 from bot.teams.connector import ConnectorClient
@@ -87,7 +88,7 @@ def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = 
 
 async def run_teams(settings: Settings, engine: EngineLike, stop: asyncio.Event, *, host: str = "0.0.0.0",
                     drain_timeout_s: float = 30.0, routes: Routes | None = None,
-                    started: Callable[[int], None] | None = None) -> None:
+                    started: Callable[[int], None] | None = None, checks: dict[str, Check] | None = None) -> None:
     """Serve the Teams endpoint on ``EVIDENT_TEAMS_PORT`` until ``stop`` is set; drain answers in flight."""
     async with httpx.AsyncClient(timeout=30.0) as http:
         bot, auth = build_teams(settings, engine, http)
@@ -102,11 +103,20 @@ async def run_teams(settings: Settings, engine: EngineLike, stop: asyncio.Event,
                               f"{exc.strerror or exc}") from None
         port = int(runner.addresses[0][1]) if runner.addresses else settings.teams_port
         log.info("Teams endpoint listening on %s:%s%s", host, port, MESSAGES_PATH)
+        listening = True
+
+        async def teams_listening() -> None:
+            if not listening:
+                raise ConnectionError("the Teams endpoint is not accepting activities")
+
+        if checks is not None:
+            checks["teams"] = teams_listening
         if started is not None:
             started(port)
         try:
             await stop.wait()
         finally:
+            listening = False
             log.info("Teams: shutting down, %d answer(s) in flight", bot.in_flight)
             with contextlib.suppress(Exception):
                 await site.stop()
