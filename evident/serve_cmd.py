@@ -72,6 +72,11 @@ async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None
         check_teams_settings(settings)
     metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it
     engine = await build_engine(settings, metrics=metrics)
+    try:
+        await probe_credentials(settings, engine)
+    except BaseException:
+        await engine.aclose()
+        raise
     sync_loop = SyncLoop(settings, engine) if settings.confluence_url else None
     checks: dict[str, Any] = {}  # the platforms add theirs ("slack": the Socket Mode link, "teams": listening)
     routes = _health_routes(settings, engine, metrics, sync_loop, checks)
@@ -84,6 +89,33 @@ async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await engine.aclose()
+
+
+async def probe_credentials(settings: Settings, engine: Any) -> None:
+    """One call per remote credential before serving: a rejected key, token or model stops start-up (exit 2,
+    one line naming the setting); an unreachable service only warns, and shows as not ready meanwhile."""
+    from connectors.factory import make_confluence_source
+    from pipeline.errors import AuthError, NotFoundError, RemoteError
+
+    probes: list[tuple[str, Any]] = []
+    if engine.llm is not None:
+        probes.append(("EVIDENT_LLM_BASE_URL / EVIDENT_LLM_API_KEY / EVIDENT_LLM_MODEL", engine.llm.ping))
+    source = make_confluence_source(settings) if settings.confluence_url and settings.confluence_spaces else None
+    if source is not None:
+        probes.append(("CONFLUENCE_URL / CONFLUENCE_TOKEN / CONFLUENCE_SPACES",
+                       functools.partial(source.check_space, settings.confluence_spaces[0])))
+    try:
+        for names, probe in probes:
+            try:
+                await probe()
+            except (AuthError, NotFoundError) as exc:
+                exc.args = (f"{exc} (check {names})",)
+                raise
+            except RemoteError as exc:
+                log.warning("cannot check %s yet: %s", names, exc)
+    finally:
+        if source is not None:
+            source.close()
 
 
 def _health_routes(settings: Settings, engine: Any, metrics: Any, sync_loop: SyncLoop | None,

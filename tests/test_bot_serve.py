@@ -99,6 +99,31 @@ async def test_http_transport_via_run_bot(slack: FakeSlack) -> None:
     await asyncio.wait_for(runner, 10)
 
 
+async def test_shutdown_that_gives_up_on_an_answer_tells_the_thread(slack: FakeSlack) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_signing_secret=SIGNING_SECRET,
+                             slack_transport="http", http_port=port)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(run_bot(settings, FakeEngine(delay_s=30), client=_client(slack), stop=stop,
+                                         host="127.0.0.1", drain_timeout_s=0.3))
+    async with EventSender(f"http://127.0.0.1:{port}/slack/events") as send:
+        for _ in range(200):
+            try:
+                await send.event(send.mention("vpn?"))
+                break
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.01)
+        await slack.wait_calls("chat.postMessage")  # the placeholder: the answer is being computed
+    t0 = asyncio.get_running_loop().time()
+    stop.set()
+    await asyncio.wait_for(runner, 10)
+    assert asyncio.get_running_loop().time() - t0 < 6  # bounded: drain timeout + the short notice
+    said = [c.get("text", "") for c in slack.of("chat.update") + slack.of("chat.postMessage")]
+    assert any("restarting" in t for t in said), said
+
+
 async def test_run_bot_fails_fast_on_missing_tokens(slack: FakeSlack) -> None:
     with pytest.raises(ConfigError, match="SLACK_APP_TOKEN missing: needed for Socket Mode"):
         await run_bot(Settings.load(env={}, slack_bot_token=BOT_TOKEN), FakeEngine(), client=_client(slack))

@@ -78,6 +78,9 @@ async def test_ready_then_not_ready_when_the_llm_stops(llm: LLMStub) -> None:
 
         # Liveness does not depend on the LLM.
         assert (await _get(server.url + "/healthz"))[::2] == (200, "ok")
+        status, _, body = await _get(server.url + "/livez")
+        live = json.loads(body)
+        assert status == 200 and live["live"] is True and 0 <= live["loop_lag_ms"] < 1000
 
 
 async def test_a_raising_check_is_named_in_the_503() -> None:
@@ -160,3 +163,15 @@ async def test_routes_mount_on_an_existing_app() -> None:
         assert (await _get(base + "/metrics"))[0] == 200
     finally:
         await runner.cleanup()
+
+
+async def test_loop_lag_sees_a_blocked_event_loop() -> None:
+    import time as _time
+
+    from bot.core.health import loop_lag_s
+
+    measuring = asyncio.ensure_future(loop_lag_s())
+    await asyncio.sleep(0)  # the measurement queues its callback
+    _time.sleep(0.3)  # noqa: ASYNC251 - the point: a blocking call holds the loop before the callback runs
+    assert await measuring >= 0.25
+    assert await loop_lag_s() < 0.1  # quiet again

@@ -11,6 +11,7 @@ turn, explaining a turn at most once, and recording feedback. Whatever goes wron
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Protocol
 
 from bot.core.contracts import EngineLike, ExplainResultLike, TurnResultLike
 from bot.core.dedup import SeenSet
-from bot.core.messages import EXPLAIN_FAILED, GENERIC, user_message
+from bot.core.messages import EXPLAIN_FAILED, GENERIC, RESTARTING, user_message
 from bot.core.ratelimit import UserRateLimiter
 from bot.core.scope import NO_SPACE, NOT_CONNECTED
 from pipeline.errors import StoreError
@@ -27,6 +28,7 @@ from pipeline.turns import Turn
 log = logging.getLogger("evident.bot")
 TextSink = Callable[[str], Awaitable[None]]
 
+SAY_ON_SHUTDOWN_S = 5.0  # how long a cancelled answer may take to tell the user
 EMPTY_QUESTION = "Ask me a question about the wiki, e.g. _how do I request VPN access?_"
 
 
@@ -99,7 +101,9 @@ class Conversations:
         """Answer ``q`` on ``surface``; whatever goes wrong, the user gets a short message."""
         try:
             await self._answer(q, surface)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # shutdown gave up on this answer: say so rather than leave silence
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(surface.say(RESTARTING)), SAY_ON_SHUTDOWN_S)
             raise
         except SurfaceError:
             return

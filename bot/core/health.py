@@ -80,13 +80,37 @@ async def evaluate_readiness(checks: Mapping[str, Check], *, last_sync_age: Call
     return Readiness(ready=not failed, failed=failed, body=body)
 
 
+MAX_LOOP_LAG_S = 5.0
+
+
+async def loop_lag_s() -> float:
+    """How long a callback queued now waits for the event loop (work queued ahead of it, blocking calls)."""
+    loop = asyncio.get_running_loop()
+    ran: asyncio.Future[float] = loop.create_future()
+    queued = loop.time()
+
+
+    def mark() -> None:
+        if not ran.done():
+            ran.set_result(loop.time())
+
+    loop.call_soon(mark)
+    return max(0.0, await ran - queued)
+
+
 def add_health_routes(app: web.Application, *, checks: Mapping[str, Check], metrics: Metrics,
                       last_sync_age: Callable[[], float | None] | None = None, max_sync_age_s: float | None = None,
                       check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S) -> None:
-    """Mount ``GET /healthz``, ``/readyz`` and ``/metrics`` on an existing app (the HTTP transport's)."""
+    """Mount ``GET /healthz``, ``/livez``, ``/readyz`` and ``/metrics`` on an existing app (the HTTP transport's)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def livez(_: web.Request) -> web.Response:
+        """Liveness: the event loop answers, and a callback queued now runs within ``MAX_LOOP_LAG_S``."""
+        lag = await loop_lag_s()
+        ok = lag <= MAX_LOOP_LAG_S
+        return web.json_response({"live": ok, "loop_lag_ms": round(lag * 1000, 1)}, status=200 if ok else 503)
 
     async def readyz(_: web.Request) -> web.Response:
         result = await evaluate_readiness(checks, last_sync_age=last_sync_age, max_sync_age_s=max_sync_age_s,
@@ -100,6 +124,7 @@ def add_health_routes(app: web.Application, *, checks: Mapping[str, Check], metr
         return web.Response(body=metrics.render().encode("utf-8"), headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_view)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pipeline.runtime.user_messages import GENERIC, user_message
 
-__all__ = ["EXPLAIN_FAILED", "GENERIC", "rate_limited_message", "user_message"]
+__all__ = ["EXPLAIN_FAILED", "GENERIC", "RESTARTING", "rate_limited_message", "user_message"]
 
+RESTARTING = "I'm restarting and couldn't finish this answer. Please ask again in a minute."
 EXPLAIN_FAILED = "I couldn't work out why I gave that answer, sorry. Please try again later."
 
 
