@@ -11,10 +11,18 @@ import pytest
 from helpers import DEPLOY_URL, HARDWARE_URL, RAG_MEETING_URL, CliData, cli_data_fixture, invoke_cli  # noqa: F401
 
 from connectors.local import sample_space_dir
-from pipeline.evaluation.metrics import first_hit_rank, hit_at, normalize_url, p_at_1, percentile, rr_at
+from pipeline.evaluation.metrics import (
+    first_hit_rank,
+    hit_at,
+    ndcg_at,
+    normalize_url,
+    p_at_1,
+    percentile,
+    rr_at,
+)
 from pipeline.evaluation.retrieval import QuestionResult, summarize
 
-ROW_KEYS = {"query", "lang", "n", "p_at_1", "hit_at_5", "hit_at_10", "mrr_at_10", "latency_ms_p50",
+ROW_KEYS = {"query", "lang", "n", "p_at_1", "hit_at_5", "hit_at_10", "mrr_at_10", "ndcg_at_10", "latency_ms_p50",
             "latency_ms_p95"}
 
 # ---------------------------------------------------------------- metrics
@@ -64,6 +72,11 @@ def test_rank_metrics(rank: int | None, p1: float, h5: float, h10: float, rr10: 
     assert p_at_1(rank) == p1
     assert hit_at(rank, 5) == h5 and hit_at(rank, 10) == h10
     assert rr_at(rank, 10) == pytest.approx(rr10)
+
+
+@pytest.mark.parametrize(("rank", "ndcg"), [(1, 1.0), (2, 0.6309), (3, 0.5), (10, 0.2891), (11, 0.0), (None, 0.0)])
+def test_ndcg_at_10_with_one_relevant_page(rank: int | None, ndcg: float) -> None:
+    assert ndcg_at(rank, 10) == pytest.approx(ndcg, abs=1e-4)
 
 
 def test_percentile_nearest_rank() -> None:

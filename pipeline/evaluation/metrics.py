@@ -52,6 +52,11 @@ def rr_at(rank: int | None, k: int) -> float:
     return 1.0 / rank if rank is not None and rank <= k else 0.0
 
 
+def ndcg_at(rank: int | None, k: int) -> float:
+    """nDCG@k with binary relevance and one relevant item (the question's gold page): 1/log2(1 + rank)."""
+    return 1.0 / math.log2(1 + rank) if rank is not None and rank <= k else 0.0
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0

@@ -16,7 +16,15 @@ from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
 from pipeline.answer.retrieve import RetrievalConfig, retrieve
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.index_cache import PageSource
-from pipeline.evaluation.metrics import first_hit_rank, hit_at, p_at_1, percentile, rr_at, turn_bucket
+from pipeline.evaluation.metrics import (
+    first_hit_rank,
+    hit_at,
+    ndcg_at,
+    p_at_1,
+    percentile,
+    rr_at,
+    turn_bucket,
+)
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
 from pipeline.runtime.settings import Settings
 
@@ -52,6 +60,7 @@ def _row(results: Sequence[QuestionResult], **keys: object) -> dict[str, Any]:
         "hit_at_5": mean([hit_at(x, 5) for x in ranks]),
         "hit_at_10": mean([hit_at(x, 10) for x in ranks]),
         "mrr_at_10": mean([rr_at(x, 10) for x in ranks]),
+        "ndcg_at_10": mean([ndcg_at(x, 10) for x in ranks]),
         "latency_ms_p50": round(percentile(lat, 50), 2),
         "latency_ms_p95": round(percentile(lat, 95), 2),
     }
@@ -135,11 +144,13 @@ def summarize(
 
 
 def format_table(report: dict[str, Any]) -> str:
-    lines = [f"{'query':<15}{'lang':<6}{'n':>5}{'P@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}{'p50 ms':>9}{'p95 ms':>9}"]
+    lines = [f"{'query':<15}{'lang':<6}{'n':>5}{'P@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}{'nDCG@10':>9}"
+             f"{'p50 ms':>9}{'p95 ms':>9}"]
     for r in report["rows"]:
         lines.append(
             f"{r['query']:<15}{r['lang']:<6}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_5']:>8.3f}"
-            f"{r['hit_at_10']:>8.3f}{r['mrr_at_10']:>8.3f}{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}"
+            f"{r['hit_at_10']:>8.3f}{r['mrr_at_10']:>8.3f}{r.get('ndcg_at_10', 0.0):>9.3f}"
+            f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}"
         )
     for a in report.get("averages", []):
         lines.append(f"{a['query']:<15}{'avg':<6}{'':>5}{a['p_at_1']:>8.3f}{'':>8}{'':>8}{a['mrr_at_10']:>8.3f}")
