@@ -52,6 +52,8 @@ class FakeSlack:
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}  # (channel, ts) -> message
         self.replies_page_size = replies_page_size
         self.failures: dict[str, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
+        self.hang_from: dict[str, int] = {}  # method -> calls answered before it stops answering
+        self._closing = asyncio.Event()
         self.auth_error: str | None = None
         self.socket_acks: list[dict[str, Any]] = []
         self._ws: web.WebSocketResponse | None = None
@@ -84,6 +86,7 @@ class FakeSlack:
         return self
 
     async def stop(self) -> None:
+        self._closing.set()
         if self._ws is not None:
             await self._ws.close()
         if self._runner is not None:
@@ -151,6 +154,9 @@ class FakeSlack:
         method = request.match_info["method"]
         args = await self._read_args(request)
         self.calls.append(Call(method, args))
+        if method in self.hang_from and len(self.of(method)) > self.hang_from[method]:
+            await self._closing.wait()  # a Slack that never answers (until the fake stops)
+            return web.json_response({"ok": False, "error": "fake_stopped"})
         queued = self.failures.get(method)
         if queued:
             status, body, headers = queued.pop(0)

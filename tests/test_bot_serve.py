@@ -147,6 +147,18 @@ async def test_run_bot_stops_at_a_rejected_app_token_without_a_connect_loop(slac
     assert len(slack.of("apps.connections.open")) == 1  # one call, no retry loop
 
 
+async def test_stop_while_socket_mode_is_still_connecting_is_honoured(slack: FakeSlack) -> None:
+    slack.hang_from["apps.connections.open"] = 1  # the start-up check passes, the connect itself never answers
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(run_bot(settings, FakeEngine(), client=_client(slack), stop=stop))
+    await slack.wait_for(lambda: len(slack.of("apps.connections.open")) >= 2)
+    t0 = asyncio.get_running_loop().time()
+    stop.set()  # what SIGTERM does
+    await asyncio.wait_for(runner, 10)
+    assert asyncio.get_running_loop().time() - t0 < 5
+
+
 async def test_socket_mode_link_is_a_readiness_check(slack: FakeSlack) -> None:
     settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
     checks: dict[str, Any] = {}

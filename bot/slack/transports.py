@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import aiohttp
@@ -180,6 +180,21 @@ class SocketTransport:
         await self._handler.close_async()
 
 
+async def _until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Run ``work`` unless ``stop`` is set first, in which case it is cancelled."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        waiter.cancel()
+        task.result()
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    log.info("stopped while starting the transport")
+
+
 async def run_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient | None = None,
                   stop: asyncio.Event | None = None, host: str = "0.0.0.0",
                   drain_timeout_s: float = DRAIN_TIMEOUT_S, routes: Routes | None = None,
@@ -223,7 +238,7 @@ async def _serve(settings: Settings, engine: EngineLike, client: AsyncWebClient,
     try:
         if side is not None:
             await side.start()
-        await transport.start()
+        await _until_stopped(transport.start(), stop)  # a SIGTERM during connect retries is honoured too
         await stop.wait()
     finally:
         log.info("shutting down: %d answer(s) in flight", bot.in_flight)
