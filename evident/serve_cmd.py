@@ -109,8 +109,7 @@ async def probe_credentials(settings: Settings, engine: Any) -> None:
             try:
                 await probe()
             except (AuthError, NotFoundError) as exc:
-                exc.args = (f"{exc} (check {names})",)
-                raise
+                raise type(exc)(f"{exc} (check {names})", service=exc.service, status=exc.status) from None
             except RemoteError as exc:
                 log.warning("cannot check %s yet: %s", names, exc)
     finally:

@@ -231,14 +231,6 @@ class Store(StoreReports):
 
         await self._run(q)
 
-    async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]:
-        """(title, space, times cited) of the pages answers cited most, most cited first."""
-        rows = await self._run(lambda: self._rows(
-            "SELECT json_extract(c.value, '$.title') AS title, json_extract(c.value, '$.space') AS space, "
-            "COUNT(*) AS n FROM turns, json_each(turns.citations) AS c WHERE turns.error IS NULL "
-            "AND json_valid(turns.citations) GROUP BY title, space ORDER BY n DESC, title LIMIT ?", (int(limit),)))
-        return [(str(r["title"] or ""), str(r["space"] or ""), int(r["n"])) for r in rows if r["title"]]
-
     # ------------------------------------------------------------ feedback
 
     async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str = "slack",

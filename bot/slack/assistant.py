@@ -39,12 +39,13 @@ MAX_PROMPTS = 4
 class ThreadContexts(AsyncAssistantThreadContextStore):
     """The channel each assistant thread is looking at, kept with the conversation in the store."""
 
-    def __init__(self, store: ConversationStore, team: str = "T") -> None:
+    def __init__(self, store: ConversationStore) -> None:
         self.store = store
-        self.team = team
 
-    def _key(self, channel_id: str, thread_ts: str) -> str:
-        return conversation_key(self.team, channel_id, thread_ts)
+    @staticmethod
+    def _key(channel_id: str, thread_ts: str) -> str:
+        """Bolt names a thread by channel and ts only (no team), so contexts have a key space of their own."""
+        return f"assistant-context:{channel_id}:{thread_ts}"
 
     async def save(self, *, channel_id: str, thread_ts: str, context: dict[str, str]) -> None:
         meta = await self.store.conversation_meta(self._key(channel_id, thread_ts))

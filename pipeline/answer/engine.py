@@ -309,19 +309,18 @@ class Engine:
     async def _complete_llm(self, messages: Sequence[ChatMessage], *, role: str, **kwargs: Any) -> list[str]:
         """``llm.complete`` counted in ``metrics`` (calls by role, failures by kind)."""
         assert self.llm is not None
-        self.metrics.llm_calls.inc(role=role)
-        try:
-            return await self.llm.complete(messages, role=role, **kwargs)
-        except Exception as exc:
-            self.metrics.llm_errors.inc(kind=error_kind(exc))
-            raise
+        return await self._counted(role, self.llm.complete(messages, role=role, **kwargs))
 
     async def _stream_llm(self, messages: Sequence[ChatMessage], on_text: TextSink) -> str:
         assert self.llm is not None
-        self.metrics.llm_calls.inc(role="answer")
+        return await self._counted("answer", self.llm.stream(
+            messages, on_text=on_text, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0))
+
+    async def _counted(self, role: str, call: Awaitable[T]) -> T:
+        """An LLM call counted in ``metrics`` (calls by role, failures by kind)."""
+        self.metrics.llm_calls.inc(role=role)
         try:
-            return await self.llm.stream(messages, on_text=on_text, role="answer",
-                                         max_tokens=self.options.answer_max_tokens, temperature=0.0)
+            return await call
         except Exception as exc:
             self.metrics.llm_errors.inc(kind=error_kind(exc))
             raise

@@ -105,14 +105,7 @@ class OpenAILLM:
         """``n`` completions' texts ("" for empty content). Tries one request with ``n`` first, then falls
         back to separate concurrent requests when the endpoint rejects ``n`` or returns fewer choices."""
         model = self.model_for(role)
-        payload: dict[str, Any] = {
-            "model": model,
-            # every prompt path ends here: no untrusted text reaches the model as a control token
-            "messages": [{"role": m.role, "content": neutralize_special_tokens(m.content)} for m in messages],
-            "temperature": temperature,
-        }
-        if max_tokens is not None:
-            payload["max_tokens"] = max_tokens
+        payload = _chat_payload(model, messages, temperature, max_tokens)
         if n <= 1:
             return (await self._create(payload))[:1] or [""]
         texts: list[str] = []
@@ -134,12 +127,7 @@ class OpenAILLM:
         Retried like ``complete`` until the first piece arrives; a failure after that is not retried (the
         user has seen part of the answer) and raises ``RemoteError``."""
         model = self.model_for(role)
-        payload: dict[str, Any] = {
-            "model": model, "stream": True, "temperature": temperature,
-            "messages": [{"role": m.role, "content": neutralize_special_tokens(m.content)} for m in messages],
-        }
-        if max_tokens is not None:
-            payload["max_tokens"] = max_tokens
+        payload = {**_chat_payload(model, messages, temperature, max_tokens), "stream": True}
 
         async def call() -> str:
             parts: list[str] = []
@@ -333,3 +321,18 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _chat_payload(model: str, messages: Sequence[ChatMessage], temperature: float,
+                  max_tokens: int | None) -> dict[str, Any]:
+    """The chat-completions body. Every prompt path ends here: no untrusted text reaches the model as a chat
+    control token."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": m.role, "content": neutralize_special_tokens(m.content)} for m in messages],
+        "temperature": temperature,
+    }
+    if max_tokens is not None:
+        payload["max_tokens"] = max_tokens
+    return payload
+
