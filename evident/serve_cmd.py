@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import signal
 import time
 from typing import Any
 
@@ -59,10 +58,14 @@ def platforms(settings: Settings) -> tuple[str, ...]:
 
 
 async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    """Serve the configured platforms from one process and one engine until SIGINT/SIGTERM (or ``stop``)."""
+    """Serve the configured platforms from one process and one engine until SIGINT/SIGTERM (or ``stop``).
+
+    The signals are honoured from the first moment: a stop during model loading, the credential checks or a
+    wait for an unreachable index ends start-up cleanly (nothing has been written yet) and returns.
+    """
+    from bot.core.lifecycle import Stopped, stop_on_signals
     from bot.slack.transports import check_tokens
     from bot.teams.app import check_teams_settings
-    from pipeline.factory import build_engine
     from pipeline.runtime.metrics import Metrics
 
     chosen = platforms(settings)
@@ -70,25 +73,62 @@ async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None
         check_tokens(settings)  # fail fast, before loading models
     if "teams" in chosen:
         check_teams_settings(settings)
+    stop = stop or asyncio.Event()
     metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it
-    engine = await build_engine(settings, metrics=metrics)
+    with stop_on_signals(stop):
+        try:
+            engine = await start_engine(settings, metrics, stop)
+        except Stopped:
+            log.info("stopped during start-up")
+            return
+        try:
+            await _serve_with(settings, engine, metrics, chosen, stop)
+        finally:
+            await engine.aclose()
+
+
+async def start_engine(settings: Settings, metrics: Any, stop: asyncio.Event) -> Any:
+    """Build the engine and check every credential, raced against ``stop`` (``Stopped`` when it wins).
+
+    A rejected credential raises at once (exit 2, one line); an index or embeddings endpoint that cannot be
+    reached yet (connection refused, timeout, 5xx) is retried with backoff up to a minute apart, and the
+    process is not ready meanwhile (no health endpoint answers before the engine exists).
+    """
+    from bot.core.lifecycle import Stopped, sleep_or_stop, until_stopped
+    from pipeline.errors import RateLimitedError, TransientError, UnreachableError
+    from pipeline.factory import build_engine
+
+    delay = 1.0
+    while True:
+        try:
+            engine = await until_stopped(build_engine(settings, metrics=metrics), stop, what="loading models")
+            break
+        except (UnreachableError, TransientError, RateLimitedError) as exc:
+            log.warning("not ready: %s; retrying in %.0f s", exc, delay)
+        if await sleep_or_stop(delay, stop):
+            raise Stopped("waiting for the index")
+        delay = min(delay * 2, 60.0)
     try:
-        await probe_credentials(settings, engine)
+        await until_stopped(probe_credentials(settings, engine), stop, what="checking credentials")
     except BaseException:
         await engine.aclose()
         raise
+    return engine
+
+
+async def _serve_with(settings: Settings, engine: Any, metrics: Any, chosen: tuple[str, ...],
+                      stop: asyncio.Event) -> None:
     sync_loop = SyncLoop(settings, engine) if settings.confluence_url else None
     checks: dict[str, Any] = {}  # the platforms add theirs ("slack": the Socket Mode link, "teams": listening)
     routes = _health_routes(settings, engine, metrics, sync_loop, checks)
     task = asyncio.create_task(sync_loop.run()) if sync_loop else None
     try:
-        await _run_platforms(settings, engine, chosen, stop or asyncio.Event(), routes, checks)
+        await _run_platforms(settings, engine, chosen, stop, routes, checks, metrics)
     finally:
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await engine.aclose()
 
 
 async def probe_credentials(settings: Settings, engine: Any) -> None:
@@ -135,21 +175,18 @@ def _health_routes(settings: Settings, engine: Any, metrics: Any, sync_loop: Syn
 
 
 async def _run_platforms(settings: Settings, engine: Any, chosen: tuple[str, ...], stop: asyncio.Event,
-                         routes: Any, checks: dict[str, Any]) -> None:
+                         routes: Any, checks: dict[str, Any], metrics: Any) -> None:
     """Each platform until ``stop``; health routes go with Slack's HTTP port, or with Teams' when alone. One
     platform failing stops the others."""
     from bot.slack.transports import run_bot
     from bot.teams.app import run_teams
 
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
     runs = []
     if "slack" in chosen:
-        runs.append(run_bot(settings, engine, stop=stop, routes=routes, checks=checks))
+        runs.append(run_bot(settings, engine, stop=stop, routes=routes, checks=checks, metrics=metrics))
     if "teams" in chosen:
-        runs.append(run_teams(settings, engine, stop, routes=None if "slack" in chosen else routes, checks=checks))
+        runs.append(run_teams(settings, engine, stop, routes=None if "slack" in chosen else routes, checks=checks,
+                              metrics=metrics))
     tasks = [asyncio.create_task(r) for r in runs]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

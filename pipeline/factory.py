@@ -6,6 +6,7 @@ what it uses.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,8 +101,34 @@ async def open_stack(settings: Settings, index_dir: Path | None = None, *,
     ``require_index`` (commands that only read): a missing or empty index is an ``InputError`` that says
     so, instead of answers that "cannot be found".
     """
-    embedder = make_embedder_from(settings)
-    sparse = make_sparse_from(settings, embedder)
+    embedder = await _load_embedder(settings)
+    try:
+        sparse = make_sparse_from(settings, embedder)
+        index = await _open_index(settings, index_dir, embedder, sparse, require_index=require_index)
+    except BaseException:
+        embedder.close()  # a worker process started for the model does not outlive a failed (or cancelled) open
+        raise
+    return embedder, sparse, index
+
+
+async def _load_embedder(settings: Settings) -> Embedder:
+    """Load the model off the event loop (seconds: weights, a worker process, a remote probe), so a server's
+    SIGTERM meanwhile is handled; one finished after its caller gave up (cancelled) is closed again."""
+    loading = asyncio.ensure_future(asyncio.to_thread(make_embedder_from, settings))
+    try:
+        return await asyncio.shield(loading)
+    except asyncio.CancelledError:
+        loading.add_done_callback(_close_unused)
+        raise
+
+
+def _close_unused(loading: asyncio.Future[Embedder]) -> None:
+    if not loading.cancelled() and loading.exception() is None:
+        loading.result().close()
+
+
+async def _open_index(settings: Settings, index_dir: Path | None, embedder: Embedder, sparse: SparseEncoder, *,
+                      require_index: bool) -> Index:
     where = index_dir or settings.resolved_index_dir
     if require_index and not settings.qdrant_url and not (Path(where) / "manifest.json").is_file():
         raise InputError(f"no index at {where}: ingest pages first (evident ingest PATH, evident ingest --sample "
@@ -116,7 +143,7 @@ async def open_stack(settings: Settings, index_dir: Path | None = None, *,
         await index.close()
         what = f"collection {settings.collection!r} at {settings.qdrant_url}" if settings.qdrant_url else f"index at {where}"
         raise InputError(f"the {what} is empty: ingest pages first (evident ingest PATH or evident sync)")
-    return embedder, sparse, index
+    return index
 
 
 async def drop_index(settings: Settings, index_dir: Path | None = None) -> None:
@@ -226,20 +253,25 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
     from pipeline.answer.engine import Engine
     from pipeline.answer.prompts import PromptLibrary
 
+    options = engine_options(settings, trace=trace)  # settings errors first, before anything is opened
     embedder, sparse, index = await open_stack(settings, index_dir, require_index=require_index)
-    store = make_store(settings)
-    return Engine(
-        index=index,
-        embedder=embedder,
-        sparse=sparse,
-        store=store,
-        prompts=PromptLibrary(settings.resolved_prompts_dir),
-        retrieval=retrieval_config(settings),
-        llm=make_llm_from(settings),
-        reranker=make_reranker_from(settings),
-        metrics=metrics,
-        options=engine_options(settings, trace=trace),
-    )
+    try:
+        return Engine(
+            index=index,
+            embedder=embedder,
+            sparse=sparse,
+            store=make_store(settings),
+            prompts=PromptLibrary(settings.resolved_prompts_dir),
+            retrieval=retrieval_config(settings),
+            llm=make_llm_from(settings),
+            reranker=make_reranker_from(settings),
+            metrics=metrics,
+            options=options,
+        )
+    except BaseException:
+        await index.close()
+        await asyncio.to_thread(embedder.close)
+        raise
 
 
 def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[no-untyped-def]

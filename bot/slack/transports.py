@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import aiohttp
@@ -23,14 +22,16 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.contracts import EngineLike
 from bot.core.health import Check
+from bot.core.lifecycle import Stopped, stop_on_signals, until_stopped
 from bot.slack.app import build_bot, make_client
+from bot.slack.handlers import EvidentBot
 from pipeline.errors import AuthError, ConfigError, UnreachableError
+from pipeline.runtime.metrics import Metrics
 from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.bot")
 
 EVENTS_PATH = "/slack/events"
-DRAIN_TIMEOUT_S = 30.0
 
 
 class Transport(Protocol):
@@ -161,8 +162,11 @@ class HttpTransport:
 class SocketTransport:
     """Socket Mode: one outbound websocket, no public endpoint needed."""
 
-    def __init__(self, app: AsyncApp, app_token: str, client: AsyncWebClient) -> None:
+    def __init__(self, app: AsyncApp, app_token: str, client: AsyncWebClient, *,
+                 metrics: Metrics | None = None) -> None:
         self._handler = AsyncSocketModeHandler(app, app_token=app_token, web_client=client)
+        if metrics is not None:
+            self._handler.client.message_listeners.append(_count_hellos(metrics))
 
     async def start(self) -> None:
         await self._handler.connect_async()
@@ -180,65 +184,79 @@ class SocketTransport:
         await self._handler.close_async()
 
 
-async def _until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
-    """Run ``work`` unless ``stop`` is set first, in which case it is cancelled."""
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(stop.wait())
-    done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        waiter.cancel()
-        task.result()
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    log.info("stopped while starting the transport")
+def count_events(app: AsyncApp, metrics: Metrics) -> None:
+    """Count every request Bolt dispatches (events, commands, actions) and note when the last one came."""
+
+    async def counted(next_: Callable[[], Awaitable[None]]) -> None:
+        metrics.event_received("slack")
+        await next_()
+
+    app.middleware(counted)
+
+
+def _count_hellos(metrics: Metrics) -> Callable[..., Awaitable[None]]:
+    """A Socket Mode message listener: Slack greets every new connection with ``hello``; beyond the first
+    connection, each is a reconnect (a refresh, a dropped link)."""
+
+    async def on_message(_client: object, message: dict[str, Any], _raw: str | None) -> None:
+        if message.get("type") == "hello":
+            metrics.transport_connected("slack")
+
+    return on_message
 
 
 async def run_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient | None = None,
                   stop: asyncio.Event | None = None, host: str = "0.0.0.0",
-                  drain_timeout_s: float = DRAIN_TIMEOUT_S, routes: Routes | None = None,
-                  checks: dict[str, Check] | None = None) -> None:
-    """Serve Slack until ``stop`` is set or the process gets SIGINT/SIGTERM, then shut down gracefully.
+                  drain_timeout_s: float | None = None, routes: Routes | None = None,
+                  checks: dict[str, Check] | None = None, metrics: Metrics | None = None) -> None:
+    """Serve Slack until ``stop`` is set or the process gets SIGINT/SIGTERM, then shut down gracefully:
+    answers still running after ``drain_timeout_s`` (default ``EVIDENT_SHUTDOWN_TIMEOUT_S``) are cancelled
+    and their threads told so.
 
     ``routes`` (e.g. health/metrics) are mounted on the HTTP transport's app; in Socket Mode they get their
-    own server on ``settings.http_port``, and no port is opened when ``routes`` is None.
+    own server on ``settings.http_port``, and no port is opened when ``routes`` is None. ``metrics`` counts
+    events and Socket Mode (re)connections.
     """
     check_tokens(settings)
     async with contextlib.AsyncExitStack() as stack:
         if client is None:
             session = await stack.enter_async_context(aiohttp.ClientSession())
             client = make_client(settings, session=session)
-        await _serve(settings, engine, client, stop or asyncio.Event(), host, drain_timeout_s, routes,
-                     {} if checks is None else checks)
+        drain = settings.shutdown_timeout_s if drain_timeout_s is None else drain_timeout_s
+        await _serve(settings, engine, client, stop or asyncio.Event(), host, drain, routes,
+                     {} if checks is None else checks, metrics)
 
 
 async def _serve(settings: Settings, engine: EngineLike, client: AsyncWebClient, stop: asyncio.Event,
-                 host: str, drain_timeout_s: float, routes: Routes | None, checks: dict[str, Check]) -> None:
+                 host: str, drain_timeout_s: float, routes: Routes | None, checks: dict[str, Check],
+                 metrics: Metrics | None) -> None:
     ident = await verify_auth(client)
     log.info("connected to Slack as %s (team %s)", ident.get("user", "?"), ident.get("team", "?"))
     bot = build_bot(settings, engine, client=client)
+    if metrics is not None:
+        count_events(bot.app, metrics)
     transport: Transport
     side: HttpTransport | None = None
     if settings.slack_transport == "http":
         transport = HttpTransport(bot.app, host=host, port=settings.http_port, routes=routes)
     else:
         await verify_app_token(settings, client)
-        socket = SocketTransport(bot.app, settings.slack_app_token.reveal(), client)
+        socket = SocketTransport(bot.app, settings.slack_app_token.reveal(), client, metrics=metrics)
         checks["slack"] = socket.check_connected  # /readyz: not ready while the link is down
         transport = socket
         if routes is not None:
             side = HttpTransport(None, host=host, port=settings.http_port, routes=routes)
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
+    with stop_on_signals(stop):
+        await _until_shutdown(bot, transport, side, stop, drain_timeout_s)
+
+
+async def _until_shutdown(bot: EvidentBot, transport: Transport, side: HttpTransport | None, stop: asyncio.Event,
+                          drain_timeout_s: float) -> None:
     try:
         if side is not None:
             await side.start()
-        await _until_stopped(transport.start(), stop)  # a SIGTERM during connect retries is honoured too
+        with contextlib.suppress(Stopped):  # a SIGTERM during connect retries is honoured too
+            await until_stopped(transport.start(), stop, what="connecting to Slack")
         await stop.wait()
     finally:
         log.info("shutting down: %d answer(s) in flight", bot.in_flight)
@@ -250,5 +268,3 @@ async def _serve(settings: Settings, engine: EngineLike, client: AsyncWebClient,
         if side is not None:
             await side.stop_accepting()
             await side.close()
-        for sig in installed:
-            loop.remove_signal_handler(sig)

@@ -23,6 +23,7 @@ from bot.teams.auth import ActivityAuth, AppTokens
 from bot.teams.connector import ConnectorClient
 from bot.teams.handlers import TeamsBot
 from pipeline.errors import AuthError, ConfigError, UnreachableError
+from pipeline.runtime.metrics import Metrics
 from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.teams")
@@ -55,7 +56,8 @@ def build_teams(settings: Settings, engine: EngineLike, http: httpx.AsyncClient)
     return TeamsBot(settings, engine, ConnectorClient(http, tokens)), auth
 
 
-def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = None) -> web.Application:
+def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = None,
+                  metrics: Metrics | None = None) -> web.Application:
     async def messages(request: web.Request) -> web.Response:
         if (request.content_length or 0) > MAX_BODY_BYTES:
             return web.json_response({"error": "activity too large"}, status=413)
@@ -76,6 +78,8 @@ def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = 
             return web.json_response({"error": "authentication unavailable"}, status=503)
         if not activity.service_url.startswith(("https://", "http://")):
             return web.json_response({"error": "no serviceUrl"}, status=400)
+        if metrics is not None:
+            metrics.event_received("teams")
         status, payload = bot.on_activity(activity)
         return web.json_response(payload, status=status) if payload is not None else web.Response(status=status)
 
@@ -87,12 +91,16 @@ def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = 
 
 
 async def run_teams(settings: Settings, engine: EngineLike, stop: asyncio.Event, *, host: str = "0.0.0.0",
-                    drain_timeout_s: float = 30.0, routes: Routes | None = None,
-                    started: Callable[[int], None] | None = None, checks: dict[str, Check] | None = None) -> None:
-    """Serve the Teams endpoint on ``EVIDENT_TEAMS_PORT`` until ``stop`` is set; drain answers in flight."""
+                    drain_timeout_s: float | None = None, routes: Routes | None = None,
+                    started: Callable[[int], None] | None = None, checks: dict[str, Check] | None = None,
+                    metrics: Metrics | None = None) -> None:
+    """Serve the Teams endpoint on ``EVIDENT_TEAMS_PORT`` until ``stop`` is set; answers still running
+    ``drain_timeout_s`` later (default ``EVIDENT_SHUTDOWN_TIMEOUT_S``) are cancelled and their chats told so."""
+    drain = settings.shutdown_timeout_s if drain_timeout_s is None else drain_timeout_s
     async with httpx.AsyncClient(timeout=30.0) as http:
         bot, auth = build_teams(settings, engine, http)
-        runner = web.AppRunner(build_web_app(bot, auth, routes=routes), handle_signals=False, access_log=None)
+        runner = web.AppRunner(build_web_app(bot, auth, routes=routes, metrics=metrics), handle_signals=False,
+                               access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, settings.teams_port)
         try:
@@ -120,7 +128,7 @@ async def run_teams(settings: Settings, engine: EngineLike, stop: asyncio.Event,
             log.info("Teams: shutting down, %d answer(s) in flight", bot.in_flight)
             with contextlib.suppress(Exception):
                 await site.stop()
-            cancelled = await bot.drain(drain_timeout_s)
+            cancelled = await bot.drain(drain)
             if cancelled:
                 log.warning("Teams: cancelled %d answer(s) still running", cancelled)
             await runner.cleanup()

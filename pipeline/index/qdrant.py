@@ -27,9 +27,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from qdrant_client import AsyncQdrantClient, models
-from qdrant_client.http.exceptions import UnexpectedResponse
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from pipeline.errors import ConfigError, IndexError_
+from pipeline.errors import (
+    AuthError,
+    ConfigError,
+    EvidentError,
+    IndexError_,
+    TransientError,
+    UnreachableError,
+)
 from pipeline.index import common as ic
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
 
@@ -129,11 +136,30 @@ class QdrantServerIndex:
         self._client = client
         try:
             await self._open(client, dense_dim, embedder, recipe)
+        except IndexError_ as exc:
+            self._client = None
+            await client.close()
+            raise self._open_error(exc) from exc.__cause__
         except BaseException:
             self._client = None
             await client.close()
             raise
         self._dim, self._embedder = dense_dim, embedder
+
+    def _open_error(self, exc: IndexError_) -> EvidentError:
+        """At open, say which setting is wrong: a rejected key and an unreachable server are the usual first-day
+        errors, and the second is worth retrying (``evident serve`` does)."""
+        cause = exc.__cause__
+        if isinstance(cause, UnexpectedResponse) and cause.status_code in (401, 403):
+            return AuthError(f"Qdrant at {self.where} rejected QDRANT_API_KEY (HTTP {cause.status_code})",
+                             service="qdrant", status=cause.status_code)
+        if isinstance(cause, UnexpectedResponse) and (cause.status_code or 0) >= 500:
+            return TransientError(f"Qdrant at {self.where} answered HTTP {cause.status_code}", service="qdrant",
+                                  status=cause.status_code)
+        if isinstance(cause, ResponseHandlingException):
+            return UnreachableError(f"cannot reach Qdrant at {self.where} (QDRANT_URL): "
+                                    f"{type(cause.source).__name__}", service="qdrant")
+        return exc
 
     async def _open(self, client: AsyncQdrantClient, dense_dim: int, embedder: str,
                     recipe: Mapping[str, Any] | None = None) -> None:

@@ -9,6 +9,7 @@ safe) and the text exposition format.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -119,6 +120,33 @@ class Metrics:
         self.explain_seconds = Histogram("evident_explain_seconds",
                                          "Time to compute a causal explanation (attribution).", buckets=buckets,
                                          registry=r)
+        self.events = Counter("evident_events_total", "Requests received from a chat platform (events, "
+                              "commands, actions, activities), by platform.", ("platform",), registry=r)
+        self.connects = Counter("evident_transport_connects_total", "Connections a chat transport opened, by "
+                                "platform (Slack Socket Mode: one per hello).", ("platform",), registry=r)
+        self.reconnects = Counter("evident_transport_reconnects_total", "Connections opened after the first one "
+                                  "(a refresh or a dropped link), by platform.", ("platform",), registry=r)
+        self._event_age = prometheus_client.Gauge(
+            "evident_seconds_since_last_event", "Seconds since the last request from a chat platform, by "
+            "platform (absent until the first).", ("platform",), registry=r)
+        self._last_event: dict[str, float] = {}
+
+    def event_received(self, platform: str) -> None:
+        """A chat platform delivered something: count it and restart its "seconds since" clock."""
+        self.events.inc(platform=platform)
+        if platform not in self._last_event:
+            self._event_age.labels(platform=platform).set_function(lambda: self.seconds_since_event(platform) or 0.0)
+        self._last_event[platform] = time.monotonic()
+
+    def seconds_since_event(self, platform: str) -> float | None:
+        last = self._last_event.get(platform)
+        return None if last is None else time.monotonic() - last
+
+    def transport_connected(self, platform: str) -> None:
+        """A transport opened a connection; every one after the first is a reconnect."""
+        if self.connects.value(platform=platform) >= 1:
+            self.reconnects.inc(platform=platform)
+        self.connects.inc(platform=platform)
 
     def render(self) -> str:
         """The text exposition format, served with ``CONTENT_TYPE``."""

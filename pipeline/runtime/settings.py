@@ -213,6 +213,10 @@ class Settings:
                                     "is shown (an LLM writes them; offline: questions about the cited pages).")
     admin_users: tuple[str, ...] = _f((), "EVIDENT_ADMIN_USERS",
                                       "Slack user ids who see the feedback summary in evident's App Home.")
+    shutdown_timeout_s: float = _f(30.0, "EVIDENT_SHUTDOWN_TIMEOUT_S",
+                                   "On SIGTERM/SIGINT, how long `evident serve` lets answers in flight finish; "
+                                   "those still running are cancelled and their threads told to ask again.",
+                                   min=0)
     user_rate_per_min: int = _f(10, "EVIDENT_USER_RATE_PER_MIN", "Questions per user per minute.", min=0)
     # ---- Microsoft Teams (Azure Bot registration)
     teams_app_id: str | None = _f(None, "TEAMS_APP_ID", "The bot's Microsoft App ID (client id); set it to serve Teams.")
