@@ -17,6 +17,7 @@ def make_confluence_source(settings: Settings, **client_options: Any) -> Conflue
     token = settings.confluence_token.reveal()
     if not token:
         raise ConfigError("CONFLUENCE_TOKEN is not set (Cloud API token, or Data Center personal access token)")
+    client_options.setdefault("timeout_s", settings.confluence_timeout_s)
     client = ConfluenceClient(settings.confluence_url, token=token, user=settings.confluence_user or None,
                               **client_options)
     return ConfluenceSource(
@@ -27,4 +28,5 @@ def make_confluence_source(settings: Settings, **client_options: Any) -> Conflue
         ancestor=settings.confluence_ancestor,
         include_restricted=settings.include_restricted,
         overlap_s=settings.sync_overlap_s,
+        zone_probe=settings.sync_zone_probe,
     )

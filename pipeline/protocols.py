@@ -55,6 +55,9 @@ class Index(Protocol):
     async def page_hashes(self) -> dict[str, str]:
         """page id -> content hash of the version currently live in the index."""
 
+    async def page_spaces(self) -> dict[str, str]:
+        """page id -> the space key its live version was indexed under ("" when it has none)."""
+
     async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
         """Atomically swap a page's evidence: queries see the old or the new version, never a mix."""
 

@@ -91,7 +91,8 @@ class StoreReports:
     async def sync_status(self) -> list[SpaceSync]:
         """Each synced space's checkpoint and when it last advanced."""
         rows = await self._run(lambda: self._rows(
-            "SELECT source, space, checkpoint_utc, updated_at FROM sync_state ORDER BY space"))
+            "SELECT source, space, checkpoint_utc, updated_at FROM sync_state WHERE space NOT LIKE '\\_\\_%' ESCAPE '\\' "
+            "ORDER BY space"))  # rows named __x__ are the connector's own notes (e.g. the CQL zone)
         return [SpaceSync(str(r["source"]), str(r["space"]), str(r["checkpoint_utc"]), str(r["updated_at"]))
                 for r in rows]
 

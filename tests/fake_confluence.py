@@ -227,6 +227,11 @@ class FakeConfluence:
     def set_labels(self, page_id: str, labels: Iterable[str]) -> None:
         self.pages[page_id].labels = list(labels)
 
+    def move(self, page_id: str, space: str, *, parent_id: str | None = None) -> None:
+        """Move a page to another space (as Confluence does: version and ``lastmodified`` unchanged)."""
+        p = self.pages[page_id]
+        p.space, p.parent = space, parent_id
+
     def set_parent(self, page_id: str, parent_id: str | None) -> None:
         self.pages[page_id].parent = parent_id
 

@@ -326,6 +326,11 @@ class IndexContract:
         assert names(hybrid)[:2] == ["A", "B"]  # differs from the unweighted order
         assert [h.score for h in hybrid] == pytest.approx([s for _, s in predicted], rel=1e-5)
 
+    async def test_page_spaces_says_where_each_live_page_was_indexed(self, corpus_index: Any) -> None:
+        assert await corpus_index.page_spaces() == {name: space for name, (space, _, _) in CORPUS.items()}
+        await corpus_index.delete_pages(["A"])
+        assert "A" not in await corpus_index.page_spaces()
+
     async def test_spaces_filter_applies_to_every_leg(self, corpus_index: Any) -> None:
         hr = ("HR",)
         lex = await corpus_index.search(SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical", spaces=hr))

@@ -14,6 +14,7 @@ from urllib.parse import unquote_plus
 import pytest
 
 from connectors.confluence.client import ConfluenceClient
+from connectors.confluence.clock import measure_zone
 from connectors.confluence.cql import pages_cql, parse_utc, quote, since_bound, to_utc_iso
 from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.sync import SyncReport, _Tracker, sync_confluence
@@ -60,28 +61,6 @@ class FlakyIndex(_Wrapped):
             self.left[page_id] -= 1
             raise IndexError_(f"injected write failure for page {page_id}")
         await self.inner.replace_page(page_id, page_hash, points)
-
-
-class SpaceAwareIndex(_Wrapped):
-    """Adds the ``page_spaces()`` the sync uses when an index offers it (proposed for ``Index``)."""
-
-    async def page_spaces(self) -> dict[str, str]:
-        import qdrant_edge as qe
-
-        inner = self.inner
-
-        def run() -> dict[str, str]:
-            out: dict[str, str] = {}
-            offset: Any = None
-            while True:
-                req = qe.ScrollRequest(offset=offset, limit=5000, filter=inner._live_filter(),
-                                       with_payload=qe.PayloadSelector.Include(["page_id", "space"]))
-                records, offset = inner._call(inner._require().scroll, req)
-                out.update({str(r.payload["page_id"]): str(r.payload["space"]) for r in records if r.payload})
-                if offset is None:
-                    return out
-
-        return await asyncio.to_thread(run)
 
 
 def _pages(per_space: int = 10) -> list[FakePage]:
@@ -167,8 +146,10 @@ def test_pages_cql_scope_and_order() -> None:
 
 
 def test_since_bound_subtracts_overlap_and_floors_to_minute() -> None:
-    assert since_bound("2024-05-01T10:05:59.900Z", 600) == "2024-05-01 09:55"
-    assert since_bound("2024-05-01T20:05:00+10:00", 0) == "2024-05-01 10:05"
+    assert since_bound("2024-05-01T10:05:59.900Z", 600, 0) == "2024-05-01 09:55"
+    assert since_bound("2024-05-01T20:05:00+10:00", 0, 0) == "2024-05-01 10:05"
+    assert since_bound("2024-05-01T10:05:00Z", 60, -300) == "2024-05-01 05:04"  # written in the site's zone
+    assert since_bound("2024-05-01T10:05:00Z", 60, None) == "2024-04-30 21:04"  # unknown zone: 13 h wider
 
 
 def test_to_utc_iso_normalises_offsets() -> None:
@@ -288,6 +269,28 @@ async def test_timeouts_are_retried(fake: FakeConfluence) -> None:
     assert src.client.retries == 1 and src.client.api_calls == 2
 
 
+async def test_a_results_page_that_keeps_timing_out_is_asked_for_in_halves(fake: FakeConfluence) -> None:
+    space = _spaces(fake)[0]
+    want = [p.id async for p in _source(fake, page_limit=4).iter_space(space)]
+    src = _source(fake, timeout_s=1, page_limit=4)
+    await src.list_space(space)  # the id listing (restrictions) first
+    fake.slow_next(2, 1.5)  # then the first results page (4 bodies) times out twice
+    calls = fake.api_calls
+    got = [p.id async for p in src.iter_space(space)]
+    assert got == want  # nothing lost or repeated
+    searches = [r for r in fake.requests[calls:] if "content/search" in r and "expand=body" in r.replace("%2C", ",")]
+    assert "limit=4" in searches[0] and all("limit=2" in r for r in searches[2:])
+
+
+async def test_timeout_comes_from_the_settings() -> None:
+    from connectors.factory import make_confluence_source
+
+    env = {"CONFLUENCE_URL": "http://127.0.0.1:9/wiki", "CONFLUENCE_TOKEN": "t", "CONFLUENCE_TIMEOUT_S": "7"}
+    src = make_confluence_source(Settings.load(env=env))
+    assert src.client._api.timeout == 7
+    src.close()
+
+
 async def test_intermittent_500s_complete(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
     fake.fail_every(3, 500)
     report = await _sync(_source(fake, page_limit=4), index, store)
@@ -337,37 +340,51 @@ async def test_deleted_and_archived_pages_leave_the_index(fake: FakeConfluence, 
     assert await _ids(index) == fake.visible_ids()
 
 
-async def test_syncing_one_space_keeps_another_spaces_pages(
+async def test_syncing_one_space_deletes_only_in_that_space(
     fake: FakeConfluence, index: EdgeIndex, store: Store
 ) -> None:
-    """Protocol-only index: other spaces' live pages stay (looked up by id); only vanished pages go."""
     src = _source(fake)
     await _sync(src, index, store)
-    first, second = _spaces(fake)[:2]
-    gone = sorted(fake.visible_ids(second))[0]
-    fake.delete(gone)
-    fake.restrict(sorted(fake.visible_ids(second))[0])  # out of scope there, but that space is not synced
-    report = await _sync(src, index, store, spaces=[first])
-    assert report.deleted == 1  # without page_spaces() a vanished page's space is unknown: it is gone
-    assert await _ids(index) == fake.visible_ids()
-
-
-async def test_space_aware_index_deletes_only_in_synced_spaces(
-    fake: FakeConfluence, index: EdgeIndex, store: Store
-) -> None:
-    idx = SpaceAwareIndex(index)
-    src = _source(fake)
-    await _sync(src, idx, store)  # type: ignore[arg-type]
     first, second = _spaces(fake)[:2]
     gone_second = sorted(fake.visible_ids(second))[0]
     gone_first = sorted(fake.visible_ids(first))[0]
     fake.delete(gone_second)
     fake.delete(gone_first)
     calls = fake.api_calls
-    report = await _sync(src, idx, store, spaces=[first])  # type: ignore[arg-type]
-    assert report.deleted == 1
+    report = await _sync(src, index, store, spaces=[first])
+    assert report.deleted == 1  # the index says where each page lives: the other space is not touched
     assert await _ids(index) == fake.visible_ids() | {gone_second}
     assert not any("id+in" in r for r in fake.requests[calls:])  # no look-ups needed
+
+
+async def test_a_page_moved_into_a_space_that_is_not_synced_leaves_the_index(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    src = _source(fake)
+    await _sync(src, index, store)
+    pid = sorted(fake.visible_ids(_spaces(fake)[0]))[0]
+    fake.move(pid, "HRPRIVATE")  # version and lastmodified unchanged, as in Confluence
+    report = await _sync(src, index, store)
+    assert report.deleted == 1 and pid not in await _ids(index)
+    again = await _sync(src, index, store, full=True)  # and --full keeps it out
+    assert again.deleted == again.added == 0 and pid not in await _ids(index)
+
+
+async def test_a_page_moved_between_synced_spaces_is_reindexed_under_its_new_space(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    src = _source(fake)
+    await _sync(src, index, store)
+    first, second = _spaces(fake)[:2]
+    pid = sorted(fake.visible_ids(first))[0]  # the oldest: outside any overlap window
+    fake.move(pid, second)
+    report = await _sync(src, index, store)
+    assert report.deleted == 0 and report.updated == 1
+    assert (await index.page_spaces())[pid] == second
+    points = [pt async for pt in index.export_points(page_ids=[pid])]
+    assert points and all(pt.evidence.space == second and f"/spaces/{second}/" in pt.evidence.url for pt in points)
+    noop = await _sync(src, index, store)
+    assert noop.updated == noop.deleted == 0
 
 
 async def test_restricted_pages_are_skipped_counted_and_removed(
@@ -399,36 +416,49 @@ async def test_label_and_ancestor_scope(fake: FakeConfluence, index: EdgeIndex, 
     assert [p.id async for p in _source(fake, ancestor=a).iter_space(space)] == [c]
 
 
-async def test_non_utc_server_timezone_misses_no_edit(index: EdgeIndex, store: Store) -> None:
-    """UTC+10 (east): the UTC-formatted bound is read 10 h earlier, so nothing can be missed."""
-    async with FakeConfluence(_pages(), tz_offset_min=600) as fc:
+@pytest.mark.parametrize("tz_min", [600, -300, 345, -720, 840])
+async def test_the_sites_cql_zone_is_measured(tz_min: int, store: Store) -> None:
+    async with FakeConfluence(_pages(), tz_offset_min=tz_min) as fc:
+        src = _source(fc)
+        assert await measure_zone(src.client, src.scope_cql(_spaces(fc)[0])) == tz_min
+        assert src.client.api_calls <= 10
+
+
+@pytest.mark.parametrize("tz_min", [600, -300])
+async def test_an_edit_a_minute_after_the_checkpoint_is_found_in_any_zone(
+    tz_min: int, index: EdgeIndex, store: Store
+) -> None:
+    """The bound is written in the measured zone with a one-minute overlap: east or west, nothing is missed,
+    and the zone is measured once, not every cycle."""
+    async with FakeConfluence(_pages(), tz_offset_min=tz_min) as fc:
         src = _source(fc, overlap_s=60)
-        await _sync(src, index, store)
+        first = await _sync(src, index, store)
+        assert first.cql_zone_min == tz_min
         space = _spaces(fc)[0]
         cp = parse_utc(await store.get_checkpoint(src.source_key, space) or "")
         pid = sorted(fc.visible_ids(space))[0]
         fc.edit(pid, body="<p>Edited one minute after the checkpoint.</p>", when=cp + timedelta(seconds=61))
+        calls = fc.api_calls
         report = await _sync(src, index, store)
-        assert report.updated == 1
-        bound = since_bound(cp.isoformat(), 60)
-        queries = [unquote_plus(r) for r in fc.requests if "lastmodified" in unquote_plus(r)]
+        assert report.updated == 1 and report.cql_zone_min == tz_min
+        bound = since_bound(cp.isoformat(), 60, tz_min)
+        queries = [unquote_plus(r) for r in fc.requests[calls:] if "lastmodified" in unquote_plus(r)]
         assert any(f'space = "{space}"' in q and f'lastmodified >= "{bound}"' in q for q in queries)
+        assert not any("order by lastmodified desc" in q for q in queries)  # the zone came from the store
+        assert [s.space for s in await store.sync_status()] == sorted(_spaces(fc))  # not the zone's row
 
 
-@pytest.mark.parametrize(("overlap_s", "found"), [(6 * 3600, True), (600, False)])
-async def test_west_of_utc_needs_an_overlap_of_at_least_the_offset(
-    overlap_s: int, found: bool, index: EdgeIndex, store: Store
-) -> None:
-    """UTC-5 (west) shifts the bound 5 h later: covered by a 6 h overlap, missed with 10 minutes (documented)."""
-    async with FakeConfluence(_pages(), tz_offset_min=-300) as fc:
-        src = _source(fc, overlap_s=overlap_s)
+async def test_without_the_zone_probe_the_overlap_is_widened_by_13_hours(index: EdgeIndex, store: Store) -> None:
+    """UTC-12, the most western zone: an edit an hour after the checkpoint is still found."""
+    async with FakeConfluence(_pages(), tz_offset_min=-720) as fc:
+        src = _source(fc, overlap_s=60, zone_probe=False)
         await _sync(src, index, store)
         space = _spaces(fc)[0]
         cp = parse_utc(await store.get_checkpoint(src.source_key, space) or "")
         pid = sorted(fc.visible_ids(space))[0]
         fc.edit(pid, body="<p>Edited an hour after the checkpoint.</p>", when=cp + timedelta(hours=1))
         report = await _sync(src, index, store)
-        assert (report.updated == 1) is found
+        assert report.updated == 1 and report.cql_zone_min is None
 
 
 # ---------------------------------------------------------------------- crashes converge

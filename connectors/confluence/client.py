@@ -39,6 +39,10 @@ SERVICE = "confluence"
 WIKI_HINT = "Confluence Cloud site URLs end in /wiki, e.g. https://your-site.atlassian.net/wiki"
 
 
+class ConfluenceTimeout(TransientError):
+    """A request that took longer than ``CONFLUENCE_TIMEOUT_S``."""
+
+
 class ConfluenceClient:
     """GETs against Confluence's REST API with retry/backoff, counted in ``api_calls``.
 
@@ -81,21 +85,32 @@ class ConfluenceClient:
 
     # ------------------------------------------------------------------ raw GET with retries
 
-    async def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def get(self, path: str, params: dict[str, Any] | None = None, *,
+                  max_timeouts: int | None = None) -> dict[str, Any]:
         """GET ``path`` (relative to the site URL, e.g. ``rest/api/space/KEY``) and return its JSON.
 
         Retries 429 (waiting ``Retry-After``), 5xx, timeouts and dropped connections (``pipeline.runtime.retry``);
-        an ``UnreachableError`` with a status (a wrong base URL that answers) is not retried.
+        an ``UnreachableError`` with a status (a wrong base URL that answers) is not retried. ``max_timeouts``:
+        give up (``ConfluenceTimeout``) after that many timeouts, so the caller can ask for less.
         """
+        timeouts = 0
 
         def count() -> None:
             self.retries += 1
+
+        def retry(exc: BaseException) -> bool:
+            nonlocal timeouts
+            if isinstance(exc, ConfluenceTimeout):
+                timeouts += 1
+                if max_timeouts is not None and timeouts >= max_timeouts:
+                    return False
+            return _retryable(exc)
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=retry_after_wait(initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
                                   retry_after_cap_s=self.max_retry_after_s),
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(retry),
             before_sleep=log_retry(log, "confluence GET", self.max_retries, level=logging.INFO, count=count),
             sleep=self._sleep,
             reraise=True,
@@ -113,7 +128,8 @@ class ConfluenceClient:
                 self._api.get, path, params=params, absolute=absolute, advanced_mode=True
             )
         except requests.Timeout as exc:
-            raise TransientError(f"Confluence timed out on {_short(path)}", service=SERVICE) from exc
+            raise ConfluenceTimeout(f"Confluence timed out on {_short(path)} (CONFLUENCE_TIMEOUT_S)",
+                                    service=SERVICE) from exc
         except requests.ConnectionError as exc:
             host = urlsplit(self.url).netloc or self.url
             raise UnreachableError(f"cannot reach Confluence at {host}: {_reason(exc)}", service=SERVICE) from exc
@@ -133,17 +149,32 @@ class ConfluenceClient:
             ) from exc
 
     async def search(self, cql: str, *, expand: str | None = None, limit: int = 50) -> AsyncIterator[dict[str, Any]]:
-        """Every result of a CQL content search, following ``_links.next`` (or start+limit) paging."""
+        """Every result of a CQL content search, following ``_links.next`` (or start+limit) paging.
+
+        A results page that times out twice is asked for again with half as many results (bodies make pages
+        slow on large sites), down to one; the smaller size is kept for the rest of the search.
+        """
         params: dict[str, Any] = {"cql": cql, "start": 0, "limit": limit}
         if expand:
             params["expand"] = expand
         path: str = "rest/api/content/search"
         query: dict[str, Any] | None = params
+        start = 0
         while True:
-            data = await self.get(path, query)
+            try:
+                data = await self.get(path, query, max_timeouts=2)
+            except ConfluenceTimeout:
+                if int(params["limit"]) <= 1:
+                    raise
+                params = {**params, "start": start, "limit": int(params["limit"]) // 2}
+                log.warning("Confluence search timed out twice at result %d; asking for %d results per request",
+                            start, params["limit"])
+                path, query = "rest/api/content/search", params
+                continue
             results = data.get("results") or []
             for item in results:
                 yield item
+            start += len(results)
             nxt = (data.get("_links") or {}).get("next")
             if nxt:
                 path, query = self._next_path(str(nxt), data), None

@@ -3,21 +3,19 @@
 Why an overlap window (this text is the README's explanation)
 -------------------------------------------------------------
 Confluence evaluates ``lastmodified >= "yyyy-MM-dd HH:mm"`` in the *calling user's / site's* time
-zone, at minute precision, against the server's own clock. We cannot reliably learn that time zone
-through the REST API, so we keep the checkpoint in UTC (the newest ``lastmodified`` of a page we
-actually ingested) and query with ``checkpoint - overlap`` written as UTC wall-clock time, floored to
-the minute. The server then reads our bound shifted by its zone's offset and by any clock skew:
+zone, at minute precision, against the server's own clock. We keep the checkpoint in UTC (the newest
+``lastmodified`` of a page we actually ingested, as the server stamped it) and write the bound as wall-clock
+time in the zone the site reads it in, measured once every few hours with one of the site's own pages
+(``connectors.confluence.clock``), minus ``EVIDENT_SYNC_OVERLAP_S`` (default 600 s) for the search index's
+lag behind edits. Both the checkpoint and the comparison use the server's clock, so clock skew between us and
+the server does not matter.
 
-* zones east of UTC (UTC+10 reads "10:00" as 00:00 UTC) and flooring to the minute only move the bound
-  *earlier*: we re-read more pages, never fewer;
-* zones west of UTC (UTC-5 reads "10:00" as 15:00 UTC) and a server clock that runs behind ours move it
-  *later*, by ``|offset| + skew``.
-
-An edit is missed only if the effective bound lands after it, i.e. only if ``|west offset| + skew``
-exceeds ``EVIDENT_SYNC_OVERLAP_S``; with a larger overlap a miss is impossible. Re-reading the
-overlapped pages is harmless: ingest compares content hashes and skips unchanged pages without
-parsing or embedding them. So set the overlap to at least your site's western UTC offset plus a few
-minutes of skew (the 600 s default suits sites on UTC or east of it; use e.g. 19800 for UTC-5).
+When the zone cannot be measured (an empty space, a server that answers inconsistently, or
+``EVIDENT_SYNC_ZONE_PROBE=false``) the bound is written as UTC wall time and 13 hours more overlap are added:
+a zone west of UTC reads our bound *later* by its offset (at most 12 h), so the extra 13 h make a miss
+impossible in every zone; east of UTC it only reads earlier. Re-reading overlapped pages is harmless either
+way: ingest compares content hashes and skips unchanged pages without parsing or embedding them; it costs
+the requests and bodies, which is what the measurement saves.
 """
 
 from __future__ import annotations
@@ -52,9 +50,14 @@ def to_utc_iso(stamp: str) -> str:
     return parse_utc(stamp).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def since_bound(checkpoint_utc: str, overlap_s: int) -> str:
-    """The ``lastmodified`` bound for an incremental query: checkpoint minus overlap, floored to the minute."""
+WIDE_OVERLAP_S = 13 * 3600  # added when the site's zone is unknown: the most western zone (UTC-12) and an hour
+
+
+def since_bound(checkpoint_utc: str, overlap_s: int, zone_min: int | None = None) -> str:
+    """The ``lastmodified`` bound for an incremental query: checkpoint minus overlap as wall time in the site's
+    CQL zone (``zone_min`` east of UTC), floored to the minute; an unknown zone widens the overlap by 13 h."""
     dt = parse_utc(checkpoint_utc) - timedelta(seconds=max(0, overlap_s))
+    dt += timedelta(seconds=-WIDE_OVERLAP_S) if zone_min is None else timedelta(minutes=zone_min)
     return dt.strftime("%Y-%m-%d %H:%M")
 
 

@@ -47,6 +47,7 @@ class ConfluenceSource:
         page_limit: int = 50,
         id_limit: int = 200,
         overlap_s: int = 600,
+        zone_probe: bool = True,
     ) -> None:
         self.client = client
         self.spaces = tuple(spaces)
@@ -57,6 +58,7 @@ class ConfluenceSource:
         self.page_limit = page_limit
         self.id_limit = id_limit
         self.overlap_s = overlap_s
+        self.zone_probe = zone_probe
         self.stats = SourceStats()
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
 
@@ -64,6 +66,10 @@ class ConfluenceSource:
     def source_key(self) -> str:
         """Checkpoint namespace: one per site, so two sites never share checkpoints."""
         return f"confluence:{self.client.url}"
+
+    def scope_cql(self, space: str) -> str:
+        """The CQL of ``space``'s in-scope pages, unordered (to add clauses or an order to)."""
+        return self._cql(space, ordered=False)
 
     def _cql(self, space: str, *, since: str | None = None, ordered: bool = True) -> str:
         return pages_cql(space, since=since, labels_include=self.labels_include,
@@ -90,11 +96,24 @@ class ConfluenceSource:
 
     async def iter_space(self, space: str, *, since: str | None = None) -> AsyncIterator[Page]:
         """In-scope pages of ``space`` (modified since the ``since`` CQL bound), oldest edit first."""
+        async for page in self._iter_cql(space, self._cql(space, since=since)):
+            yield page
+
+    async def iter_ids(self, space: str, page_ids: Sequence[str], *, chunk: int = 100) -> AsyncIterator[Page]:
+        """Those of ``page_ids`` that are in-scope pages of ``space``, whatever their edit time (e.g. pages moved
+        into the space: a move does not have to change ``lastmodified``)."""
+        ids = [i for i in page_ids if i.isdigit()]
+        for n in range(0, len(ids), chunk):
+            cql = self._cql(space, ordered=False) + f" and id in ({', '.join(ids[n:n + chunk])})"
+            async for page in self._iter_cql(space, cql):
+                yield page
+
+    async def _iter_cql(self, space: str, cql: str) -> AsyncIterator[Page]:
         expand = EXPAND_PAGE if self.include_restricted else f"{EXPAND_PAGE},{EXPAND_RESTRICTIONS}"
         if not self.include_restricted and space not in self._restricted:
             await self.list_space(space)
         own = self._restricted.get(space, set())
-        async for r in self.client.search(self._cql(space, since=since), expand=expand, limit=self.page_limit):
+        async for r in self.client.search(cql, expand=expand, limit=self.page_limit):
             pid = str(r.get("id", ""))
             if not self.include_restricted and self._is_restricted(r, own):
                 self.stats.skipped_restricted.add(pid)
@@ -121,17 +140,6 @@ class ConfluenceSource:
         out: set[str] = set()
         for space in self.spaces:
             out |= await self.list_space(space)
-        return out
-
-    async def locate(self, page_ids: Sequence[str], *, chunk: int = 100) -> dict[str, str]:
-        """page id -> space key for those of ``page_ids`` that are current pages visible to the token."""
-        out: dict[str, str] = {}
-        ids = [i for i in page_ids if i.isdigit()]
-        for n in range(0, len(ids), chunk):
-            part = ids[n:n + chunk]
-            cql = f"type = page and id in ({', '.join(part)})"
-            async for r in self.client.search(cql, expand="space", limit=len(part)):
-                out[str(r["id"])] = str((r.get("space") or {}).get("key", ""))
         return out
 
     def _is_restricted(self, r: dict[str, Any], own: set[str]) -> bool:

@@ -1,9 +1,11 @@
 """Incremental Confluence -> index sync with deletions and per-space checkpoints.
 
 Per space: (1) list the ids currently in scope (cheap, no bodies) and delete indexed pages of that
-space that are gone, archived, restricted or out of scope; (2) stream the pages modified since the
-checkpoint (minus the overlap, see ``connectors.confluence.cql``) into ``pipeline.ingest.run``; (3) move
-the checkpoint to the newest ``lastmodified`` that is safely behind us.
+space that are gone, archived, restricted, out of scope or moved into a space that is not synced (the index
+says where each page was indexed); (2) stream the pages modified since the checkpoint (minus the overlap,
+see ``connectors.confluence.cql``), plus pages moved in from another synced space (fetched by id: a move
+need not change ``lastmodified``), into ``pipeline.ingest.run``; (3) move the checkpoint to the newest
+``lastmodified`` that is safely behind us.
 
 "Safely behind us": pages arrive oldest edit first, so the checkpoint is the newest ``lastmodified``
 of the pages before the first page that failed in a retryable way (an index write or embedding, or a results
@@ -19,8 +21,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from pipeline.errors import ConfigError, RemoteError
@@ -49,6 +52,7 @@ class SyncReport:
     seconds: float = 0.0
     pages_seen: int = 0
     checkpoints: dict[str, str | None] = field(default_factory=dict)  # space -> checkpoint after the run
+    cql_zone_min: int | None = None  # the zone the site reads CQL dates in (minutes east of UTC), if measured
 
 
 @dataclass
@@ -113,11 +117,8 @@ async def sync_confluence(
             listings[key] = await source.list_space(key)
         except RemoteError as exc:
             report.failed.append((f"space:{key}", f"listing failed, space skipped: {exc}"))
-    try:
-        gone = await _gone_pages(index, source, listings, failed=set(keys) - set(listings))
-    except RemoteError as exc:
-        report.failed.append(("deletions", f"skipped: {exc}"))
-        gone = []
+    zone = await _site_zone(source, store, listings, report) if not full else None
+    gone, moved = gone_and_moved(await index.page_spaces(), listings)
     if gone:
         await index.delete_pages(gone)
         report.deleted = len(gone)
@@ -127,7 +128,8 @@ async def sync_confluence(
             continue
         report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
                                                     sparse=sparse, store=store, options=options, full=full,
-                                                    progress=progress, report=report)
+                                                    progress=progress, report=report, moved=moved.get(key, []),
+                                                    zone=zone)
     report.failed.extend(source.stats.failed)
     report.skipped_restricted = len(source.stats.skipped_restricted)
     report.api_calls = source.client.api_calls - calls0
@@ -137,14 +139,16 @@ async def sync_confluence(
 
 async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embedder: Embedder, sparse: SparseEncoder,
                       store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
-                      report: SyncReport) -> str | None:
-    """Ingest one space's pages changed since its checkpoint; returns the new checkpoint (what it may
-    advance to: never past a page that failed in a way a retry can fix)."""
+                      report: SyncReport, moved: Sequence[str] = (), zone: int | None = None) -> str | None:
+    """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
+    outside the checkpoint's reckoning); returns the new checkpoint (what it may advance to: never past a
+    page that failed in a way a retry can fix)."""
     old = await store.get_checkpoint(source.source_key, key)
-    since = since_bound(old, source.overlap_s) if old and not full else None
+    since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()
-    ing = await ingest_pages(tracker.wrap(source.iter_space(key, since=since)), index=index,
-                             embedder=embedder, sparse=sparse, options=options, progress=progress)
+    pages = _chain(tracker.wrap(source.iter_space(key, since=since)), source.iter_ids(key, moved) if moved else None)
+    ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
+                             progress=progress)
     report.pages_seen += ing.pages_seen
     report.added += ing.added
     report.updated += ing.updated
@@ -161,24 +165,45 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
     return new
 
 
-async def _gone_pages(
-    index: Index, source: ConfluenceSource, listings: dict[str, set[str]], *, failed: set[str]
-) -> list[str]:
-    """Indexed pages of the synced spaces that are no longer in scope (deleted, archived, restricted...).
+async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings: dict[str, set[str]],
+                     report: SyncReport) -> int | None:
+    """The zone the site reads CQL dates in (``connectors.confluence.clock``), from a space with pages; None
+    (the wide overlap) when switched off or not measurable."""
+    if not source.zone_probe:
+        return None
+    key = next((k for k, ids in listings.items() if ids), None)
+    if key is None:
+        return None
+    try:
+        report.cql_zone_min = await site_zone(source.client, store, source.source_key, source.scope_cql(key))
+    except RemoteError as exc:
+        report.warnings.append(("cql zone", f"not measured, using the wide overlap: {exc}"))
+    return report.cql_zone_min
 
-    Never touches pages of other spaces or other sources. With an index that can say which space each
-    page is in (``page_spaces()``) this is free; otherwise the indexed ids missing from the listings are
-    looked up in Confluence in batches (CQL ``id in (...)``): still visible in a synced space = out of
-    scope, gone; visible elsewhere or in a space whose listing failed = kept; not visible any more =
-    deleted. Non-numeric ids (other sources, e.g. a local export) are never Confluence pages: kept.
+
+async def _chain(first: AsyncIterator[Page], then: AsyncIterator[Page] | None) -> AsyncIterator[Page]:
+    async for page in first:
+        yield page
+    if then is not None:
+        async for page in then:
+            yield page
+
+
+def gone_and_moved(indexed: dict[str, str], listings: dict[str, set[str]]) -> tuple[list[str], dict[str, list[str]]]:
+    """From where each page is indexed (page id -> space) and this run's listings (space -> in-scope ids):
+
+    - gone: pages indexed under a space listed in this run that no listing holds any more: deleted, archived,
+      restricted, out of scope, or moved into a space that is not synced (or that the account cannot read);
+    - moved: space -> pages it lists that are indexed under another space (moved between synced spaces).
+
+    Pages indexed under a space not listed in this run (another ``--spaces`` selection, a listing that
+    failed) are left alone, and so are non-numeric ids (other sources, e.g. a local export).
     """
-    page_spaces: Any = getattr(index, "page_spaces", None)
-    if page_spaces is not None:
-        mapping: dict[str, str] = await page_spaces()
-        return sorted(pid for pid, sp in mapping.items() if sp in listings and pid not in listings[sp])
-    listed = set().union(*listings.values()) if listings else set()
-    candidates = sorted(pid for pid in await index.page_hashes() if pid.isdigit() and pid not in listed)
-    if not candidates:
-        return []
-    where = await source.locate(candidates)
-    return [pid for pid in candidates if pid not in where or (where[pid] in listings and where[pid] not in failed)]
+    where = {pid: space for space, ids in listings.items() for pid in ids}
+    gone = sorted(pid for pid, space in indexed.items()
+                  if pid.isdigit() and space in listings and pid not in where)
+    moved: dict[str, list[str]] = {}
+    for pid, space in where.items():
+        if pid in indexed and indexed[pid] != space:
+            moved.setdefault(space, []).append(pid)
+    return gone, {space: sorted(ids) for space, ids in moved.items()}

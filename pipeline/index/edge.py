@@ -301,16 +301,23 @@ class EdgeIndex:
             return await asyncio.to_thread(self._page_hashes_sync)
 
     def _page_hashes_sync(self) -> dict[str, str]:
+        return self._page_field_sync("page_hash")
+
+    async def page_spaces(self) -> dict[str, str]:
+        async with self._shared.use():
+            return await asyncio.to_thread(self._page_field_sync, "space")
+
+    def _page_field_sync(self, key: str) -> dict[str, str]:
         shard = self._require()
         out: dict[str, str] = {}
         offset: Any = None
-        selector = qe.PayloadSelector.Include(["page_id", "page_hash"])
+        selector = qe.PayloadSelector.Include(["page_id", key])
         while True:
             req = qe.ScrollRequest(offset=offset, limit=5000, filter=self._live_filter(), with_payload=selector)
             records, offset = self._call(shard.scroll, req)
             for r in records:
                 if r.payload:
-                    out[str(r.payload["page_id"])] = str(r.payload["page_hash"])
+                    out[str(r.payload["page_id"])] = str(r.payload.get(key) or "")
             if offset is None:
                 return out
 

@@ -333,6 +333,12 @@ class QdrantServerIndex:
         ]
 
     async def page_hashes(self) -> dict[str, str]:
+        return await self._page_field("page_hash")
+
+    async def page_spaces(self) -> dict[str, str]:
+        return await self._page_field("space")
+
+    async def _page_field(self, key: str) -> dict[str, str]:
         client = self._require()
         out: dict[str, str] = {}
         offset: Any = None
@@ -343,13 +349,13 @@ class QdrantServerIndex:
                     scroll_filter=self._live_filter(),
                     limit=2048,
                     offset=offset,
-                    with_payload=["page_id", "page_hash"],
+                    with_payload=["page_id", key],
                     with_vectors=False,
                 )
             )
             for r in records:
                 if r.payload:
-                    out[str(r.payload["page_id"])] = str(r.payload["page_hash"])
+                    out[str(r.payload["page_id"])] = str(r.payload.get(key) or "")
             if offset is None:
                 return out
 

@@ -243,15 +243,20 @@ class Settings:
     confluence_labels_include: tuple[str, ...] = _f((), "CONFLUENCE_LABELS_INCLUDE", "Only pages with a label.")
     confluence_labels_exclude: tuple[str, ...] = _f((), "CONFLUENCE_LABELS_EXCLUDE", "Skip pages with a label.")
     confluence_ancestor: str | None = _f(None, "CONFLUENCE_ANCESTOR", "Only this page id's subtree.")
+    confluence_timeout_s: float = _f(30.0, "CONFLUENCE_TIMEOUT_S",
+                                     "Per-request timeout; a results page that times out twice is asked for "
+                                     "again with half as many pages.", min=1)
     include_restricted: bool = _f(False, "CONFLUENCE_INCLUDE_RESTRICTED",
                                   "Index read-restricted pages. Exposes them to every mapped channel!")
     sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.", min=10)
     index_wait_s: float = _f(600.0, "EVIDENT_INDEX_WAIT_S",
                              "How long a command waits for the embedded index while another process uses it.", min=0)
-    sync_overlap_s: int = _f(46800, "EVIDENT_SYNC_OVERLAP_S",
-                             "Safety overlap for incremental sync queries: CQL reads our UTC bound in the site's "
-                             "zone, so this must exceed the largest western UTC offset plus clock skew "
-                             "(13 h covers every zone).", min=0)
+    sync_overlap_s: int = _f(600, "EVIDENT_SYNC_OVERLAP_S",
+                             "Overlap of incremental sync queries behind the checkpoint, for the search index's "
+                             "lag behind edits; 13 h more when the site's CQL time zone is not known.", min=0)
+    sync_zone_probe: bool = _f(True, "EVIDENT_SYNC_ZONE_PROBE",
+                               "Measure the time zone Confluence reads CQL dates in (a few tiny requests every "
+                               "6 h), so the overlap need not cover every zone.")
     log_level: str = _f("INFO", "EVIDENT_LOG_LEVEL", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
     log_format: str = _f("text", "EVIDENT_LOG_FORMAT", "text | json (one JSON object per line, with turn_ref).", choices=("text", "json"))
 
