@@ -1,9 +1,14 @@
-"""Pages from local files: ConfQuestions-shaped JSON and Confluence HTML exports.
+"""Pages from local files: ConfQuestions-shaped JSON, Confluence HTML exports, Markdown, text and PDF.
 
 This is the offline way into evident (the bundled sample space, benchmark documents, a space
 exported from Confluence). Bad files are skipped and listed in ``failures`` instead of aborting the
 whole ingest, because one broken export file should not block a space of hundreds. In a JSON file
 holding a list of pages, each page stands alone: ``file.json[3]`` names the one that failed.
+
+Pages made from a file (HTML, Markdown, text, PDF) are identified by their path relative to the folder read,
+and cite ``base_url`` + that path when a base URL is given (where the files are published), else the
+``file://`` URL. ``origins`` maps each page read to its file and ``read_files`` lists the files read in full,
+so the caller can tell which indexed pages of the folder are gone (``connectors.local_ingest``).
 
 Bounded: files over ``max_file_bytes`` are not read; JSON must be strict (no NaN/Infinity, integers
 within Python's 4,300-digit limit, nesting within the interpreter's recursion limit); symbolic links
@@ -16,6 +21,7 @@ import asyncio
 import hashlib
 import json
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,11 +29,12 @@ from typing import Any
 import lxml.etree
 import lxml.html
 
+from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
 from pipeline.errors import InputError
 from pipeline.ingest.pages import clean_line, page_from_record
 from pipeline.types import Page
 
-PAGE_SUFFIXES = (".json", ".html", ".htm")
+PAGE_SUFFIXES = (".json", ".html", ".htm", *DOCUMENT_SUFFIXES)
 MAX_FILE_BYTES = 64 * 2**20
 
 
@@ -40,20 +47,24 @@ class LocalFolderConnector:
     """A ``SourceConnector`` over files and folders (recursively).
 
     ``space`` overrides every page's space key. After each ``iter_pages`` run, ``failures`` holds
-    ``(path, reason)`` for every file that was skipped.
+    ``(path, reason)`` for every file that was skipped, ``origins`` page id -> file for every page yielded
+    and ``read_files`` the files whose every page was read.
     """
 
     name = "local"
 
     def __init__(self, paths: Sequence[Path], space: str | None = None, *,
-                 max_file_bytes: int = MAX_FILE_BYTES) -> None:
+                 max_file_bytes: int = MAX_FILE_BYTES, base_url: str | None = None) -> None:
         self.paths = [Path(p).expanduser() for p in paths]
         self.space = space
         self.max_file_bytes = max_file_bytes
+        self.base_url = base_url.rstrip("/") + "/" if base_url else None
         self.failures: list[tuple[str, str]] = []
+        self.origins: dict[str, str] = {}
+        self.read_files: set[str] = set()
 
     async def iter_pages(self) -> AsyncIterator[Page]:
-        self.failures = []
+        self.failures, self.origins, self.read_files = [], {}, set()
         files = await asyncio.to_thread(self._discover)
         seen: dict[str, str] = {}
         for root, path in files:
@@ -65,15 +76,20 @@ class LocalFolderConnector:
             except (RecursionError, MemoryError, ValueError, OSError) as exc:  # never abort the run
                 self.failures.append((str(path), f"cannot be read ({type(exc).__name__})"))
                 continue
+            whole = True
             for where, page in loaded:
                 if isinstance(page, InputError):
                     self.failures.append((where, str(page)))
+                    whole = False
                     continue
                 if page.id in seen:
                     self.failures.append((where, f"duplicate page id {page.id} (also in {seen[page.id]})"))
                     continue
                 seen[page.id] = where
+                self.origins[page.id] = str(path)
                 yield page
+            if whole:
+                self.read_files.add(str(path))
         if not seen:
             where = ", ".join(str(p) for p in self.paths) or "(no paths)"
             detail = f" ({len(self.failures)} files failed)" if self.failures else ""
@@ -120,9 +136,30 @@ class LocalFolderConnector:
             data = path.read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read file: {exc.strerror or exc}") from exc
-        if path.suffix.lower() == ".json":
+        suffix = path.suffix.lower()
+        if suffix == ".json":
             return self._json_pages(path, data)
+        if suffix in DOCUMENT_SUFFIXES:
+            title, body = document_body(suffix, data, path.stem)
+            return [(str(path), self._file_page("doc", root, path, title=title, body=body))]
         return [(str(path), self._html_page(root, path, data))]
+
+    def _file_page(self, kind: str, root: Path, path: Path, *, title: str, body: str, space: str | None = None,
+                   ancestors: tuple[str, ...] = ()) -> Page:
+        """A page made from one file: its id and (with ``base_url``) its URL from the path inside ``root``."""
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:  # a link inside the folder to elsewhere in it: the link's own path
+            rel = Path(os.path.relpath(path, root)).as_posix()
+        url = self.base_url + urllib.parse.quote(rel) if self.base_url else path.resolve().as_uri()
+        return Page(
+            id=f"{kind}-" + hashlib.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+            title=clean_line(title) or path.stem,
+            url=url,
+            space=space or self.space or path.parent.name or "LOCAL",
+            body=body,
+            ancestors=ancestors,
+        )
 
     def _json_pages(self, path: Path, data: bytes) -> list[tuple[str, Page | InputError]]:
         doc = parse_json(data)
@@ -156,18 +193,8 @@ class LocalFolderConnector:
         body = (main.text or "") + "".join(
             lxml.html.tostring(child, encoding="unicode", with_tail=True) for child in main
         )
-        try:
-            rel = path.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:  # a link inside the folder to elsewhere in it: the link's own path
-            rel = os.path.relpath(path, root)
-        return Page(
-            id="html-" + hashlib.sha1(rel.encode("utf-8", "surrogatepass")).hexdigest()[:16],
-            title=clean_line(title) or path.stem,
-            url=path.resolve().as_uri(),
-            space=space,
-            body=body,
-            ancestors=tuple(c for c in crumbs[1:] if c),
-        )
+        return self._file_page("html", root, path, title=title, body=body, space=space,
+                               ancestors=tuple(c for c in crumbs[1:] if c))
 
 
 def parse_json(data: bytes) -> Any:

@@ -1,23 +1,41 @@
-"""`evident ingest` / `evident demo`: pages from a ``SourceConnector`` (export folders) into the index."""
+"""`evident ingest` / `evident demo`: pages from a ``SourceConnector`` (export folders) into the index.
+
+Folders are remembered (``pipeline.store_sources``): a page whose file was deleted, or that a file read in
+full no longer holds, leaves the index at the folder's next ingest. Pages of files that failed to read this
+time stay (their ids are unknown until they read again), and so do pages another folder also produced.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from connectors.local import LocalFolderConnector
 from pipeline.errors import InputError
-from pipeline.factory import drop_index, ingest_options, open_stack
+from pipeline.factory import drop_index, ingest_options, make_store, open_stack
 from pipeline.ingest.run import IngestReport, ingest_pages
-from pipeline.protocols import SourceConnector
+from pipeline.protocols import Index, SourceConnector
 from pipeline.runtime.settings import Settings
+from pipeline.store import Store
 from pipeline.types import Page
 
 
+@dataclass
+class FolderReport:
+    """What ``ingest_folders`` did: the ingest itself, the files it could not read, the pages it removed."""
+
+    ingest: IngestReport
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
 async def ingest_source(settings: Settings, source: SourceConnector, *, progress: bool = False,
-                        rebuild: bool = False) -> IngestReport:
-    """Index every page ``source`` yields. The first page is read before the model loads, so bad input fails
-    at once, not after seconds; "no pages found" names the first file that failed and why."""
+                        rebuild: bool = False, then: Callable[[Index], Awaitable[None]] | None = None) -> IngestReport:
+    """Index every page ``source`` yields, then run ``then`` with the still open index. The first page is read
+    before the model loads, so bad input fails at once, not after seconds; "no pages found" names the first
+    file that failed and why."""
 
     def explained(exc: InputError) -> InputError:
         if not source.failures:
@@ -40,8 +58,11 @@ async def ingest_source(settings: Settings, source: SourceConnector, *, progress
         await drop_index(settings)
     embedder, sparse, index = await open_stack(settings)
     try:
-        return await ingest_pages(all_pages(), index=index, embedder=embedder, sparse=sparse,
-                                  options=ingest_options(settings), progress=progress)
+        report = await ingest_pages(all_pages(), index=index, embedder=embedder, sparse=sparse,
+                                    options=ingest_options(settings), progress=progress)
+        if then is not None:
+            await then(index)
+        return report
     except InputError as exc:
         raise explained(exc) from exc
     finally:
@@ -49,8 +70,54 @@ async def ingest_source(settings: Settings, source: SourceConnector, *, progress
 
 
 async def ingest_folders(settings: Settings, paths: Sequence[Path], *, space: str | None = None,
-                         progress: bool = False, rebuild: bool = False) -> tuple[IngestReport, list[tuple[str, str]]]:
-    """Index every page under ``paths``; returns the report and the files that could not be read."""
-    source = LocalFolderConnector([Path(p) for p in paths], space=space)
-    report = await ingest_source(settings, source, progress=progress, rebuild=rebuild)
-    return report, list(source.failures)
+                         progress: bool = False, rebuild: bool = False,
+                         base_url: str | None = None) -> FolderReport:
+    """Index every page under ``paths`` and remove the pages of those folders whose files are gone."""
+    source = LocalFolderConnector([Path(p) for p in paths], space=space,
+                                  base_url=base_url or settings.local_base_url)
+    deleted: list[str] = []
+    store = make_store(settings)
+
+    async def forget_gone(index: Index) -> None:
+        deleted.extend(await _forget_gone(store, source, index))
+
+    try:
+        ingest = await ingest_source(settings, source, progress=progress, rebuild=rebuild, then=forget_gone)
+    finally:
+        await store.close()
+    return FolderReport(ingest, list(source.failures), deleted)
+
+
+async def _forget_gone(store: Store, source: LocalFolderConnector, index: Index) -> list[str]:
+    gone: list[str] = []
+    keep_by_root: dict[str, dict[str, str]] = {}
+    for root in source.paths:
+        key = f"local:{root.resolve()}"
+        before = await store.source_pages(key)
+        lost, kept = await asyncio.to_thread(_split_lost, before, source)
+        keep_by_root[key] = {**kept, **{pid: f for pid, f in source.origins.items() if _under(Path(f), root)}}
+        gone += sorted(set(lost) - await store.claimed_elsewhere(key, lost))
+    if gone:
+        await index.delete_pages(gone)
+    for key, pages in keep_by_root.items():
+        await store.set_source_pages(key, pages)
+    return gone
+
+
+def _split_lost(before: dict[str, str], source: LocalFolderConnector) -> tuple[list[str], dict[str, str]]:
+    """Of the pages a folder produced last time and not this time: those lost (their file is gone, or was read
+    in full without them) and those kept (their file failed to read this time)."""
+    lost: list[str] = []
+    kept: dict[str, str] = {}
+    for pid, f in before.items():
+        if pid in source.origins:
+            continue
+        if f in source.read_files or not Path(f).exists():
+            lost.append(pid)
+        else:
+            kept[pid] = f
+    return lost, kept
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root if root.is_file() else path.is_relative_to(root)

@@ -172,7 +172,7 @@ def demo(ctx: click.Context, question: str) -> None:
     from pipeline.factory import build_engine
 
     settings: Settings = ctx.obj["settings"]
-    report, _ = run(ingest_folders(settings, (sample_space_dir(),)))
+    report = run(ingest_folders(settings, (sample_space_dir(),))).ingest
     click.echo(f"ingested sample space: {report.pages_seen} pages, {report.evidence} new evidence, "
                f"{report.unchanged} unchanged, {report.seconds:.1f} s")
     click.echo(f"\nQ: {question}")

@@ -23,11 +23,14 @@ from pipeline.runtime.settings import Settings
 @click.option("--no-progress", is_flag=True, help="No progress bar (evidence embedded, rate, ETA).")
 @click.option("--rebuild", is_flag=True,
               help="Delete the index first (another embedder or recipe); every page is embedded again.")
+@click.option("--base-url", default=None,
+              help="Where the files are published: cite this URL plus each file's path (EVIDENT_LOCAL_BASE_URL).")
 @click.pass_context
 @cli_errors
 def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index_dir: Path | None,
-           sample: bool, no_progress: bool, rebuild: bool) -> None:
-    """Index Confluence pages from export folders (ConfQuestions-style JSON or HTML exports)."""
+           sample: bool, no_progress: bool, rebuild: bool, base_url: str | None) -> None:
+    """Index pages from folders: Confluence exports (ConfQuestions-style JSON, HTML), Markdown, text and PDF.
+    Pages whose files were deleted since the folder's last ingest leave the index."""
     from connectors.local import sample_space_dir
     from connectors.local_ingest import ingest_folders
 
@@ -39,13 +42,15 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
     missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
     if missing:
         raise InputError(f"path not found: {', '.join(missing)}")
-    report, failures = run(ingest_folders(settings, paths, space=space, progress=not no_progress, rebuild=rebuild))
+    done = run(ingest_folders(settings, paths, space=space, progress=not no_progress, rebuild=rebuild,
+                              base_url=base_url))
+    report, failures = done.ingest, done.failures
     kinds = ", ".join(f"{k} {v}" for k, v in report.evidence_by_kind.items()) or "none"
     partial = f", partial {len({pid for pid, _ in report.partial})}" if report.partial else ""
     click.echo(
         f"pages {report.pages_seen} (added {report.added}, updated {report.updated}, unchanged "
-        f"{report.unchanged}, failed {len(report.failed) + len(failures)}{partial}) · evidence {report.evidence} "
-        f"({kinds}) · {report.seconds:.1f} s · index {settings.resolved_index_dir}"
+        f"{report.unchanged}, deleted {len(done.deleted)}, failed {len(report.failed) + len(failures)}{partial}) · "
+        f"evidence {report.evidence} ({kinds}) · {report.seconds:.1f} s · index {settings.resolved_index_dir}"
     )
     echo_page_problems([*failures, *report.failed], report.partial, report.warnings)
     if report.failed or failures or report.partial:

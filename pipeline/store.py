@@ -25,6 +25,7 @@ import sqlite_utils
 from pipeline.errors import InputError, StoreError
 from pipeline.store_migrations import MIGRATIONS
 from pipeline.store_reports import StoreReports
+from pipeline.store_sources import StoreSources
 from pipeline.turns import RetrievedRef, Turn, TurnRecord, citation_from_json, citation_to_json
 
 T = TypeVar("T")
@@ -39,7 +40,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-class Store(StoreReports):
+class Store(StoreReports, StoreSources):
     """Async facade over one SQLite file. Safe to share across tasks; call ``close()`` at shutdown."""
 
     def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, seen_events_ttl_s: float = 86_400) -> None:

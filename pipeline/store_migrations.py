@@ -65,7 +65,14 @@ def _m5_sync_runs(db: sqlite_utils.Database) -> None:
         {"id": int, "source": str, "finished_at": str, "summary": str, "failed": int, "errors": str}, pk="id")
 
 
+def _m6_source_pages(db: sqlite_utils.Database) -> None:
+    """Which pages each local source folder produced (and from which file): deleted files leave the index."""
+    db["source_pages"].create({"source": str, "page_id": str, "file": str},  # type: ignore[union-attr]
+                              pk=("source", "page_id"))
+    db["source_pages"].create_index(["page_id"])  # type: ignore[union-attr]
+
+
 # Append new migrations; never edit or reorder applied ones. Index i brings the schema to version i+1.
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
-    _m1_initial, _m2_message_ref, _m3_feedback_platform, _m4_explained_at, _m5_sync_runs,
+    _m1_initial, _m2_message_ref, _m3_feedback_platform, _m4_explained_at, _m5_sync_runs, _m6_source_pages,
 )

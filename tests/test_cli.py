@@ -42,7 +42,7 @@ def data_dir(cli_data: CliData) -> Path:
 
 def test_ingest_sample_summary_line(cli_data: CliData) -> None:
     summary = cli_data.ingest_stdout.strip().splitlines()[-1]
-    assert summary.startswith("pages 10 (added 10, updated 0, unchanged 0, failed 0) · evidence 68 (")
+    assert summary.startswith("pages 10 (added 10, updated 0, unchanged 0, deleted 0, failed 0) · evidence 68 (")
     assert "(list 10, passage 28, row 24, table 6)" in summary
     assert summary.endswith(f"index {cli_data.path / 'index'}")
 
@@ -50,7 +50,7 @@ def test_ingest_sample_summary_line(cli_data: CliData) -> None:
 def test_reingest_is_all_unchanged(data_dir: Path) -> None:
     result = invoke(data_dir, "ingest", "--sample", "--no-progress")
     assert result.exit_code == 0, result.output
-    assert "pages 10 (added 0, updated 0, unchanged 10, failed 0) · evidence 0 (none)" in result.stdout
+    assert "pages 10 (added 0, updated 0, unchanged 10, deleted 0, failed 0) · evidence 0 (none)" in result.stdout
 
 
 def test_search_prints_ranked_hits_and_json(data_dir: Path) -> None:
@@ -152,7 +152,7 @@ def test_page_without_content_and_oversized_page_are_reported(tmp_path: Path) ->
     result = invoke(tmp_path, "ingest", "--no-progress", str(folder))
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
-    assert "pages 2 (added 0, updated 0, unchanged 0, failed 2)" in result.stdout
+    assert "pages 2 (added 0, updated 0, unchanged 0, deleted 0, failed 2)" in result.stdout
     failures = sorted(line for line in result.stderr.splitlines() if line.startswith("failed:"))
     assert len(failures) == 2
     assert failures[0].startswith("failed: 1: ") and "no text content" in failures[0]

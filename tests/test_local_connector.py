@@ -51,7 +51,7 @@ async def test_reads_json_pages_recursively_with_optional_fields(tmp_path: Path)
     (tmp_path / "a.json").write_text(page_json("1", date="2024-11-15", ancestors=["Home", {"title": "Ops"}]))
     (tmp_path / "sub" / "deeper").mkdir(parents=True)
     (tmp_path / "sub" / "deeper" / "b.json").write_text(page_json("2", version=3, labels=["runbook"]))
-    (tmp_path / "notes.txt").write_text("ignored")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG ignored")  # not a page format
     pages = await collect(LocalFolderConnector([tmp_path]))
     assert [p.id for p in pages] == ["1", "2"]
     first, second = pages

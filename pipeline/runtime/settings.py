@@ -248,6 +248,10 @@ class Settings:
                                      "again with half as many pages.", min=1)
     include_restricted: bool = _f(False, "CONFLUENCE_INCLUDE_RESTRICTED",
                                   "Index read-restricted pages. Exposes them to every mapped channel!")
+    local_base_url: str | None = _f(None, "EVIDENT_LOCAL_BASE_URL",
+                                    "Where ingested local files are published (e.g. https://docs.example.com/runbooks/): "
+                                    "answers cite this plus the file's path in its folder instead of a file:// URL.",
+                                    url=True)
     sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.", min=10)
     index_wait_s: float = _f(600.0, "EVIDENT_INDEX_WAIT_S",
                              "How long a command waits for the embedded index while another process uses it.", min=0)
