@@ -29,4 +29,6 @@ def make_confluence_source(settings: Settings, **client_options: Any) -> Conflue
         include_restricted=settings.include_restricted,
         overlap_s=settings.sync_overlap_s,
         zone_probe=settings.sync_zone_probe,
+        blog_posts=settings.confluence_blog_posts,
+        resolve_macros=settings.confluence_resolve_macros,
     )

@@ -53,6 +53,7 @@ class FakePage:
     restricted_users: list[str] = field(default_factory=list)
     restricted_groups: list[str] = field(default_factory=list)
     status: str = "current"
+    kind: str = "page"  # or "blogpost"
 
 
 @dataclass
@@ -298,7 +299,7 @@ class FakeConfluence:
 
     def _render(self, p: FakePage, expand: set[str]) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": p.id, "type": "page", "status": p.status, "title": p.title,
+            "id": p.id, "type": p.kind, "status": p.status, "title": p.title,
             "_links": {"webui": f"/spaces/{p.space}/pages/{p.id}", "self": f"{self.url}/rest/api/content/{p.id}",
                        "tinyui": f"/x/{p.id}"},
             "_expandable": {},
@@ -417,8 +418,10 @@ class FakeConfluence:
             return ops[op]
         getters = {
             "space": lambda p: {p.space},
-            "type": lambda p: {"page"},
+            "type": lambda p: {p.kind},
             "id": lambda p: {p.id},
+            "title": lambda p: {p.title},
+            "parent": lambda p: {p.parent} if p.parent else set(),
             "label": lambda p: set(p.labels),
             "ancestor": lambda p: {a.id for a in self._ancestors(p)},
         }

@@ -524,3 +524,52 @@ async def test_factory_picks_cloud_or_data_center_auth(mode: Literal["cloud", "d
         src = make_confluence_source(settings)
         assert src.overlap_s == 42 and src.client.cloud is (mode == "cloud")
         assert await src.list_page_ids() == fc.visible_ids()
+
+
+# ---------------------------------------------------------------------- view-time macros, blog posts
+
+
+def _include(name: str, title: str, space: str | None = None) -> str:
+    key = f' ri:space-key="{space}"' if space else ""
+    return (f'<ac:structured-macro ac:name="{name}" ac:schema-version="1"><ac:parameter ac:name="">'
+            f'<ac:link><ri:page ri:content-title="{title}"{key}/></ac:link></ac:parameter></ac:structured-macro>')
+
+
+async def test_include_excerpt_and_children_macros_show_what_a_reader_sees(fake: FakeConfluence) -> None:
+    space = _spaces(fake)[0]
+    host, shared, faq, secret, child1, child2 = sorted(fake.visible_ids(space))[:6]
+    fake.edit(shared, title="Shared escalation", body="<p>Escalate to the duty manager after 30 minutes.</p>"
+              + _include("include", "Shared escalation"))  # includes itself: once, no loop
+    fake.edit(faq, title="FAQ", body='<p>Not in the excerpt.</p><ac:structured-macro ac:name="excerpt">'
+              '<ac:rich-text-body><p>VPN access is granted by the platform team.</p></ac:rich-text-body>'
+              '</ac:structured-macro>')
+    fake.edit(secret, title="Salaries", body="<p>Confidential salary bands.</p>")
+    fake.restrict(secret, users=["hr-lead"])
+    fake.set_parent(child1, host)
+    fake.set_parent(child2, host)
+    fake.edit(host, body="<p>Host page.</p>" + _include("include", "Shared escalation") +
+              _include("excerpt-include", "FAQ", space) + _include("include", "Salaries") +
+              _include("include", "No such page") + '<ac:structured-macro ac:name="children" ac:schema-version="2"/>')
+    src = _source(fake)
+    [page] = [p async for p in src.iter_ids(space, [host])]
+    body = page.body
+    assert body.count("Escalate to the duty manager") == 1
+    assert "VPN access is granted by the platform team." in body and "Not in the excerpt" not in body
+    assert "Confidential" not in body  # a restricted page's text never reaches channels through another page
+    titles = [fake.pages[c].title for c in (child1, child2)]
+    assert all(f"<li>{t}</li>" in body for t in titles)
+    assert "ac:structured-macro" not in body
+    off = _source(fake, resolve_macros=False)
+    assert [p.body async for p in off.iter_ids(space, [host])] == [fake.pages[host].body]
+
+
+async def test_blog_posts_are_indexed_when_asked_for(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    space = _spaces(fake)[0]
+    fake.add(FakePage(id="777001", title="Release party", space=space, body="<p>Friday at five.</p>",
+                      when=fake.now(), kind="blogpost"))
+    await _sync(_source(fake), index, store)
+    assert "777001" not in await _ids(index)
+    report = await _sync(_source(fake, blog_posts=True), index, store)
+    assert report.added == 1 and "777001" in await _ids(index)
+    points = [pt async for pt in index.export_points(page_ids=["777001"])]
+    assert points and points[0].evidence.breadcrumb[:1] == ("Blog",)

@@ -69,9 +69,10 @@ def pages_cql(
     labels_exclude: Sequence[str] = (),
     ancestor: str | None = None,
     ordered: bool = True,
+    blog_posts: bool = False,
 ) -> str:
-    """CQL selecting the in-scope pages of one space, optionally modified since ``since`` (a bound)."""
-    parts = [f"space = {quote(space)}", "type = page"]
+    """CQL selecting the in-scope pages (and ``blog_posts``) of one space, optionally modified since ``since``."""
+    parts = [f"space = {quote(space)}", "type in (page, blogpost)" if blog_posts else "type = page"]
     if ancestor:
         if not ancestor.isdigit():
             raise InputError(f"CONFLUENCE_ANCESTOR must be a numeric page id, got {ancestor!r}")

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
-from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, to_utc_iso
-from pipeline.errors import InputError
+from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, quote, to_utc_iso
+from connectors.confluence.macros import Linked, MacroResolver
+from pipeline.errors import InputError, RemoteError
 from pipeline.ingest.pages import page_from_record
 from pipeline.types import Page
 
@@ -28,6 +29,7 @@ class SourceStats:
 
     skipped_restricted: set[str] = field(default_factory=set)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ConfluenceSource:
@@ -48,6 +50,8 @@ class ConfluenceSource:
         id_limit: int = 200,
         overlap_s: int = 600,
         zone_probe: bool = True,
+        blog_posts: bool = False,
+        resolve_macros: bool = True,
     ) -> None:
         self.client = client
         self.spaces = tuple(spaces)
@@ -59,6 +63,8 @@ class ConfluenceSource:
         self.id_limit = id_limit
         self.overlap_s = overlap_s
         self.zone_probe = zone_probe
+        self.blog_posts = blog_posts
+        self.macros = MacroResolver(self._find_page, self._child_titles) if resolve_macros else None
         self.stats = SourceStats()
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
 
@@ -73,7 +79,8 @@ class ConfluenceSource:
 
     def _cql(self, space: str, *, since: str | None = None, ordered: bool = True) -> str:
         return pages_cql(space, since=since, labels_include=self.labels_include,
-                         labels_exclude=self.labels_exclude, ancestor=self.ancestor, ordered=ordered)
+                         labels_exclude=self.labels_exclude, ancestor=self.ancestor, ordered=ordered,
+                         blog_posts=self.blog_posts)
 
     async def check_space(self, space: str) -> None:
         """Fail early with ``NotFoundError("space 'X' not found ...")`` / ``AuthError`` / ``UnreachableError``."""
@@ -123,7 +130,31 @@ class ConfluenceSource:
             except InputError as exc:
                 self.stats.failed.append((pid, str(exc)))
                 continue
-            yield page
+            yield await self._with_macros(page)
+
+    async def _with_macros(self, page: Page) -> Page:
+        """The page with its include, excerpt-include and children macros resolved (``macros``); a page whose
+        macros cannot be resolved now is indexed as stored, with a warning."""
+        if self.macros is None or "ac:structured-macro" not in page.body:
+            return page
+        try:
+            return replace(page, body=await self.macros.resolve(page.body, page_id=page.id, space=page.space))
+        except RemoteError as exc:
+            self.stats.warnings.append((page.id, f"macros not resolved: {exc}"))
+            return page
+
+    async def _find_page(self, space: str, title: str) -> Linked | None:
+        cql = f"space = {quote(space)} and type = page and title = {quote(title)}"
+        async for r in self.client.search(cql, expand=f"body.storage,{EXPAND_RESTRICTIONS}", limit=1):
+            body = str((((r.get("body") or {}).get("storage") or {}).get("value")) or "")
+            return Linked(str(r.get("id", "")), body, _has_read_restrictions(r))
+        return None
+
+    async def _child_titles(self, page_id: str) -> list[str]:
+        if not page_id.isdigit():
+            return []
+        rows = [r async for r in self.client.search(f"type = page and parent = {page_id}", limit=self.id_limit)]
+        return [str(r.get("title", "")) for r in rows if not _has_read_restrictions(r) and r.get("title")]
 
     @property
     def failures(self) -> list[tuple[str, str]]:
@@ -166,4 +197,7 @@ def to_page(r: dict[str, Any], site_url: str) -> Page:
         page = page_from_record(r, site_url=site_url)
     except InputError as exc:
         raise InputError(f"page {pid or '?'}: {exc}") from exc
-    return replace(page, updated=to_utc_iso(page.updated) if page.updated else None)
+    page = replace(page, updated=to_utc_iso(page.updated) if page.updated else None)
+    if r.get("type") == "blogpost":  # a blog post: its own kind, shown in the breadcrumb of its evidence
+        page = replace(page, ancestors=("Blog",))
+    return page

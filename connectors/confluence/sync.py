@@ -131,6 +131,7 @@ async def sync_confluence(
                                                     progress=progress, report=report, moved=moved.get(key, []),
                                                     zone=zone)
     report.failed.extend(source.stats.failed)
+    report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
     report.api_calls = source.client.api_calls - calls0
     report.seconds = time.perf_counter() - t0

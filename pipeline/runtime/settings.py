@@ -8,7 +8,6 @@ reference in ``docs/configuration.md`` is generated from these definitions.
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import os
 import re
 import tomllib
@@ -20,42 +19,14 @@ from urllib.parse import urlsplit
 
 from pipeline.errors import ConfigError
 from pipeline.runtime.redact import mask_url_credentials
+from pipeline.runtime.secret import Secret
+
+__all__ = ["CONTEXT_ITEMS", "Secret", "Settings"]
 
 CONTEXT_ITEMS = ("title", "heading", "before", "after", "breadcrumb")
 # Kept in step with pipeline.attribution.METHODS (a test checks); settings import nothing of the pipeline.
 ATTRIBUTION_METHODS = ("naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior", "sufficiency", "early_stop",
                        "logprob")
-
-
-class Secret:
-    """A credential that never prints itself and is not a string, so ``json.dumps``, ``"".join`` or a
-    slice cannot reveal it by accident: only ``reveal()`` gives the value."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str = "") -> None:
-        self._value = str(value)
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def __repr__(self) -> str:
-        return "Secret('***')" if self._value else "Secret('')"
-
-    def __str__(self) -> str:
-        return "***" if self._value else ""
-
-    def __format__(self, spec: str) -> str:
-        return str(self)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and hmac.compare_digest(self._value, other._value)
-
-    def __hash__(self) -> int:
-        return hash((Secret, self._value))
 
 
 def _f(default: Any, env: str, doc: str, *, secret: bool = False, factory: Any = None,
@@ -243,6 +214,11 @@ class Settings:
     confluence_labels_include: tuple[str, ...] = _f((), "CONFLUENCE_LABELS_INCLUDE", "Only pages with a label.")
     confluence_labels_exclude: tuple[str, ...] = _f((), "CONFLUENCE_LABELS_EXCLUDE", "Skip pages with a label.")
     confluence_ancestor: str | None = _f(None, "CONFLUENCE_ANCESTOR", "Only this page id's subtree.")
+    confluence_blog_posts: bool = _f(False, "CONFLUENCE_BLOG_POSTS",
+                                     "Index the spaces' blog posts too (their evidence shows 'Blog' as breadcrumb).")
+    confluence_resolve_macros: bool = _f(True, "CONFLUENCE_RESOLVE_MACROS",
+                                         "Replace include, excerpt-include and children macros with what they "
+                                         "show (a few requests per such macro, cached per sync).")
     confluence_timeout_s: float = _f(30.0, "CONFLUENCE_TIMEOUT_S",
                                      "Per-request timeout; a results page that times out twice is asked for "
                                      "again with half as many pages.", min=1)

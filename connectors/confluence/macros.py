@@ -1,0 +1,120 @@
+"""Macros that Confluence renders at view time, resolved before a page is parsed.
+
+In storage format these macros are empty placeholders, so the text a reader sees is not in the body:
+
+- ``include`` (Include Page): replaced by the included page's storage body;
+- ``excerpt-include``: replaced by the body of the ``excerpt`` macro of the named page;
+- ``children`` (Children Display): replaced by a list of the child pages' titles.
+
+(``jira`` macros already become their issue keys in the parser.) Resolution is bounded: included pages are
+resolved again up to ``MAX_DEPTH`` levels, a page that includes itself (directly or through others) is
+included once, a page holds at most ``MAX_MACROS`` resolved macros, and each fetched page is cached for the
+run. An included page the account cannot see, or one with read restrictions of its own, contributes nothing
+(its text must not reach channels through another page).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+MAX_DEPTH = 3
+MAX_MACROS = 50
+
+_MACRO = re.compile(
+    r'<ac:structured-macro\b(?P<attrs>[^>]*?\bac:name="(?P<name>include|excerpt-include|children)"[^>]*?)'
+    r'(?:/>|>(?P<inner>.*?)</ac:structured-macro>)',
+    re.DOTALL | re.IGNORECASE,
+)
+_PAGE_REF = re.compile(r'<ri:page\b(?P<attrs>[^>]*)/?>', re.IGNORECASE)
+_ATTR = re.compile(r'(ri:content-title|ri:space-key)="([^"]*)"')
+_EXCERPT = re.compile(
+    r'<ac:structured-macro\b[^>]*\bac:name="excerpt"[^>]*>.*?<ac:rich-text-body>(?P<body>.*?)</ac:rich-text-body>',
+    re.DOTALL | re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A page a macro points at: what the resolver needs from Confluence."""
+
+    page_id: str
+    body: str
+    restricted: bool
+
+
+FindPage = Callable[[str, str], Awaitable[Linked | None]]  # (space key, title) -> the page, if visible
+ChildTitles = Callable[[str], Awaitable[list[str]]]  # page id -> its children's titles, in order
+
+
+@dataclass
+class MacroResolver:
+    """Resolves the macros of one sync run's pages; ``find_page`` and ``child_titles`` call Confluence."""
+
+    find_page: FindPage
+    child_titles: ChildTitles
+    _pages: dict[tuple[str, str], Linked | None] = field(default_factory=dict)
+    resolved: int = 0
+
+    async def resolve(self, body: str, *, page_id: str, space: str) -> str:
+        """``body`` with its include, excerpt-include and children macros replaced by what they show."""
+        budget = [MAX_MACROS]
+        return await self._resolve(body, page_id=page_id, space=space, depth=0, seen=frozenset({page_id}),
+                                   budget=budget)
+
+    async def _resolve(self, body: str, *, page_id: str, space: str, depth: int, seen: frozenset[str],
+                       budget: list[int]) -> str:
+        if "ac:structured-macro" not in body:
+            return body
+        parts: list[str] = []
+        last = 0
+        for m in _MACRO.finditer(body):
+            parts.append(body[last:m.start()])
+            last = m.end()
+            if budget[0] <= 0:
+                continue
+            budget[0] -= 1
+            parts.append(await self._one(m, page_id=page_id, space=space, depth=depth, seen=seen, budget=budget))
+        parts.append(body[last:])
+        return "".join(parts)
+
+    async def _one(self, m: re.Match[str], *, page_id: str, space: str, depth: int, seen: frozenset[str],
+                   budget: list[int]) -> str:
+        name = m.group("name").lower()
+        if name == "children":
+            titles = await self.child_titles(page_id)
+            self.resolved += 1
+            return "<ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in titles) + "</ul>" if titles else ""
+        ref = _page_ref(m.group("inner") or "", default_space=space)
+        if ref is None or depth >= MAX_DEPTH:
+            return ""
+        linked = await self._page(*ref)
+        if linked is None or linked.restricted or linked.page_id in seen:
+            return ""
+        content = linked.body
+        if name == "excerpt-include":
+            found = _EXCERPT.search(content)
+            content = found.group("body") if found else ""
+        self.resolved += 1
+        return await self._resolve(content, page_id=linked.page_id, space=ref[0], depth=depth + 1,
+                                   seen=seen | {linked.page_id}, budget=budget)
+
+    async def _page(self, space: str, title: str) -> Linked | None:
+        key = (space, title)
+        if key not in self._pages:
+            self._pages[key] = await self.find_page(space, title)
+        return self._pages[key]
+
+
+def _page_ref(inner: str, *, default_space: str) -> tuple[str, str] | None:
+    """(space key, title) of the ``ri:page`` a macro names; the macro's own space when it names none."""
+    found = _PAGE_REF.search(inner)
+    if found is None:
+        return None
+    attrs = dict(_ATTR.findall(found.group("attrs")))
+    title = html.unescape(attrs.get("ri:content-title", "")).strip()
+    if not title:
+        return None
+    return html.unescape(attrs.get("ri:space-key", "")).strip() or default_space, title
