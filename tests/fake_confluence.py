@@ -156,6 +156,7 @@ class FakeConfluence:
         self._every: tuple[int, int] | None = None
         self._search_fail: dict[str, int | None] = {}
         self._slow: list[float] = []
+        self.v1_retired = False  # Cloud without REST v1's space endpoint (as Atlassian retires it)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -168,6 +169,7 @@ class FakeConfluence:
         app.router.add_get(api + "/space/{key}", self._space)
         app.router.add_get(api + "/content/{id}/restriction/byOperation", self._restrictions)
         app.router.add_get(api + "/content/{id}", self._content)
+        app.router.add_get(self.context + "/api/v2/spaces", self._spaces_v2)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -267,7 +269,9 @@ class FakeConfluence:
         self.requests.append(request.path_qs)
         if self._slow:
             await asyncio.sleep(self._slow.pop(0))
-        if not request.path.startswith(self.context + "/rest/api/"):
+        v2 = self.mode == "cloud" and request.path.startswith(self.context + "/api/v2/")
+        retired = self.v1_retired and request.path.startswith(self.context + "/rest/api/space")
+        if retired or not (v2 or request.path.startswith(self.context + "/rest/api/")):
             return web.Response(status=404, text="<html><body><h1>Page not found</h1></body></html>",
                                 content_type="text/html")
         if not self._authorized(request.headers.get("Authorization", "")):
@@ -362,6 +366,13 @@ class FakeConfluence:
                                                                      "limit": limit})
         return _json({"results": [self._render(p, expand) for p in window], "start": start, "limit": limit,
                       "size": len(window), "_links": links})
+
+    async def _spaces_v2(self, request: web.Request) -> web.Response:
+        keys = [k for k in request.query.get("keys", "").split(",") if k]
+        found = sorted({p.space for p in self.pages.values() if p.space in keys})
+        return _json({"results": [{"id": str(abs(hash(k)) % 10**6), "key": k, "name": k, "type": "global",
+                                   "status": "current", "_links": {"webui": f"/spaces/{k}"}} for k in found],
+                      "_links": {"base": self.url}})
 
     async def _space(self, request: web.Request) -> web.Response:
         key = request.match_info["key"]

@@ -172,12 +172,16 @@ def test_tracker_holds_checkpoint_at_first_retryable_failure_and_on_unstable_pag
 @pytest.mark.parametrize("mode", ["cloud", "dc"])
 async def test_full_sync_indexes_exactly_the_server_pages(mode: Literal["cloud", "dc"], index: EdgeIndex, store: Store) -> None:
     async with FakeConfluence(_pages(), mode=mode) as fc:
+        fc.v1_retired = mode == "cloud"  # Cloud without v1's space endpoint: the space check uses v2
         src = _source(fc)
         report = await _sync(src, index, store)
         assert await _ids(index) == fc.visible_ids()
         assert report.added == len(fc.pages) and report.failed == [] and report.deleted == 0
         assert report.api_calls == fc.api_calls
-        assert all(r.startswith(fc.context + "/rest/api/") for r in fc.requests), fc.requests
+        v2 = [r for r in fc.requests if r.startswith(fc.context + "/api/v2/spaces")]
+        assert len(v2) == (len(_spaces(fc)) if mode == "cloud" else 0)
+        assert all(r.startswith(fc.context + "/rest/api/") for r in fc.requests if r not in v2)
+        assert any("/rest/api/space/" in r for r in fc.requests) is (mode == "dc")
         for space in _spaces(fc):
             cp = await store.get_checkpoint(src.source_key, space)
             assert cp is not None and parse_utc(cp) == _newest(fc, space)
@@ -211,6 +215,9 @@ async def test_data_center_context_path_and_protocol() -> None:
 async def test_wrong_space_key_is_a_clear_not_found(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
     with pytest.raises(NotFoundError, match="space 'XYZ' not found or not visible to this token"):
         await _sync(_source(fake, spaces=("XYZ",)), index, store)
+    async with FakeConfluence(_pages(2), mode="cloud") as cloud:  # REST v2 answers an empty list
+        with pytest.raises(NotFoundError, match="space 'XYZ' not found or not visible to this token"):
+            await _source(cloud, spaces=("XYZ",)).check_space("XYZ")
 
 
 async def test_bad_credentials_raise_auth_error(fake: FakeConfluence) -> None:

@@ -2,7 +2,8 @@
 
 The library client is synchronous, so every call runs in a worker thread (``asyncio.to_thread``) and
 the event loop never blocks. We use the library for what it does well (auth for Cloud and Data
-Center, session, URL joining) but call the REST v1 paths explicitly through its ``get``: its method
+Center, session, URL joining) but call the REST paths explicitly through its ``get``: on Cloud the space
+check goes through REST v2 (``/wiki/api/v2/spaces``), CQL search stays on v1 (v2 has no CQL); otherwise its method
 set differs between Cloud and Server implementations and releases (5.x routes legacy Cloud methods to
 the v2 API root and Server ``cql()`` to ``/rest/api/search``), while ``/rest/api/content/search``,
 ``/rest/api/space/{key}`` and ``/rest/api/content/{id}`` exist on both Cloud (under ``/wiki``) and
@@ -140,13 +141,22 @@ class ConfluenceClient:
     # ------------------------------------------------------------------ endpoints
 
     async def space(self, key: str) -> dict[str, Any]:
-        """The space, or ``NotFoundError`` naming the key when it is absent or invisible to the token."""
+        """The space, or ``NotFoundError`` naming the key when it is absent or invisible to the token.
+
+        Cloud asks REST v2 (``/api/v2/spaces?keys=``; v1's ``/rest/api/space/{key}`` is being retired there),
+        Data Center its REST API.
+        """
+        missing = NotFoundError(f"space '{key}' not found or not visible to this token", service=SERVICE, status=404)
+        if self.cloud:
+            data = await self.get("api/v2/spaces", {"keys": key, "limit": 1})
+            found = [s for s in data.get("results") or [] if isinstance(s, dict) and s.get("key") == key]
+            if not found:
+                raise missing
+            return found[0]
         try:
             return await self.get(f"rest/api/space/{key}")
         except NotFoundError as exc:
-            raise NotFoundError(
-                f"space '{key}' not found or not visible to this token", service=SERVICE, status=404
-            ) from exc
+            raise missing from exc
 
     async def search(self, cql: str, *, expand: str | None = None, limit: int = 50) -> AsyncIterator[dict[str, Any]]:
         """Every result of a CQL content search, following ``_links.next`` (or start+limit) paging.
