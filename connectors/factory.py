@@ -31,4 +31,6 @@ def make_confluence_source(settings: Settings, **client_options: Any) -> Conflue
         zone_probe=settings.sync_zone_probe,
         blog_posts=settings.confluence_blog_posts,
         resolve_macros=settings.confluence_resolve_macros,
+        attachments=settings.confluence_attachments,
+        max_attachment_bytes=settings.confluence_max_attachment_bytes,
     )

@@ -53,7 +53,9 @@ class FakePage:
     restricted_users: list[str] = field(default_factory=list)
     restricted_groups: list[str] = field(default_factory=list)
     status: str = "current"
-    kind: str = "page"  # or "blogpost"
+    kind: str = "page"  # or "blogpost", or "attachment" (then ``parent`` is its page, ``data`` its bytes)
+    data: bytes = b""
+    media_type: str = ""
 
 
 @dataclass
@@ -170,6 +172,7 @@ class FakeConfluence:
         app.router.add_get(api + "/content/{id}/restriction/byOperation", self._restrictions)
         app.router.add_get(api + "/content/{id}", self._content)
         app.router.add_get(self.context + "/api/v2/spaces", self._spaces_v2)
+        app.router.add_get(self.context + "/download/attachments/{pid}/{name}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -259,7 +262,8 @@ class FakeConfluence:
             self._search_fail[page_id] = times
 
     def visible_ids(self, space: str | None = None) -> set[str]:
-        return {p.id for p in self.pages.values() if p.status == "current" and (space is None or p.space == space)}
+        return {p.id for p in self.pages.values()
+                if p.status == "current" and p.kind != "attachment" and (space is None or p.space == space)}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -271,7 +275,8 @@ class FakeConfluence:
             await asyncio.sleep(self._slow.pop(0))
         v2 = self.mode == "cloud" and request.path.startswith(self.context + "/api/v2/")
         retired = self.v1_retired and request.path.startswith(self.context + "/rest/api/space")
-        if retired or not (v2 or request.path.startswith(self.context + "/rest/api/")):
+        download = request.path.startswith(self.context + "/download/")
+        if retired or not (v2 or download or request.path.startswith(self.context + "/rest/api/")):
             return web.Response(status=404, text="<html><body><h1>Page not found</h1></body></html>",
                                 content_type="text/html")
         if not self._authorized(request.headers.get("Authorization", "")):
@@ -308,6 +313,12 @@ class FakeConfluence:
                        "tinyui": f"/x/{p.id}"},
             "_expandable": {},
         }
+        if p.kind == "attachment":
+            container = self.pages[p.parent or ""]
+            out["container"] = {"id": container.id, "type": container.kind, "title": container.title,
+                                "_links": {"webui": f"/spaces/{container.space}/pages/{container.id}"}}
+            out["extensions"] = {"mediaType": p.media_type, "fileSize": len(p.data)}
+            out["_links"]["download"] = f"/download/attachments/{container.id}/{p.title}?version={p.version}"
         if "space" in expand:
             out["space"] = {"key": p.space, "name": p.space, "type": "global"}
         if "version" in expand:
@@ -366,6 +377,21 @@ class FakeConfluence:
                                                                      "limit": limit})
         return _json({"results": [self._render(p, expand) for p in window], "start": start, "limit": limit,
                       "size": len(window), "_links": links})
+
+    def attach(self, att_id: str, page_id: str, name: str, data: bytes, *, media_type: str = "application/pdf",
+               when: datetime | None = None) -> FakePage:
+        """Attach a file to a page (an attachment is content of its own: ``att…`` id, version, time)."""
+        page = self.pages[page_id]
+        att = FakePage(id=att_id, title=name, space=page.space, body="", when=(when or self.now()).astimezone(UTC),
+                       kind="attachment", parent=page_id, data=data, media_type=media_type)
+        self.pages[att_id] = att
+        return att
+
+    async def _download(self, request: web.Request) -> web.Response:
+        for p in self.pages.values():
+            if p.kind == "attachment" and p.parent == request.match_info["pid"] and p.title == request.match_info["name"]:
+                return web.Response(body=p.data, content_type=p.media_type or "application/octet-stream")
+        return web.Response(status=404, text="no such attachment")
 
     async def _spaces_v2(self, request: web.Request) -> web.Response:
         keys = [k for k in request.query.get("keys", "").split(",") if k]

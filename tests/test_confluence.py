@@ -35,6 +35,7 @@ from tests.fake_confluence import (
     load_pages,
     synthetic_pages,
 )
+from tests.pdf_maker import minimal_pdf
 
 SPACES = ("~cclark", "DC")
 
@@ -580,3 +581,27 @@ async def test_blog_posts_are_indexed_when_asked_for(fake: FakeConfluence, index
     assert report.added == 1 and "777001" in await _ids(index)
     points = [pt async for pt in index.export_points(page_ids=["777001"])]
     assert points and points[0].evidence.breadcrumb[:1] == ("Blog",)
+
+
+async def test_pdf_and_markdown_attachments_are_indexed_with_their_page_and_leave_with_it(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    host, secret = sorted(fake.visible_ids(space))[:2]
+    fake.attach("att9001", host, "vpn-guide.pdf", minimal_pdf(["The VPN gateway is vpn2.example.com."]))
+    fake.attach("att9002", host, "notes.md", b"# Notes\n\nRotate keys monthly.\n", media_type="text/markdown")
+    fake.attach("att9003", host, "huge.pdf", b"%PDF-" + b"x" * 5000)
+    fake.attach("att9004", host, "diagram.png", b"\x89PNG", media_type="image/png")  # not a text format
+    fake.attach("att9005", secret, "salaries.pdf", minimal_pdf(["Confidential."]))
+    fake.restrict(secret, users=["hr-lead"])
+    src = _source(fake, attachments=True, max_attachment_bytes=4000)
+    report = await _sync(src, index, store)
+    ids = await _ids(index)
+    assert {"att9001", "att9002"} <= ids and not ids & {"att9003", "att9004", "att9005"}
+    assert [pid for pid, _ in report.failed] == ["att9003"]  # too large: one line, the rest proceeds
+    [pdf] = [pt async for pt in index.export_points(page_ids=["att9001"])]
+    assert "vpn2.example.com" in pdf.evidence.text and pdf.evidence.breadcrumb == (fake.pages[host].title,)
+    assert pdf.evidence.url.endswith(f"/pages/{host}")
+    del fake.pages["att9002"]  # the attachment is deleted: it leaves the index
+    again = await _sync(src, index, store)
+    assert again.deleted == 1 and "att9002" not in await _ids(index) and "att9001" in await _ids(index)

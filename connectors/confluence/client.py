@@ -26,6 +26,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from pipeline.errors import (
     AuthError,
+    InputError,
     NotFoundError,
     RateLimitedError,
     RemoteError,
@@ -193,6 +194,30 @@ class ConfluenceClient:
                 path, query = "rest/api/content/search", params
             else:
                 return
+
+    async def download(self, path: str, *, max_bytes: int) -> bytes:
+        """The bytes behind a ``_links.download`` path (relative to the site URL), at most ``max_bytes``."""
+        self.api_calls += 1
+        url = self._next_path(path, {})
+
+        def fetch() -> bytes:
+            with self._api.session.get(url, stream=True, timeout=self._api.timeout) as resp:
+                if resp.status_code >= 400:
+                    _decode(resp, path, self.url)  # raises the mapped error
+                chunks, size = [], 0
+                for chunk in resp.iter_content(65536):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise InputError(f"attachment is larger than {max_bytes} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks)
+
+        try:
+            return await asyncio.to_thread(fetch)
+        except requests.Timeout as exc:
+            raise ConfluenceTimeout(f"Confluence timed out on {_short(path)}", service=SERVICE) from exc
+        except requests.RequestException as exc:
+            raise UnreachableError(f"Confluence download failed: {_reason(exc)}", service=SERVICE) from exc
 
     def _next_path(self, nxt: str, data: dict[str, Any]) -> str:
         """Resolve ``_links.next`` against *our* site URL (``_links.base`` may be a proxy's public name)."""

@@ -11,13 +11,16 @@ ancestors are learnt from the space listing, so restricted ancestors *outside* t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, quote, to_utc_iso
 from connectors.confluence.macros import Linked, MacroResolver
+from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
 from pipeline.errors import InputError, RemoteError
 from pipeline.ingest.pages import page_from_record
 from pipeline.types import Page
@@ -52,6 +55,8 @@ class ConfluenceSource:
         zone_probe: bool = True,
         blog_posts: bool = False,
         resolve_macros: bool = True,
+        attachments: bool = False,
+        max_attachment_bytes: int = 20 * 2**20,
     ) -> None:
         self.client = client
         self.spaces = tuple(spaces)
@@ -64,6 +69,8 @@ class ConfluenceSource:
         self.overlap_s = overlap_s
         self.zone_probe = zone_probe
         self.blog_posts = blog_posts
+        self.attachments = attachments
+        self.max_attachment_bytes = max_attachment_bytes
         self.macros = MacroResolver(self._find_page, self._child_titles) if resolve_macros else None
         self.stats = SourceStats()
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
@@ -131,6 +138,52 @@ class ConfluenceSource:
                 self.stats.failed.append((pid, str(exc)))
                 continue
             yield await self._with_macros(page)
+
+    # ------------------------------------------------------------------ attachments
+
+    def _attachments_cql(self, space: str, since: str | None = None) -> str:
+        cql = f"space = {quote(space)} and type = attachment"
+        return cql + (f" and lastmodified >= {quote(since)}" if since else "") + " order by lastmodified asc"
+
+    async def list_attachments(self, space: str, *, containers: set[str]) -> set[str]:
+        """Ids of the readable attachments (Markdown, text, PDF) of ``containers``, the in-scope pages."""
+        rows = self.client.search(self._attachments_cql(space), expand="container,extensions", limit=self.id_limit)
+        return {str(r["id"]) async for r in rows if self._wanted_attachment(r, containers)}
+
+    async def iter_attachments(self, space: str, *, containers: set[str], since: str | None = None
+                               ) -> AsyncIterator[Page]:
+        """The attachments of in-scope pages changed since ``since``, each a page of its own: its text as body,
+        its page as breadcrumb. Too large or unreadable ones are reported, not indexed."""
+        rows = self.client.search(self._attachments_cql(space, since), expand="container,version,extensions",
+                                  limit=self.id_limit)
+        async for r in rows:
+            if not self._wanted_attachment(r, containers):
+                continue
+            try:
+                yield await self._attachment_page(r, space)
+            except InputError as exc:
+                self.stats.failed.append((str(r.get("id", "")), f"attachment {r.get('title', '')!r}: {exc}"))
+
+    def _wanted_attachment(self, r: dict[str, Any], containers: set[str]) -> bool:
+        container = str((r.get("container") or {}).get("id", ""))
+        return container in containers and Path(str(r.get("title", ""))).suffix.lower() in DOCUMENT_SUFFIXES
+
+    async def _attachment_page(self, r: dict[str, Any], space: str) -> Page:
+        name, container = str(r.get("title", "")), r.get("container") or {}
+        size = int((r.get("extensions") or {}).get("fileSize") or 0)
+        if size > self.max_attachment_bytes:
+            raise InputError(f"{size} bytes, over CONFLUENCE_MAX_ATTACHMENT_BYTES ({self.max_attachment_bytes})")
+        link = str((r.get("_links") or {}).get("download") or "")
+        if not link:
+            raise InputError("no download link")
+        data = await self.client.download(link, max_bytes=self.max_attachment_bytes)
+        title, body = await asyncio.to_thread(document_body, Path(name).suffix.lower(), data, name)
+        webui = str(((container.get("_links") or {}).get("webui")) or "")
+        when = ((r.get("version") or {}).get("when")) or None
+        return Page(id=str(r["id"]), title=f"{title} ({name})" if title != name else name,
+                    url=self.client.url + webui if webui.startswith("/") else self.client.url,
+                    space=space, body=body, ancestors=(str(container.get("title", "")),),
+                    updated=to_utc_iso(str(when)) if when else None)
 
     async def _with_macros(self, page: Page) -> Page:
         """The page with its include, excerpt-include and children macros resolved (``macros``); a page whose

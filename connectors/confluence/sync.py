@@ -112,9 +112,12 @@ async def sync_confluence(
     source.stats = SourceStats()  # counts are per run
 
     listings: dict[str, set[str]] = {}
+    pages_of: dict[str, set[str]] = {}  # space -> its in-scope page ids (the containers of its attachments)
     for key in keys:
         try:
-            listings[key] = await source.list_space(key)
+            pages_of[key] = listings[key] = await source.list_space(key)
+            if source.attachments:
+                listings[key] = listings[key] | await source.list_attachments(key, containers=pages_of[key])
         except RemoteError as exc:
             report.failed.append((f"space:{key}", f"listing failed, space skipped: {exc}"))
     zone = await _site_zone(source, store, listings, report) if not full else None
@@ -129,7 +132,7 @@ async def sync_confluence(
         report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
                                                     sparse=sparse, store=store, options=options, full=full,
                                                     progress=progress, report=report, moved=moved.get(key, []),
-                                                    zone=zone)
+                                                    zone=zone, containers=pages_of[key])
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
@@ -140,14 +143,18 @@ async def sync_confluence(
 
 async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embedder: Embedder, sparse: SparseEncoder,
                       store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
-                      report: SyncReport, moved: Sequence[str] = (), zone: int | None = None) -> str | None:
+                      report: SyncReport, moved: Sequence[str] = (), zone: int | None = None,
+                      containers: set[str] | None = None) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
     outside the checkpoint's reckoning); returns the new checkpoint (what it may advance to: never past a
     page that failed in a way a retry can fix)."""
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()
-    pages = _chain(tracker.wrap(source.iter_space(key, since=since)), source.iter_ids(key, moved) if moved else None)
+    pages = _chain(tracker.wrap(source.iter_space(key, since=since)),
+                   source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
+                   source.iter_attachments(key, containers=containers or set(), since=since)
+                   if source.attachments else None)
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress)
     report.pages_seen += ing.pages_seen
@@ -182,12 +189,15 @@ async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings:
     return report.cql_zone_min
 
 
-async def _chain(first: AsyncIterator[Page], then: AsyncIterator[Page] | None) -> AsyncIterator[Page]:
-    async for page in first:
-        yield page
-    if then is not None:
-        async for page in then:
-            yield page
+async def _chain(*parts: AsyncIterator[Page] | None) -> AsyncIterator[Page]:
+    for part in parts:
+        if part is not None:
+            async for page in part:
+                yield page
+
+
+def _is_attachment(pid: str) -> bool:
+    return pid.startswith("att") and pid[3:].isdigit()
 
 
 def gone_and_moved(indexed: dict[str, str], listings: dict[str, set[str]]) -> tuple[list[str], dict[str, list[str]]]:
@@ -202,7 +212,7 @@ def gone_and_moved(indexed: dict[str, str], listings: dict[str, set[str]]) -> tu
     """
     where = {pid: space for space, ids in listings.items() for pid in ids}
     gone = sorted(pid for pid, space in indexed.items()
-                  if pid.isdigit() and space in listings and pid not in where)
+                  if (pid.isdigit() or _is_attachment(pid)) and space in listings and pid not in where)
     moved: dict[str, list[str]] = {}
     for pid, space in where.items():
         if pid in indexed and indexed[pid] != space:

@@ -216,6 +216,11 @@ class Settings:
     confluence_ancestor: str | None = _f(None, "CONFLUENCE_ANCESTOR", "Only this page id's subtree.")
     confluence_blog_posts: bool = _f(False, "CONFLUENCE_BLOG_POSTS",
                                      "Index the spaces' blog posts too (their evidence shows 'Blog' as breadcrumb).")
+    confluence_attachments: bool = _f(False, "CONFLUENCE_ATTACHMENTS",
+                                      "Index PDF, Markdown and text attachments of the synced pages (their page "
+                                      "as breadcrumb).")
+    confluence_max_attachment_bytes: int = _f(20 * 2**20, "CONFLUENCE_MAX_ATTACHMENT_BYTES",
+                                              "Larger attachments are reported, not downloaded.", min=1)
     confluence_resolve_macros: bool = _f(True, "CONFLUENCE_RESOLVE_MACROS",
                                          "Replace include, excerpt-include and children macros with what they "
                                          "show (a few requests per such macro, cached per sync).")
