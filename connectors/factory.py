@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
+from connectors.confluence.jira import JiraClient
 from connectors.confluence.source import ConfluenceSource
 from pipeline.errors import ConfigError
 from pipeline.runtime.settings import Settings
@@ -33,4 +34,16 @@ def make_confluence_source(settings: Settings, **client_options: Any) -> Conflue
         resolve_macros=settings.confluence_resolve_macros,
         attachments=settings.confluence_attachments,
         max_attachment_bytes=settings.confluence_max_attachment_bytes,
+        jira=make_jira_client(settings),
     )
+
+
+def make_jira_client(settings: Settings) -> JiraClient | None:
+    """From ``JIRA_*``: summaries for Jira macros (Cloud with ``JIRA_USER``, Data Center with a token alone)."""
+    if not settings.jira_url:
+        return None
+    token = settings.jira_token.reveal()
+    if not token:
+        raise ConfigError("JIRA_TOKEN is not set (Cloud API token, or Data Center personal access token)")
+    return JiraClient(settings.jira_url, token=token, user=settings.jira_user or None,
+                      timeout_s=settings.confluence_timeout_s)

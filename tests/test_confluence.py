@@ -605,3 +605,41 @@ async def test_pdf_and_markdown_attachments_are_indexed_with_their_page_and_leav
     del fake.pages["att9002"]  # the attachment is deleted: it leaves the index
     again = await _sync(src, index, store)
     assert again.deleted == 1 and "att9002" not in await _ids(index) and "att9001" in await _ids(index)
+
+
+def _jira_macro(param: str, value: str) -> str:
+    return (f'<ac:structured-macro ac:name="jira" ac:schema-version="1"><ac:parameter ac:name="server">System JIRA'
+            f'</ac:parameter><ac:parameter ac:name="{param}">{value}</ac:parameter></ac:structured-macro>')
+
+
+async def test_jira_macros_show_issue_summaries_when_a_jira_site_is_configured(fake: FakeConfluence) -> None:
+    from aiohttp import web
+
+    from connectors.confluence.jira import JiraClient
+
+    issues = {"ENG-1": "Fix the VPN <gateway>", "OPS-22": "Rotate keys"}
+    seen: list[tuple[str, str]] = []
+
+    async def search(request: web.Request) -> web.Response:
+        seen.append((request.query["jql"], request.headers.get("Authorization", "")))
+        keys = request.query["jql"].removeprefix("key in (").removesuffix(")").split(", ")
+        return web.json_response({"issues": [{"key": k, "fields": {"summary": issues[k]}} for k in keys if k in issues]})
+
+    app = web.Application()
+    app.router.add_get("/rest/api/2/search", search)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        space = _spaces(fake)[0]
+        pid = sorted(fake.visible_ids(space))[0]
+        fake.edit(pid, body="<p>Status of " + _jira_macro("key", "ENG-1") + " and " + _jira_macro("key", "OPS-22")
+                  + " and " + _jira_macro("key", "GONE-9") + " and " + _jira_macro("key", "ENG-1) OR (project = HR")
+                  + ".</p>" + _jira_macro("jqlQuery", "project = HR AND labels = salary"))
+        jira = JiraClient(f"http://127.0.0.1:{runner.addresses[0][1]}", token="jira-pat")
+        [page] = [p async for p in _source(fake, jira=jira).iter_ids(space, [pid])]
+        assert "ENG-1: Fix the VPN &lt;gateway&gt;" in page.body and "OPS-22: Rotate keys" in page.body
+        assert "GONE-9" in page.body  # unknown: the macro stays, the parser shows the key
+        assert seen == [("key in (ENG-1, GONE-9, OPS-22)", "Bearer jira-pat")]  # one search; no page-chosen JQL
+    finally:
+        await runner.cleanup()

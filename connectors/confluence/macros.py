@@ -6,7 +6,10 @@ In storage format these macros are empty placeholders, so the text a reader sees
 - ``excerpt-include``: replaced by the body of the ``excerpt`` macro of the named page;
 - ``children`` (Children Display): replaced by a list of the child pages' titles.
 
-(``jira`` macros already become their issue keys in the parser.) Resolution is bounded: included pages are
+- ``jira`` naming one issue: "KEY: summary" when a Jira site is configured (``connectors.confluence.jira``;
+  one search per page); otherwise the parser keeps the bare key.
+
+Resolution is bounded: included pages are
 resolved again up to ``MAX_DEPTH`` levels, a page that includes itself (directly or through others) is
 included once, a page holds at most ``MAX_MACROS`` resolved macros, and each fetched page is cached for the
 run. An included page the account cannot see, or one with read restrictions of its own, contributes nothing
@@ -47,6 +50,13 @@ class Linked:
 
 FindPage = Callable[[str, str], Awaitable[Linked | None]]  # (space key, title) -> the page, if visible
 ChildTitles = Callable[[str], Awaitable[list[str]]]  # page id -> its children's titles, in order
+Summaries = Callable[[list[str]], Awaitable[dict[str, str]]]  # issue keys -> their summaries
+
+_JIRA = re.compile(
+    r'<ac:structured-macro\b[^>]*?\bac:name="jira"[^>]*?>(?P<inner>.*?)</ac:structured-macro>',
+    re.DOTALL | re.IGNORECASE,
+)
+_JIRA_KEY = re.compile(r'<ac:parameter\b[^>]*\bac:name="key"[^>]*>\s*([^<]+?)\s*</ac:parameter>', re.IGNORECASE)
 
 
 @dataclass
@@ -55,14 +65,32 @@ class MacroResolver:
 
     find_page: FindPage
     child_titles: ChildTitles
+    summaries: Summaries | None = None
     _pages: dict[tuple[str, str], Linked | None] = field(default_factory=dict)
     resolved: int = 0
 
     async def resolve(self, body: str, *, page_id: str, space: str) -> str:
         """``body`` with its include, excerpt-include and children macros replaced by what they show."""
         budget = [MAX_MACROS]
-        return await self._resolve(body, page_id=page_id, space=space, depth=0, seen=frozenset({page_id}),
+        body = await self._resolve(body, page_id=page_id, space=space, depth=0, seen=frozenset({page_id}),
                                    budget=budget)
+        return await self._jira(body) if self.summaries is not None else body
+
+    async def _jira(self, body: str) -> str:
+        """Single-issue Jira macros as "KEY: summary" (one search for the page's keys)."""
+        found = [(m, _JIRA_KEY.search(m.group("inner"))) for m in _JIRA.finditer(body)]
+        keys = [html.unescape(k.group(1)).strip() for _, k in found if k is not None]
+        if not keys or self.summaries is None:
+            return body
+        summaries = await self.summaries(keys)
+        parts, last = [], 0
+        for m, k in found:
+            key = html.unescape(k.group(1)).strip() if k is not None else ""
+            if key in summaries:
+                parts += [body[last:m.start()], html.escape(f" {key}: {summaries[key]} ")]
+                last = m.end()
+                self.resolved += 1
+        return "".join(parts) + body[last:]
 
     async def _resolve(self, body: str, *, page_id: str, space: str, depth: int, seen: frozenset[str],
                        budget: list[int]) -> str:

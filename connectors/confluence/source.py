@@ -19,6 +19,7 @@ from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, quote, to_utc_iso
+from connectors.confluence.jira import JiraClient
 from connectors.confluence.macros import Linked, MacroResolver
 from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
 from pipeline.errors import InputError, RemoteError
@@ -57,6 +58,7 @@ class ConfluenceSource:
         resolve_macros: bool = True,
         attachments: bool = False,
         max_attachment_bytes: int = 20 * 2**20,
+        jira: JiraClient | None = None,
     ) -> None:
         self.client = client
         self.spaces = tuple(spaces)
@@ -71,7 +73,8 @@ class ConfluenceSource:
         self.blog_posts = blog_posts
         self.attachments = attachments
         self.max_attachment_bytes = max_attachment_bytes
-        self.macros = MacroResolver(self._find_page, self._child_titles) if resolve_macros else None
+        self.macros = MacroResolver(self._find_page, self._child_titles,
+                                    jira.summaries if jira is not None else None) if resolve_macros else None
         self.stats = SourceStats()
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
 

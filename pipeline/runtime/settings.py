@@ -221,6 +221,10 @@ class Settings:
                                       "as breadcrumb).")
     confluence_max_attachment_bytes: int = _f(20 * 2**20, "CONFLUENCE_MAX_ATTACHMENT_BYTES",
                                               "Larger attachments are reported, not downloaded.", min=1)
+    jira_url: str | None = _f(None, "JIRA_URL", "Jira site for the summaries of Jira macros (keys only without it).",
+                              url=True)
+    jira_user: str | None = _f(None, "JIRA_USER", "Jira Cloud: account e-mail. Unset: Data Center PAT.")
+    jira_token: Secret = _f(Secret(""), "JIRA_TOKEN", "Jira Cloud API token or Data Center PAT.", secret=True)
     confluence_resolve_macros: bool = _f(True, "CONFLUENCE_RESOLVE_MACROS",
                                          "Replace include, excerpt-include and children macros with what they "
                                          "show (a few requests per such macro, cached per sync).")
