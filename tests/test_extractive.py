@@ -54,3 +54,70 @@ def test_no_overlap_or_no_hits_is_out_of_scope() -> None:
     for a in (extractive_answer("What is the wifi password?", HITS), extractive_answer("Who orders laptops?", []),
               extractive_answer("Who is it?", HITS)):  # stop words only
         assert a.text == OUT_OF_SCOPE and a.out_of_scope and a.citations == [] and a.extractive
+
+
+# ---------------------------------------------------------------------- dense similarity (the embedder at hand)
+
+LAPTOPS = "New laptops are ordered two weeks ahead."
+PORTAL = "Laptops are ordered through the IT portal."
+
+
+def test_a_question_in_another_language_is_answered_by_the_closest_unit() -> None:
+    question = "Wann werden neue Rechner bestellt?"  # German: no word in common with the English pages
+    assert extractive_answer(question, HITS).out_of_scope
+    close = {LAPTOPS: 0.86, PORTAL: 0.83}
+    a = extractive_answer(question, HITS, max_sentences=1, similarity=close)
+    assert a.text == "New laptops are ordered two weeks ahead [1]." and not a.out_of_scope
+    far = {LAPTOPS: 0.79, PORTAL: 0.78}  # below MIN_SIMILARITY: still "cannot be found"
+    assert extractive_answer(question, HITS, similarity=far).out_of_scope
+
+
+def test_within_one_language_similarity_never_overrides_a_refusal() -> None:
+    a = extractive_answer("How do I bake sourdough bread?", HITS, similarity={LAPTOPS: 0.95, PORTAL: 0.9})
+    assert a.out_of_scope  # e5 cosines do not tell off-topic questions apart; shared words do
+
+
+def test_similarity_breaks_ties_between_units_with_the_same_overlap() -> None:
+    question = "How are laptops ordered?"
+    assert extractive_answer(question, HITS, max_sentences=1).text.startswith("New laptops")  # rank wins today
+    a = extractive_answer(question, HITS, max_sentences=1, similarity={LAPTOPS: 0.80, PORTAL: 0.88})
+    assert a.text == "Laptops are ordered through the IT portal [1]." and a.citations[0].evidence_ids == ("e3",)
+
+
+class _Embedder:
+    """A deterministic embedder: a unit's vector points at the question's when it mentions "portal"."""
+
+    name, dim, max_tokens = "toy", 2, 128
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.embedded = fail, []  # type: ignore[var-annotated]
+
+    def embed_queries(self, texts):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np.array([[1.0, 0.0]] * len(texts))
+
+    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        from pipeline.errors import EmbeddingError
+
+        if self.fail:
+            raise EmbeddingError("the model is gone")
+        self.embedded.extend(texts)
+        return np.array([[0.9, 0.436] if "portal" in t else [0.8, 0.6] for t in texts])
+
+    def close(self) -> None:
+        pass
+
+
+async def test_the_engine_path_embeds_the_top_units_and_falls_back_to_overlap() -> None:
+    from pipeline.answer.extractive import DENSE_HITS, extractive_answer_dense
+
+    toy = _Embedder()
+    a = await extractive_answer_dense("How are laptops ordered?", HITS, toy)  # type: ignore[arg-type]
+    assert set(toy.embedded) >= {LAPTOPS, PORTAL} and len(HITS) <= DENSE_HITS
+    portal, laptops = a.trace.unit_scores[1], a.trace.unit_scores[0]  # in source order: e1's unit, then e3's
+    assert "IT portal" in a.text and portal > laptops  # the closer unit scores higher
+    broken = await extractive_answer_dense("How are laptops ordered?", HITS, _Embedder(fail=True))  # type: ignore[arg-type]
+    assert broken.text == extractive_answer("How are laptops ordered?", HITS).text  # overlap only, no error

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from pipeline.answer.budget import fit_evidence
 from pipeline.answer.citations import is_out_of_scope, parse_citations
-from pipeline.answer.extractive import extractive_answer
+from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.followups import suggest_followups
 from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary
 from pipeline.answer.query_builder import (
@@ -254,7 +254,7 @@ class Engine:
         if not hits:
             return Answer(text=OUT_OF_SCOPE, out_of_scope=True, model="none"), ""
         if self.llm is None:
-            ans = extractive_answer(question, hits)
+            ans = await extractive_answer_dense(question, hits, self.embedder)
             ans.evidence = list(hits)
             return ans, ""
         kept, texts, dropped = self._fit(question, hits)
@@ -287,7 +287,7 @@ class Engine:
     async def generate_from(self, question: str, hits: Sequence[Hit], m: int, max_tokens: int) -> list[str]:
         """Counterfactual generator for attribution: same prompt shape, a subset of the evidence."""
         if self.llm is None:
-            return [extractive_answer(question, hits).text] * m
+            return [(await extractive_answer_dense(question, hits, self.embedder)).text] * m
         if not hits:
             return [OUT_OF_SCOPE] * m
         _, texts, _ = self._fit(question, hits)
