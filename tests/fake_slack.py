@@ -523,7 +523,7 @@ class FakeEngine:
         turn_id = await self.store.add_turn(TurnRecord(conversation_key=conversation_key, question=question,
                                                        user_id=user_id, completed_question=completed,
                                                        answer=answer.text, citations=tuple(answer.citations),
-                                                       error=self.error_text))
+                                                       out_of_scope=answer.out_of_scope, error=self.error_text))
         return TurnResult(turn_id, answer, completed, followup, self.error_text)
 
     async def followups(self, result: TurnResult) -> list[str]:

@@ -97,3 +97,30 @@ def test_naive_and_method_specific_reasons() -> None:
     same_page = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1"), ref(2, "A", "https://w.example/1")),
                        method="page")
     assert "(+1 more from this page)" in render_text(same_page)
+
+
+def test_evidence_is_named_by_page_heading_and_row_with_its_first_words() -> None:
+    from pipeline.attribution.scoring import evidence_label, evidence_quote
+    from pipeline.types import Evidence
+
+    row = Evidence(id="r", page_id="p", title="RAG meeting October", url="u", space="S", kind="row", position=3,
+                   text="Row 2 in Table 1: Member is Bruno, and Task is Collect 50 real questions from the support "
+                        "team before the next meeting in November", headings=("Minutes", "Action items"),
+                   table_index=1, row_index=2)
+    assert evidence_label(row) == "RAG meeting October › Action items › row 2 of table 1"
+    quote = evidence_quote(row)
+    assert quote.startswith("Member is Bruno, and Task is Collect") and quote.endswith("…") and len(quote) <= 91
+    passage = Evidence(id="x", page_id="p", title="Runbook", url="u", space="S", kind="passage", position=1,
+                       text="Deploys go out on Tuesdays.")
+    assert (evidence_label(passage), evidence_quote(passage)) == ("Runbook", "Deploys go out on Tuesdays.")
+
+
+def test_slack_escapes_the_quoted_page_text() -> None:
+    from bot.slack.blocks import render_explanation
+    from pipeline.answer.results import ExplainResult
+
+    bad = EvidenceRef("e1", "Page", "https://wiki/x/1", "passage", 1, label="Page › Intro",
+                      quote="<!channel> see <https://evil|here> & more")
+    text = render_explanation(ExplainResult(1, "", [], result=result(cluster(1, 100.0, 0.4, bad))))
+    assert "<!channel>" not in text and "<https://evil" not in text and "&lt;!channel&gt;" in text
+    assert "Page › Intro" in text

@@ -159,7 +159,8 @@ async def test_explain_reaction_posts_the_attribution(make_harness: Factory, stu
     assert explanation["thread_ts"] == ev["ts"]
     lines = explanation["text"].splitlines()
     assert lines[0] == "*Why this answer?* How much each source contributed:"
-    assert f"<{RAG_MEETING_URL}|RAG meeting October>" in lines[1]  # the causal page comes first
+    assert f"<{RAG_MEETING_URL}|RAG meeting October › " in lines[1]  # the causal page (› its section) first
+    assert "_“" in lines[1]  # with the first words of the evidence
     assert stub.calls > calls  # counterfactual answers were generated
 
 

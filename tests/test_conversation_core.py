@@ -65,6 +65,25 @@ async def test_an_answer_is_explained_once_even_across_a_restart(tmp_path: Path)
     await store.close()
 
 
+async def test_an_out_of_scope_answer_has_nothing_to_explain(tmp_path: Path) -> None:
+    from bot.core.messages import NOTHING_TO_EXPLAIN
+    from pipeline.answer.prompts import OUT_OF_SCOPE
+    from pipeline.types import Answer
+
+    store = await Store.open(tmp_path / "core.db")
+    engine = FakeEngine(store, answer_for=lambda q: Answer(text=OUT_OF_SCOPE, out_of_scope=True, extractive=True))
+    core = Conversations(engine, UserRateLimiter(100), Scope({}, ("*",)))
+    surface = RecordingSurface()
+    await core.answer(Question("U1", "How do I bake bread?", "C1", "test:conv"), surface)
+    turn = await store.turn_by_message("test:conv", "msg-2")
+    assert turn is not None and turn.out_of_scope
+    await core.explain(turn, surface)
+    await core.explain(turn, surface)  # asked twice: told once
+    assert [s for s in surface.shown if s[0] in ("explanation", "say")] == [("say", NOTHING_TO_EXPLAIN)]
+    assert engine.explain_computations == []  # no counterfactual runs for it
+    await store.close()
+
+
 async def test_default_scope_none_tells_the_user_and_asks_nothing(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "core.db")
     engine = FakeEngine(store)

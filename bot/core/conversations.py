@@ -19,7 +19,7 @@ from typing import Protocol
 
 from bot.core.contracts import EngineLike, ExplainResultLike, TurnResultLike
 from bot.core.dedup import SeenSet
-from bot.core.messages import EXPLAIN_FAILED, GENERIC, RESTARTING, user_message
+from bot.core.messages import EXPLAIN_FAILED, GENERIC, NOTHING_TO_EXPLAIN, RESTARTING, user_message
 from bot.core.ratelimit import UserRateLimiter
 from bot.core.scope import NO_SPACE, NOT_CONNECTED
 from pipeline.errors import StoreError
@@ -199,6 +199,10 @@ class Conversations:
         turn_id = turn.id
         if turn.explained_at or not self._explained.add(str(turn_id)):
             return  # already explained (or being explained)
+        if turn.out_of_scope:  # no answer from the wiki: shares of evidence that produced nothing mean nothing
+            await surface.say(NOTHING_TO_EXPLAIN)
+            await self._mark_explained(turn_id)
+            return
         try:
             result = await self.engine.explain(turn_id)
         except Exception:  # the user asked for something: they must hear back

@@ -188,7 +188,8 @@ def render_explanation(result: ExplainResultLike, *, max_clusters: int = 5) -> s
     for s in view.sources:
         label = link(s.url, s.title or s.url or "untitled") if s.url else escape(s.title or "(untitled)")
         share = "`?`" if s.percent is None else f"`{bar(s.percent)}` {s.percent:.0f}%"
-        lines.append(f"{share}  {label}{s.extra}" + (f" — {escape(s.reason)}" if s.reason else ""))
+        quote = f" _“{escape(s.quote)}”_" if s.quote else ""
+        lines.append(f"{share}  {label}{s.extra}{quote}" + (f" — {escape(s.reason)}" if s.reason else ""))
     if view.more:
         lines.append(f"_… and {view.more} more ({view.more_percent:.0f}% in total)_")
     lines.extend(f"_{escape(note)}_" for note in view.notes)

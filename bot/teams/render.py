@@ -96,7 +96,8 @@ def explanation_card(result: ExplainResultLike, *, max_sources: int = 5) -> dict
         label = f"[{title}]({s.url})" if s.url.startswith(("https://", "http://")) else title
         share = "?" if s.percent is None else f"{s.percent:.0f}%"
         reason = f" — {escape(s.reason)}" if s.reason else ""
-        builder.add_item(TextBlock(text=f"**{share}** {label}{escape(s.extra)}{reason}", wrap=True))
+        quote = f" _“{escape(s.quote)}”_" if s.quote else ""
+        builder.add_item(TextBlock(text=f"**{share}** {label}{escape(s.extra)}{quote}{reason}", wrap=True))
     if view.more:
         builder.add_item(TextBlock(text=f"_… and {view.more} more ({view.more_percent:.0f}% in total)_", wrap=True))
     for note in view.notes:

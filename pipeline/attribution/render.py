@@ -26,6 +26,7 @@ class SourceShare:
     url: str
     extra: str = ""  # " (+2 similar)", " (+1 more from this page)"
     reason: str = ""  # why it got its share, in the method's terms ("" when only shares are known)
+    quote: str = ""  # the evidence's first words (untrusted page text)
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ class ExplanationView:
 def explanation_view(result: AttributionResult, *, max_clusters: int = 5) -> ExplanationView:
     shown = result.clusters[:max_clusters]
     sources = [
-        SourceShare(None if c.unknown else c.percent, c.members[0].title, c.members[0].url, _extra(c),
-                    reason(result, c, top=i == 0))
+        SourceShare(None if c.unknown else c.percent, c.members[0].label or c.members[0].title, c.members[0].url,
+                    _extra(c), reason(result, c, top=i == 0), c.members[0].quote)
         for i, c in enumerate(shown)
     ]
     rest = result.clusters[max_clusters:]
@@ -115,8 +116,9 @@ def render_text(result: AttributionResult, *, max_clusters: int = 5) -> str:
             else f"[Evidence {numbers}]"
         first = cluster.members[0]
         share = "Unknown share for" if cluster.unknown else f"Attributed {cluster.percent:.1f}% to"
-        lines.append(f"{share} {target}: {first.title or 'untitled'} ({first.url}){_extra(cluster)}"
-                     f" — {reason(result, cluster, top=i == 0)}")
+        quote = f' "{first.quote}"' if first.quote else ""
+        lines.append(f"{share} {target}: {first.label or first.title or 'untitled'} ({first.url}){_extra(cluster)}"
+                     f"{quote} — {reason(result, cluster, top=i == 0)}")
     rest = result.clusters[max_clusters:]
     if rest:
         lines.append(f"… and {len(rest)} more ({sum(c.percent for c in rest):.1f}% in total)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 from pipeline.attribution.types import AttributionResult, ClusterAttribution, EvidenceRef
 from pipeline.errors import EmbeddingError
 from pipeline.protocols import Embedder
-from pipeline.types import Hit
+from pipeline.types import Evidence, Hit
 
 
 def evidence_text(hit: Hit) -> str:
@@ -34,9 +35,36 @@ def refs(hits: Sequence[Hit], rows: Sequence[int]) -> list[EvidenceRef]:
             url=hits[i].evidence.url,
             kind=hits[i].evidence.kind,
             rank=i + 1,
+            label=evidence_label(hits[i].evidence),
+            quote=evidence_quote(hits[i].evidence),
         )
         for i in rows
     ]
+
+
+QUOTE_CHARS = 90
+_ROW_PREFIX = re.compile(r"^Row \d+ in Table \d+:\s*")
+
+
+def evidence_label(ev: Evidence) -> str:
+    """Where the evidence is: page title, its nearest heading, and the row or table for table evidence."""
+    parts = [ev.title or "untitled"]
+    if ev.headings:
+        parts.append(ev.headings[-1])
+    if ev.kind == "row" and ev.row_index is not None:
+        parts.append(f"row {ev.row_index}" + (f" of table {ev.table_index}" if ev.table_index else ""))
+    elif ev.kind == "table" and ev.table_index is not None:
+        parts.append(f"table {ev.table_index}")
+    return " › ".join(p for p in parts if p)
+
+
+def evidence_quote(ev: Evidence, limit: int = QUOTE_CHARS) -> str:
+    """The evidence's first words (a row without its "Row n in Table m:" prefix), cut at a word boundary."""
+    text = " ".join(_ROW_PREFIX.sub("", ev.text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] or text[:limit]
+    return cut.rstrip(",;:") + "…"
 
 
 def without(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:

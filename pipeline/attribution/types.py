@@ -22,6 +22,8 @@ class EvidenceRef:
     url: str
     kind: str
     rank: int
+    label: str = ""  # "Page › heading › row 3": where on the page it is (results cached before: "")
+    quote: str = ""  # its first words, for a reader to recognise it
 
 
 @dataclass
