@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from bot.core.messages import certainty_note
 from evident.common import cli_errors, echo_error, index_dir_option, load_settings, run
 from pipeline.runtime.settings import Settings
 
@@ -28,6 +29,9 @@ def _print_turn(result: Any, trace: bool, *, interactive: bool = False) -> None:
     if result.is_followup and result.completed_question:
         click.echo(click.style(f"(answering: {result.completed_question})", dim=True))
     click.echo(ans.text)
+    note = certainty_note(ans)
+    if note:
+        click.echo(click.style(f"⚠ {note}", fg="yellow"))
     if ans.extractive:
         click.echo(click.style("(extractive answer: no LLM endpoint configured)", dim=True))
     for c in ans.citations:
@@ -45,6 +49,8 @@ def _print_trace(result: Any) -> None:
     click.echo(f"completed question: {result.completed_question}")
     if r is not None:
         click.echo(f"retrieval query:    {r.query}")
+        click.echo(f"confidence:         {r.confidence or 'n/a'} (how many rankers' first evidence is on the "
+                   "fused first page: high 2, medium 1, low 0)")
         for name, hits in (("lexical", r.lexical), ("dense", r.dense), ("fused", r.hits)):
             click.echo(f"{name}:")
             for h in hits:

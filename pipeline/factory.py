@@ -302,4 +302,5 @@ def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[
         context_item_max_chars=opts.context_item_max_chars,
         prompt_logprobs=settings.llm_prompt_logprobs,
         raw_template=settings.llm_raw_template,
+        confident_k=settings.confident_k,
     )

@@ -179,6 +179,7 @@ class Answer:
     model: str = ""
     evidence: list[Hit] = field(default_factory=list)  # the numbered sources shown to the generator
     trace: AnswerTrace = field(default_factory=AnswerTrace)
+    confidence: str | None = None  # retrieval's: high | medium | low (``pipeline.answer.confidence``)
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,18 @@ def test_manifest_declares_exactly_the_needed_scopes_events_and_command() -> Non
     assert [c["command"] for c in manifest["features"]["slash_commands"]] == ["/ask"]
     assert manifest["settings"]["socket_mode_enabled"] is True
     assert manifest["settings"]["interactivity"]["is_enabled"] is True  # the answer's buttons
+
+
+def test_a_low_confidence_answer_carries_the_certainty_note_on_every_surface() -> None:
+    from bot.core.messages import CERTAINTY_NOTE
+    from bot.teams.render import answer_activity
+
+    low = _turn("Maybe X [1].")
+    low.answer.confidence = "low"
+    assert f":warning: {CERTAINTY_NOTE}" in _all_text(render_answer(low).blocks)
+    assert CERTAINTY_NOTE in answer_activity(low)["text"]
+    sure = _turn("Surely X [1].")
+    sure.answer.confidence = "high"
+    assert CERTAINTY_NOTE not in _all_text(render_answer(sure).blocks)
+    refused = TurnResult(4, Answer(text="cannot be found", out_of_scope=True, confidence="low"), "", False)
+    assert CERTAINTY_NOTE not in answer_activity(refused)["text"]

@@ -24,6 +24,7 @@ from slack_sdk.models.blocks import (
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.core.explanation import view_of
+from bot.core.messages import certainty_note
 from bot.slack.mrkdwn import bar, escape, link
 from pipeline.types import Citation
 
@@ -157,10 +158,10 @@ def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("e
         blocks.append(_context(f":information_source: {escape(result.notice)}"))
     body = link_markers(escape(answer.text.strip()), answer.citations) or "_(empty answer)_"
     sections = [_section(chunk) for chunk in split_text(body)]
+    note = certainty_note(answer)
+    blocks_tail = [_context(f":warning: {note}")] if note else []
     if answer.extractive:
-        blocks_tail = [_context(":information_source: extractive answer (no LLM configured)")]
-    else:
-        blocks_tail = []
+        blocks_tail.append(_context(":information_source: extractive answer (no LLM configured)"))
     if answer.citations:
         lines = "\n".join(sources_line(c) for c in sorted(answer.citations, key=lambda c: c.number))
         blocks_tail.append(_context("*Sources*\n" + lines))

@@ -16,6 +16,7 @@ from adaptive_cards.card import ActionSubmit, AdaptiveCard, TextBlock
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.core.explanation import view_of
+from bot.core.messages import certainty_note
 from pipeline.types import Citation
 
 EXPLAIN_ACTION = "evident.explain"
@@ -66,6 +67,9 @@ def answer_activity(result: TurnResultLike) -> dict[str, Any]:
     parts.append(_markers_back(escape(answer.text.strip())) or "_(empty answer)_")
     if result.notice:
         parts.append(f"_{escape(result.notice)}_")
+    note = certainty_note(answer)
+    if note:
+        parts.append(f"_⚠ {escape(note)}_")
     if answer.extractive:
         parts.append("_extractive answer (no LLM configured)_")
     text = "\n\n".join(parts)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from pipeline.answer.budget import fit_evidence
 from pipeline.answer.citations import is_out_of_scope, parse_citations
+from pipeline.answer.confidence import adaptive_hits
 from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.followups import suggest_followups
 from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary
@@ -72,6 +73,7 @@ class EngineOptions:
     # The LLM endpoint can teacher-force (prompt log-probs); the logprob attribution method needs it.
     prompt_logprobs: bool = False
     raw_template: str = "raw_chatml"
+    confident_k: int = 0  # evidence for the generator when retrieval is sure (0: all); pipeline.answer.confidence
 
 
 class Engine:
@@ -166,9 +168,10 @@ class Engine:
                 context_pages=plan.context_pages,
             )
             timings.update({f"{k}_ms": v for k, v in retrieved.timings_ms.items()})
+            hits = adaptive_hits(retrieved.hits, retrieved.confidence, self.options.confident_k)
             answer, template = await self._timed(timings, "answer_ms",
-                                                 self._answer(plan.completed, retrieved.hits, trace=trace,
-                                                              on_text=on_text))
+                                                 self._answer(plan.completed, hits, trace=trace, on_text=on_text))
+            answer.confidence = retrieved.confidence
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
             error = user_message(exc)

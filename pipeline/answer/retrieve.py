@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from pipeline.answer.confidence import Confidence, confidence_of
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
 from pipeline.types import Hit, RetrievalMode, SearchRequest, SparseVector
 
@@ -43,15 +44,18 @@ class RetrievalConfig:
     # Conversational continuity: for follow-ups, evidence from the pages the previous turn retrieved gets
     # its fused score multiplied by (1 + continuity_boost). Threads mostly stay on one page.
     continuity_boost: float = 0.0
+    # Confidence (``pipeline.answer.confidence``): one extra top-1 search per ranker (hybrid mode only).
+    confidence: bool = True
 
 
 @dataclass
 class Retrieval:
     query: str
     hits: list[Hit]
-    lexical: list[Hit] = field(default_factory=list)  # filled when traced
+    lexical: list[Hit] = field(default_factory=list)  # filled when traced (the first only, for confidence)
     dense: list[Hit] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    confidence: Confidence | None = None
 
 
 async def _search_request(
@@ -125,9 +129,13 @@ async def retrieve(
     if config.continuity_boost and context_pages and hits:
         hits = boost_pages(hits, set(context_pages), config.continuity_boost)
     result = Retrieval(query=query, hits=hits, timings_ms=timings)
-    if trace:
-        result.lexical = await index.search(replace(request, mode="lexical", limit=config.lexical_k))
-        result.dense = await index.search(replace(request, mode="dense", limit=config.dense_k))
+    if trace or (config.confidence and config.mode == "hybrid" and hits):
+        t = time.perf_counter()
+        result.lexical = await index.search(replace(request, mode="lexical", limit=config.lexical_k if trace else 1))
+        result.dense = await index.search(replace(request, mode="dense", limit=config.dense_k if trace else 1))
+        if config.mode == "hybrid":
+            result.confidence = confidence_of(hits, next(iter(result.lexical), None), next(iter(result.dense), None))
+        timings["confidence"] = (time.perf_counter() - t) * 1000
     if reranker is not None and hits:
         t = time.perf_counter()
         hits = await asyncio.to_thread(reranker.rerank, query, hits)

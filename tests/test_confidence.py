@@ -1,0 +1,46 @@
+"""Retrieval confidence from the rankers' agreement, and the evidence it hands the generator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import make_engine, open_copy, sample_index_fixture  # noqa: F401
+
+from pipeline.answer.confidence import adaptive_hits, confidence_of
+from pipeline.types import Evidence, Hit
+
+
+def hit(page: str, rank: int) -> Hit:
+    ev = Evidence(id=f"{page}{rank}", page_id=page, title=page, url=f"u/{page}", space="S", kind="passage",
+                  position=rank, text="t")
+    return Hit(evidence=ev, score=1.0 / rank, rank=rank)
+
+
+def test_confidence_is_how_many_rankers_put_the_fused_first_page_first() -> None:
+    fused = [hit("A", 1), hit("B", 2)]
+    assert confidence_of(fused, hit("A", 1), hit("A", 3)) == "high"
+    assert confidence_of(fused, hit("A", 1), hit("B", 1)) == "medium"
+    assert confidence_of(fused, hit("C", 1), None) == "low"
+    assert confidence_of([], hit("A", 1), hit("A", 1)) is None
+
+
+def test_only_a_sure_retrieval_narrows_the_context() -> None:
+    hits = [hit("A", i) for i in range(1, 11)]
+    assert len(adaptive_hits(hits, "high", 5)) == 5
+    assert len(adaptive_hits(hits, "medium", 5)) == 10 and len(adaptive_hits(hits, "high", 0)) == 10
+
+
+async def test_the_engine_reports_the_confidence_of_each_turn(sample_index_template: Path, tmp_path: Path) -> None:
+    from pipeline.answer.engine import EngineOptions
+
+    index, embedder = await open_copy(sample_index_template, tmp_path / "index")
+    parts = make_engine(index, embedder, tmp_path / "evident.db", options=EngineOptions(confident_k=2))
+    try:
+        result = await parts.engine.ask("c1", "What is Alice's todo from the RAG meeting in October?")
+        assert result.retrieval is not None and result.retrieval.confidence in ("high", "medium", "low")
+        assert result.answer.confidence == result.retrieval.confidence
+        assert "confidence_ms" in result.answer.trace.timings_ms
+        shown = len(result.answer.evidence)
+        assert shown == (2 if result.retrieval.confidence == "high" else len(result.retrieval.hits))
+    finally:
+        await parts.close()
