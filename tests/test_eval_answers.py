@@ -22,7 +22,7 @@ from pipeline.evaluation.data import load_conversations
 from tests.stub_llm import StubLLMServer
 from tests.test_eval_attribution import close_world, open_world, scripted_reply, write_questions, write_wiki
 
-ROW_KEYS = {"lang", "n", "f1", "containment", "out_of_scope_rate", "p_at_10", "judge", "latency_ms_p50",
+ROW_KEYS = {"lang", "n", "f1", "containment", "exact_match", "out_of_scope_rate", "p_at_10", "judge", "latency_ms_p50",
             "latency_ms_p95"}
 
 CONVS = [
@@ -64,6 +64,14 @@ def test_containment_matches_whole_tokens_after_normalisation() -> None:
     assert contains_gold("Desk sevens are old.", "desk seven") == 0.0
     assert contains_gold("anything", "") == 0.0
     assert contains_gold("Build version: 6662, BIOS 1.14.0", "6662") == 1.0
+
+
+def test_exact_match_is_squad_style() -> None:
+    from pipeline.evaluation.answers import exact_match
+
+    assert exact_match("The Desk Seven [1].", "desk seven") == 1.0  # articles, case, markers, punctuation
+    assert exact_match("At desk seven.", "desk seven") == 0.0
+    assert exact_match("Der Schreibtisch", "schreibtisch", "de") == 1.0
 
 
 @pytest.mark.parametrize(("reply", "score"), [
@@ -112,6 +120,7 @@ async def test_conversations_use_the_systems_own_history(tmp_path: Path) -> None
     assert row["lang"] == "en" and row["n"] == 3
     assert row["f1"] == pytest.approx((0.5 + 1.0 + 0.0) / 3, abs=1e-4)
     assert row["containment"] == pytest.approx(1 / 3, abs=1e-4)
+    assert first.exact == 0.0 and row["exact_match"] == pytest.approx((second.exact + unknown.exact) / 3, abs=1e-4)
     assert row["out_of_scope_rate"] == pytest.approx(1 / 3, abs=1e-4)
     assert row["p_at_10"] == pytest.approx(2 / 3, abs=1e-4)
     assert row["judge"] == 0.5

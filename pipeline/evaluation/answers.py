@@ -64,6 +64,11 @@ def token_f1(prediction: str, gold: str, lang: str = "en") -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def exact_match(prediction: str, gold: str, lang: str = "en") -> float:
+    """SQuAD exact match: 1.0 when the normalised prediction equals the normalised gold answer."""
+    return float(normalize_answer(prediction, lang) == normalize_answer(gold, lang))
+
+
 def contains_gold(prediction: str, gold: str, lang: str = "en") -> float:
     """1.0 when the normalised gold answer occurs, on token boundaries, in the normalised prediction."""
     ref = normalize_answer(gold, lang)
@@ -151,6 +156,7 @@ class AnswerResult:
     gold: str
     f1: float
     containment: float
+    exact: float
     out_of_scope: bool  # the engine answered "cannot be found" (failed turns count in ``error`` instead)
     p_at_10: float  # a gold URL is among the evidence shown to the generator
     judge: float | None
@@ -190,7 +196,7 @@ async def run_answer_eval(
                     lang=lang, conv_id=turn.conv_id, turn=turn.turn, source=turn.source, q_type=turn.q_type,
                     question=turn.q[lang], completed_question=result.completed_question, answer=text,
                     gold=turn.answer, f1=token_f1(text, turn.answer, lang),
-                    containment=contains_gold(text, turn.answer, lang),
+                    containment=contains_gold(text, turn.answer, lang), exact=exact_match(text, turn.answer, lang),
                     out_of_scope=bool(result.answer.out_of_scope),
                     p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency,
                     error=result.error,
@@ -213,6 +219,7 @@ def _answer_row(results: Sequence[AnswerResult], **keys: object) -> dict[str, An
         "n": len(results),
         "f1": _mean([r.f1 for r in results]),
         "containment": _mean([r.containment for r in results]),
+        "exact_match": _mean([r.exact for r in results]),
         "out_of_scope_rate": _mean([float(r.out_of_scope) for r in results]),
         "p_at_10": _mean([r.p_at_10 for r in results]),
         "judge": _mean(judged) if judged else None,
@@ -244,12 +251,12 @@ def summarize_answers(results: Sequence[AnswerResult], *, config: dict[str, Any]
 
 
 def format_answer_table(report: dict[str, Any]) -> str:
-    head = (f"{'lang':<6}{'n':>5}{'F1':>8}{'contain':>9}{'OOS':>7}{'P@10':>7}{'judge':>7}"
+    head = (f"{'lang':<6}{'n':>5}{'EM':>7}{'F1':>8}{'contain':>9}{'OOS':>7}{'P@10':>7}{'judge':>7}"
             f"{'p50 ms':>9}{'p95 ms':>9}")
     lines = [head]
     for r in report["rows"]:
         judge = "-" if r["judge"] is None else f"{r['judge']:.3f}"
-        lines.append(f"{r['lang']:<6}{r['n']:>5}{r['f1']:>8.3f}{r['containment']:>9.3f}"
+        lines.append(f"{r['lang']:<6}{r['n']:>5}{r['exact_match']:>7.3f}{r['f1']:>8.3f}{r['containment']:>9.3f}"
                      f"{r['out_of_scope_rate']:>7.3f}{r['p_at_10']:>7.3f}{judge:>7}"
                      f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}")
     for dim, rows in (report.get("breakdowns") or {}).items():
