@@ -94,8 +94,7 @@ async def _forget_gone(store: Store, source: LocalFolderConnector, index: Index)
     for root in source.paths:
         key = f"local:{root.resolve()}"
         before = await store.source_pages(key)
-        lost, kept = await asyncio.to_thread(_split_lost, before, source)
-        keep_by_root[key] = {**kept, **{pid: f for pid, f in source.origins.items() if _under(Path(f), root)}}
+        lost, keep_by_root[key] = await asyncio.to_thread(_split_lost, before, source, root)
         gone += sorted(set(lost) - await store.claimed_elsewhere(key, lost))
     if gone:
         await index.delete_pages(gone)
@@ -104,9 +103,10 @@ async def _forget_gone(store: Store, source: LocalFolderConnector, index: Index)
     return gone
 
 
-def _split_lost(before: dict[str, str], source: LocalFolderConnector) -> tuple[list[str], dict[str, str]]:
-    """Of the pages a folder produced last time and not this time: those lost (their file is gone, or was read
-    in full without them) and those kept (their file failed to read this time)."""
+def _split_lost(before: dict[str, str], source: LocalFolderConnector, root: Path) -> tuple[list[str], dict[str, str]]:
+    """(lost, kept) for one folder (file checks: run in a thread). Lost: pages it produced last time and not
+    this time whose file is gone or was read in full without them. Kept: this run's pages from the folder,
+    plus last time's pages whose file failed to read this time."""
     lost: list[str] = []
     kept: dict[str, str] = {}
     for pid, f in before.items():
@@ -116,8 +116,7 @@ def _split_lost(before: dict[str, str], source: LocalFolderConnector) -> tuple[l
             lost.append(pid)
         else:
             kept[pid] = f
+    single = root.is_file()
+    kept.update({pid: f for pid, f in source.origins.items()
+                 if (Path(f) == root if single else Path(f).is_relative_to(root))})
     return lost, kept
-
-
-def _under(path: Path, root: Path) -> bool:
-    return path == root if root.is_file() else path.is_relative_to(root)
