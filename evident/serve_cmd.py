@@ -101,7 +101,7 @@ async def start_engine(settings: Settings, metrics: Any, stop: asyncio.Event) ->
     delay = 1.0
     while True:
         try:
-            engine = await until_stopped(build_engine(settings, metrics=metrics), stop, what="loading models")
+            engine = await until_stopped(build_engine(settings, metrics=metrics, serving=True), stop, what="loading models")
             break
         except (UnreachableError, TransientError, RateLimitedError) as exc:
             log.warning("not ready: %s; retrying in %.0f s", exc, delay)

@@ -93,8 +93,8 @@ def make_sparse_from(settings: Settings, embedder: Embedder | None = None) -> Sp
     return make_sparse_encoder(settings.sparse_encoder, embedder=getattr(embedder, "inner", embedder))
 
 
-async def open_stack(settings: Settings, index_dir: Path | None = None, *,
-                     require_index: bool = False) -> tuple[Embedder, SparseEncoder, Index]:
+async def open_stack(settings: Settings, index_dir: Path | None = None, *, require_index: bool = False,
+                     serving: bool = False) -> tuple[Embedder, SparseEncoder, Index]:
     """Embedder, sparse encoder and an opened index: what every command that reads or writes the index needs.
 
     Opening checks the index was built with this embedder and dimension (``IndexMismatchError`` if not).
@@ -104,7 +104,7 @@ async def open_stack(settings: Settings, index_dir: Path | None = None, *,
     embedder = await _load_embedder(settings)
     try:
         sparse = make_sparse_from(settings, embedder)
-        index = await _open_index(settings, index_dir, embedder, sparse, require_index=require_index)
+        index = await _open_index(settings, index_dir, embedder, sparse, require_index=require_index, serving=serving)
     except BaseException:
         embedder.close()  # a worker process started for the model does not outlive a failed (or cancelled) open
         raise
@@ -128,12 +128,12 @@ def _close_unused(loading: asyncio.Future[Embedder]) -> None:
 
 
 async def _open_index(settings: Settings, index_dir: Path | None, embedder: Embedder, sparse: SparseEncoder, *,
-                      require_index: bool) -> Index:
+                      require_index: bool, serving: bool = False) -> Index:
     where = index_dir or settings.resolved_index_dir
     if require_index and not settings.qdrant_url and not (Path(where) / "manifest.json").is_file():
         raise InputError(f"no index at {where}: ingest pages first (evident ingest PATH, evident ingest --sample "
                          "or evident sync), or point EVIDENT_DATA_DIR / --index-dir at the right one")
-    index = make_index_from(settings, index_dir)
+    index = make_index_from(settings, index_dir, serving=serving)
     try:
         await index.open(dense_dim=embedder.dim, embedder=embedder.name, recipe=embedder_recipe(embedder, sparse))
     except BaseException:
@@ -174,7 +174,9 @@ def index_identity(settings: Settings) -> tuple[int, str]:
     return embedder.dim, embedder.name
 
 
-def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
+def make_index_from(settings: Settings, index_dir: Path | None = None, *, serving: bool = False) -> Index:
+    """The configured index, unopened: a Qdrant server's collection, or the embedded one (in a worker
+    process when ``EVIDENT_INDEX_PROCESS`` says so; ``auto``: for ``serving`` processes)."""
     if settings.qdrant_url:
         from pipeline.index.qdrant import QdrantServerIndex
 
@@ -186,9 +188,14 @@ def make_index_from(settings: Settings, index_dir: Path | None = None) -> Index:
             replication_factor=settings.replication_factor,
             write_consistency_factor=settings.write_consistency_factor,
         )
+    path = Path(index_dir or settings.resolved_index_dir)
+    if settings.index_process == "yes" or (settings.index_process == "auto" and serving):
+        from pipeline.index.edge_worker import ProcessEdgeIndex
+
+        return ProcessEdgeIndex(path, wait_s=settings.index_wait_s)
     from pipeline.index.edge import EdgeIndex
 
-    return EdgeIndex(Path(index_dir or settings.resolved_index_dir), wait_s=settings.index_wait_s)
+    return EdgeIndex(path, wait_s=settings.index_wait_s)
 
 
 def make_store(settings: Settings) -> Store:
@@ -248,13 +255,16 @@ def make_llm_from(settings: Settings) -> LLM | None:
 
 
 async def build_engine(settings: Settings, *, index_dir: Path | None = None, trace: bool = False, metrics=None,  # type: ignore[no-untyped-def]
-                       require_index: bool = False):
-    """Compose the conversation engine from settings (the CLI's and the bot's single entry point)."""
+                       require_index: bool = False, serving: bool = False):
+    """Compose the conversation engine from settings (the CLI's and the bot's single entry point).
+
+    ``serving``: a long-running bot process (``evident serve``), which gets the index in a worker process
+    by default (``EVIDENT_INDEX_PROCESS``)."""
     from pipeline.answer.engine import Engine
     from pipeline.answer.prompts import PromptLibrary
 
     options = engine_options(settings, trace=trace)  # settings errors first, before anything is opened
-    embedder, sparse, index = await open_stack(settings, index_dir, require_index=require_index)
+    embedder, sparse, index = await open_stack(settings, index_dir, require_index=require_index, serving=serving)
     try:
         return Engine(
             index=index,

@@ -63,6 +63,11 @@ class Index(Protocol):
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None: ...
 
+    async def optimize(self) -> bool:
+        """Build what bulk writes left unindexed (HNSW, quantization, vacuum); ``True`` if anything changed.
+
+        Called after each ingest or sync that wrote pages. A server optimizes in the background: no-op there."""
+
     async def search(self, request: SearchRequest) -> list[Hit]: ...
 
     async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]: ...

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from pipeline.errors import IndexError_, IndexMismatchError
+from pipeline.errors import ConfigError, IndexError_, IndexMismatchError
+from pipeline.factory import make_index_from
 from pipeline.index.edge import MANIFEST_FILE, EdgeIndex
+from pipeline.index.edge_layout import EdgeLayout
+from pipeline.index.edge_pages import PAGES_FILE, PageTable
+from pipeline.index.edge_worker import ProcessEdgeIndex
+from pipeline.runtime.settings import Settings
 from pipeline.types import SearchRequest, SparseVector
 from tests.index_contract import (
     DIM,
@@ -18,6 +26,7 @@ from tests.index_contract import (
     IndexContract,
     corpus_point,
     names,
+    page_version,
 )
 
 
@@ -28,12 +37,50 @@ class TestEdgeIndex(IndexContract):
         return EdgeIndex(tmp_path / "index")
 
 
+class TestProcessEdgeIndex(IndexContract):
+    """The same index in a worker process (what ``evident serve`` uses)."""
+
+    gapless = True
+    streams_points = False
+
+    def make_index(self, tmp_path: Path) -> ProcessEdgeIndex:
+        return ProcessEdgeIndex(tmp_path / "index")
+
+
+async def test_a_dead_index_worker_fails_one_call_and_the_next_one_reopens(tmp_path: Path) -> None:
+    idx = ProcessEdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        assert idx.pid is not None
+        os.kill(idx.pid, signal.SIGKILL)
+        with pytest.raises(IndexError_, match=r"index worker .* died"):
+            await idx.count()
+        assert await idx.count() == 3  # a new worker, the index opened again with the same arguments
+        assert idx.restarts == 1
+    finally:
+        await idx.close()
+    assert idx.pid is None
+
+
+async def test_index_worker_errors_keep_their_class(tmp_path: Path) -> None:
+    first = EdgeIndex(tmp_path / "index")
+    await first.open(dense_dim=DIM, embedder=EMBEDDER)
+    await first.close()
+    idx = ProcessEdgeIndex(tmp_path / "index")
+    try:
+        with pytest.raises(IndexMismatchError, match="index"):
+            await idx.open(dense_dim=DIM + 1, embedder=EMBEDDER)
+    finally:
+        await idx.close()
+
+
 async def test_manifest_is_written_atomically(tmp_path: Path) -> None:
     idx = EdgeIndex(tmp_path / "index")
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)
     await idx.close()
     files = sorted(p.name for p in (tmp_path / "index").iterdir() if not p.name.startswith("lease."))
-    assert files == [MANIFEST_FILE, "shard"]  # no temp files left behind
+    assert files == [MANIFEST_FILE, PAGES_FILE, "shard"]  # no temp files left behind
     data = json.loads((tmp_path / "index" / MANIFEST_FILE).read_text())
     assert data["embedder"] == EMBEDDER and data["dim"] == DIM
 
@@ -90,3 +137,102 @@ async def test_calls_before_open_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(IndexError_, match="call open"):
         await idx.search(SearchRequest(dense=None, sparse=SparseVector((1,), (1.0,)), mode="lexical"))
     await idx.close()  # closing an unopened index is harmless
+
+
+# ---------------------------------------------------------------- the page table (pages.sqlite)
+
+
+async def _two_pages(path: Path) -> None:
+    idx = EdgeIndex(path)
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+    await idx.replace_page("Q", "hash-q", page_version("Q", "q", 2))
+    await idx.close()
+
+
+async def test_page_hashes_come_from_the_page_table(tmp_path: Path) -> None:
+    await _two_pages(tmp_path / "index")
+    table = PageTable(tmp_path / "index")
+    assert table.open() is True
+    table.settle("Q", "hash-from-table", "S9")
+    table.close()
+    idx = EdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:  # no scroll of the shard: what the table says is what the index reports
+        assert await idx.page_hashes() == {"P": "hash-p", "Q": "hash-from-table"}
+        assert (await idx.page_spaces())["Q"] == "S9"
+    finally:
+        await idx.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "incomplete"])
+async def test_a_missing_or_damaged_page_table_is_rebuilt_from_the_shard(tmp_path: Path, damage: str) -> None:
+    await _two_pages(tmp_path / "index")
+    table_file = tmp_path / "index" / PAGES_FILE
+    if damage == "missing":
+        table_file.unlink()
+    elif damage == "garbage":
+        table_file.write_bytes(b"not a database at all" * 100)
+    else:  # a rebuild that was cut off: rows but no completion mark
+        db = sqlite3.connect(table_file)
+        db.execute("DELETE FROM meta")
+        db.execute("DELETE FROM pages WHERE page_id = 'Q'")
+        db.commit()
+        db.close()
+    idx = EdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        assert await idx.page_hashes() == {"P": "hash-p", "Q": "hash-q"}
+        assert await idx.page_spaces() == {"P": "ENG", "Q": "ENG"}
+    finally:
+        await idx.close()
+
+
+async def test_pending_rows_left_by_a_crash_are_settled_from_the_shard(tmp_path: Path) -> None:
+    """A process killed between marking and settling: the shard decides (kept, changed or gone)."""
+    await _two_pages(tmp_path / "index")
+    table = PageTable(tmp_path / "index")
+    table.open()
+    table.mark_pending(["P", "Q", "GONE"])  # GONE: killed before its first points were written
+    table.close()
+    idx = EdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        assert await idx.page_hashes() == {"P": "hash-p", "Q": "hash-q"}
+        await idx.delete_pages(["Q"])
+        assert await idx.page_hashes() == {"P": "hash-p"}
+        await idx.replace_page("P", "hash-p2", [])
+        assert await idx.page_hashes() == {}
+    finally:
+        await idx.close()
+
+
+@pytest.mark.parametrize(("every", "left_for_optimize"), [(15, False), (1_000, True)])
+async def test_writes_index_segments_as_they_fill(tmp_path: Path, every: int, left_for_optimize: bool) -> None:
+    """Past ``optimize_every_points`` the write itself builds the filled segment; ``optimize()`` finds less to do."""
+    layout = EdgeLayout(optimize_every_points=every, indexing_threshold_kb=1)
+    idx = EdgeIndex(tmp_path / "index", layout=layout)
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        for page in ("P", "Q", "R"):
+            await idx.replace_page(page, f"hash-{page}", page_version(page, page, 10))
+        assert await idx.optimize() is left_for_optimize
+        hits = await idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", dense_k=10, limit=10))
+        assert sorted({h.evidence.page_id for h in hits}) == ["P", "Q", "R"]
+    finally:
+        await idx.close()
+
+
+@pytest.mark.parametrize(("setting", "serving", "in_worker"), [
+    ("auto", True, True), ("auto", False, False), ("yes", False, True), ("no", True, False),
+])
+def test_serving_processes_get_the_index_in_a_worker(tmp_path: Path, setting: str, serving: bool, in_worker: bool) -> None:
+    settings = Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_PROCESS": setting})
+    index = make_index_from(settings, serving=serving)
+    assert isinstance(index, ProcessEdgeIndex if in_worker else EdgeIndex)
+    assert index.path == settings.resolved_index_dir
+
+
+def test_index_process_setting_is_validated(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="EVIDENT_INDEX_PROCESS"):
+        Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_PROCESS": "sometimes"})

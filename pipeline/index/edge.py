@@ -1,20 +1,16 @@
 """The embedded default ``Index``: Qdrant Edge, in-process, persisted to a directory.
 
-Layout of ``path``: ``manifest.json`` (embedder name + dimension, written atomically) and ``shard/``
-(the Edge shard). Qdrant Edge is a synchronous library that keeps the GIL while it works, so every
-call goes through ``asyncio.to_thread`` *and* writes are cut into batches of ``batch_size`` points:
-the event loop stalls at most for one batch, never for a whole page or corpus.
+Layout of ``path``: ``manifest.json`` (embedder, dimension, recipe; written atomically), ``shard/`` (the
+Edge shard, laid out by ``EdgeLayout``) and ``pages.sqlite`` (the page table: ``edge_pages``). Edge keeps
+the GIL while it works: calls go through ``asyncio.to_thread`` in batches of ``batch_size`` points, and a
+serving process runs the whole index in a worker (``edge_worker.ProcessEdgeIndex``).
 
-Atomic page swaps: a new page version is written ``staged`` (reads filter on ``state == live``), then
-one critical section deletes the old live points and flips the new ones to live. Every shard call
-holds the shared lock, so in-process readers see the old or the new version — never a mix and never
-a gap. An exception while staging leaves the old version live; the staged leftovers are deleted by
-the next ``replace_page`` of that page and by ``open``.
-
-Several processes share one directory: every public operation runs inside ``SharedShard.use()``
-(``pipeline.index.shared_shard``), which (re)opens the shard under the directory's lease, and the shard
-is handed over between operations when another process waits. Staged leftovers can therefore only be
-a crashed writer's: nobody hands over in the middle of a page swap.
+Atomic page swaps: a new page version is written ``staged`` (reads filter on ``state == live``), then one
+critical section deletes the old live points and flips the new ones to live, so in-process readers see
+the old or the new version, never a mix or a gap. Staged leftovers of a failed write are deleted by the
+next ``replace_page`` of that page and by ``open``. Several processes share one directory: every public
+operation runs inside ``SharedShard.use()`` (the directory's lease, handed over between operations), so
+staged leftovers can only be a crashed writer's.
 """
 
 from __future__ import annotations
@@ -30,20 +26,17 @@ import qdrant_edge as qe
 
 from pipeline.errors import IndexError_, IndexMismatchError
 from pipeline.index import common as ic
+from pipeline.index.edge_layout import EdgeLayout
 from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manifest, write_json_atomic
+from pipeline.index.edge_pages import PageTable
+from pipeline.index.edge_records import match as _match
+from pipeline.index.edge_records import match_any as _match_any
+from pipeline.index.edge_records import point_from_record, scan_pages
 from pipeline.index.shared_shard import SharedShard
-from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest, SparseVector
+from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
 
 T = TypeVar("T")
 
-
-
-def _match(key: str, value: str) -> qe.FieldCondition:
-    return qe.FieldCondition(key=key, match=qe.MatchValue(value))
-
-
-def _match_any(key: str, values: Sequence[str]) -> qe.FieldCondition:
-    return qe.FieldCondition(key=key, match=qe.MatchAny(list(values)))
 
 
 class EdgeIndex:
@@ -51,12 +44,17 @@ class EdgeIndex:
 
     batch_size: int = ic.WRITE_BATCH
 
-    def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None) -> None:
+    def __init__(
+        self, path: Path, *, wait_s: float = 600.0, command: str | None = None, layout: EdgeLayout | None = None
+    ) -> None:
         self._path = Path(path)
+        self._layout = layout or EdgeLayout()
+        self._pages = PageTable(self._path)  # page_id -> (hash, space), read by every sync
         self._shared = SharedShard(self._path, wait_s=wait_s, command=command)
         self._dim = 0
         self._embedder = ""
         self._sparse_idf = True  # from the recipe: BM25 needs IDF, learned sparse weights (bge-m3) do not
+        self._unoptimized = 0  # points written since the last optimize (segments are built as they fill)
         self._write_lock = asyncio.Lock()  # one writer at a time (staging cleanup vs. staging)
 
     @property
@@ -64,8 +62,7 @@ class EdgeIndex:
         return self._path
 
     @property
-    def handovers(self) -> int:
-        """How often this process handed the shard to another one."""
+    def handovers(self) -> int:  # how often this process handed the shard to another one
         return self._shared.handovers
 
     # ------------------------------------------------------------------ plumbing
@@ -105,11 +102,7 @@ class EdgeIndex:
         return shard
 
     def _config(self, dense_dim: int) -> qe.EdgeConfig:
-        return qe.EdgeConfig(
-            vectors={ic.DENSE: qe.EdgeVectorParams(size=dense_dim, distance=qe.Distance.Cosine)},
-            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(
-                modifier=qe.Modifier.Idf if self._sparse_idf else getattr(qe.Modifier, "None"))},
-        )
+        return self._layout.config(dense_dim, sparse_idf=self._sparse_idf)
 
     def _open_sync(self, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> qe.EdgeShard:
         self._path.mkdir(parents=True, exist_ok=True)
@@ -157,22 +150,35 @@ class EdgeIndex:
                 self._call(shard.update, qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
         # Leftovers of a write that crashed while staging (no live process is mid-swap: see module doc).
         self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])))
+        if not self._pages.open():
+            self._pages.rebuild(scan_pages(lambda req: self._call(shard.scroll, req), self._live_filter()))
 
     async def close(self) -> None:
         """Flush and release the shard and the lease. Safe to call twice."""
-        await asyncio.to_thread(self._shared.close)
+        await asyncio.to_thread(self._close_sync)
+
+    def _close_sync(self) -> None:
+        try:
+            self._shared.close()
+        finally:
+            self._pages.close()
 
     async def optimize(self) -> bool:
-        """Merge segments, vacuum deleted points and build HNSW; call after a bulk ingest.
+        """Merge segments, vacuum deleted points, build HNSW and quantization; ingest calls it at the end.
 
-        Blocks the event loop for seconds on large indexes (Edge holds the GIL), so never call it
-        on the serving path. Returns whether anything was optimized.
+        Holds the GIL for seconds on large indexes: a serving process runs the index in a worker
+        (``ProcessEdgeIndex``). Writes also call it each ``optimize_every_points`` (segments are built
+        as they fill). Returns whether anything was optimized.
         """
         async with self._write_lock, self._shared.use():
-            shard = self._require()
-            changed = await asyncio.to_thread(self._call, shard.optimize)
-            await asyncio.to_thread(self._call, shard.flush)
-            return changed
+            return await self._optimize_held()
+
+    async def _optimize_held(self) -> bool:
+        shard = self._require()
+        self._unoptimized = 0
+        changed = await asyncio.to_thread(self._call, shard.optimize)
+        await asyncio.to_thread(self._call, shard.flush)
+        return changed
 
     async def drop(self) -> None:
         """Delete the shard and manifest (``--rebuild``), holding the lease throughout, then close.
@@ -183,6 +189,8 @@ class EdgeIndex:
             await asyncio.to_thread(self._shared.remove, self._drop_files)
 
     def _drop_files(self) -> None:
+        self._pages.close()
+        self._pages.remove_file()
         shutil.rmtree(self._path / SHARD_DIR, ignore_errors=True)
         (self._path / MANIFEST_FILE).unlink(missing_ok=True)
 
@@ -191,10 +199,7 @@ class EdgeIndex:
     async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
         """Swap in a page version atomically (see module docstring); idempotent for the same hash."""
         async with self._write_lock, self._shared.use():
-            shard = self._require()
-            staged = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.STAGED)])
-            await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(staged))
-            live_hash = await asyncio.to_thread(self._live_hash_sync, page_id)
+            live_hash = await asyncio.to_thread(self._begin_page_sync, page_id)
             # Same version again: ids collide with the live points, so rewrite them in place (the
             # content is identical by hash) and drop evidence no longer produced.
             in_place = live_hash == page_hash
@@ -209,15 +214,29 @@ class EdgeIndex:
                     batch = []
             if batch:
                 new_ids += await asyncio.to_thread(self._upsert_sync, batch, state)
+            space = points[0].evidence.space if points else ""
             await asyncio.to_thread(self._swap_sync, page_id, new_ids, in_place)
+            await asyncio.to_thread(self._pages.settle, page_id, page_hash if new_ids else None, space)
+            self._unoptimized += len(new_ids)
+            if self._unoptimized >= self._layout.optimize_every_points:
+                await self._optimize_held()
 
-    def _live_hash_sync(self, page_id: str) -> str | None:
+    def _begin_page_sync(self, page_id: str) -> str | None:
+        """Mark the page pending in the page table, drop its staged leftovers; return its live hash."""
+        self._pages.mark_pending([page_id])
+        staged = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.STAGED)])
+        self._call(self._require().update, qe.UpdateOperation.delete_points_by_filter(staged))
+        return self._live_version_sync(page_id)[0]
+
+    def _live_version_sync(self, page_id: str) -> tuple[str | None, str]:
+        """The page's live hash (None: no live points) and space, from the shard."""
         shard = self._require()
         flt = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
-        records, _ = self._call(
-            shard.scroll, qe.ScrollRequest(limit=1, filter=flt, with_payload=qe.PayloadSelector.Include(["page_hash"]))
-        )
-        return str(records[0].payload["page_hash"]) if records and records[0].payload else None
+        selector = qe.PayloadSelector.Include(["page_hash", "space"])
+        records, _ = self._call(shard.scroll, qe.ScrollRequest(limit=1, filter=flt, with_payload=selector))
+        if not records or not records[0].payload:
+            return None, ""
+        return str(records[0].payload["page_hash"]), str(records[0].payload.get("space") or "")
 
     def _upsert_sync(self, batch: Sequence[IndexPoint], state: str) -> list[str]:
         shard = self._require()
@@ -256,9 +275,13 @@ class EdgeIndex:
         if not page_ids:
             return
         async with self._write_lock, self._shared.use():
-            shard = self._require()
-            flt = qe.Filter(must=[_match_any("page_id", list(page_ids))])
-            await asyncio.to_thread(self._call, shard.update, qe.UpdateOperation.delete_points_by_filter(flt))
+            await asyncio.to_thread(self._delete_sync, list(page_ids))
+
+    def _delete_sync(self, page_ids: list[str]) -> None:
+        self._pages.mark_pending(page_ids)
+        flt = qe.Filter(must=[_match_any("page_id", page_ids)])
+        self._call(self._require().update, qe.UpdateOperation.delete_points_by_filter(flt))
+        self._pages.remove(page_ids)
 
     # ------------------------------------------------------------------ reads
 
@@ -280,7 +303,8 @@ class EdgeIndex:
             vec = qe.SparseVector(list(request.sparse.indices), [float(v) for v in request.sparse.values])
             legs.append((qe.Query.Nearest(vec, using=ic.SPARSE), request.lexical_k, sparse_params))
         if use_dense and request.dense is not None:
-            legs.append((qe.Query.Nearest([float(x) for x in request.dense], using=ic.DENSE), request.dense_k, None))
+            dense_params = self._layout.dense_params()
+            legs.append((qe.Query.Nearest([float(x) for x in request.dense], using=ic.DENSE), request.dense_k, dense_params))
         if request.mode != "hybrid":
             query, _, params = legs[0]
             req = qe.QueryRequest(limit=request.limit, query=query, filter=flt, params=params, with_payload=True)
@@ -301,25 +325,19 @@ class EdgeIndex:
             return await asyncio.to_thread(self._page_hashes_sync)
 
     def _page_hashes_sync(self) -> dict[str, str]:
-        return self._page_field_sync("page_hash")
+        return self._page_column_sync("hash")
 
     async def page_spaces(self) -> dict[str, str]:
         async with self._shared.use():
-            return await asyncio.to_thread(self._page_field_sync, "space")
+            return await asyncio.to_thread(self._page_column_sync, "space")
 
-    def _page_field_sync(self, key: str) -> dict[str, str]:
-        shard = self._require()
-        out: dict[str, str] = {}
-        offset: Any = None
-        selector = qe.PayloadSelector.Include(["page_id", key])
-        while True:
-            req = qe.ScrollRequest(offset=offset, limit=5000, filter=self._live_filter(), with_payload=selector)
-            records, offset = self._call(shard.scroll, req)
-            for r in records:
-                if r.payload:
-                    out[str(r.payload["page_id"])] = str(r.payload.get(key) or "")
-            if offset is None:
-                return out
+    def _page_column_sync(self, column: str) -> dict[str, str]:
+        """From the page table, after settling pages a crashed write left pending (see ``edge_pages``)."""
+        with self._shared.lock:
+            for page_id in self._pages.pending():
+                page_hash, space = self._live_version_sync(page_id)
+                self._pages.settle(page_id, page_hash, space)
+            return self._pages.column(column)
 
     async def export_points(
         self, batch: int = 256, *, page_ids: Sequence[str] | None = None
@@ -346,20 +364,7 @@ class EdgeIndex:
         flt = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
         req = qe.ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=True, with_vector=True)
         records, next_offset = self._call(shard.scroll, req)
-        out: list[IndexPoint] = []
-        for r in records:
-            payload = r.payload or {}
-            vectors: Any = r.vector or {}
-            sparse = vectors.get(ic.SPARSE)
-            out.append(IndexPoint(
-                evidence=ic.evidence_from_payload(payload),
-                content=str(payload.get("content", "")),
-                dense=tuple(float(x) for x in vectors.get(ic.DENSE) or ()),
-                sparse=SparseVector(tuple(int(i) for i in sparse.indices), tuple(float(v) for v in sparse.values))
-                if sparse is not None else SparseVector((), ()),
-                page_hash=str(payload.get("page_hash", "")),
-            ))
-        return out, next_offset
+        return [point_from_record(r) for r in records], next_offset
 
     async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
         """Live evidence by id, in the given order; unknown ids are skipped."""
@@ -400,7 +405,6 @@ class EdgeIndex:
         live = _match(ic.STATE, ic.LIVE)
         by_kind = {k: self._count_sync(qe.Filter(must=[live, _match("kind", k)])) for k in EVIDENCE_KINDS}
         info = self._call(shard.info)
-        disk = sum(f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file())  # allocated, not sparse size
         return {
             "backend": "qdrant-edge",
             "path": str(self._path),
@@ -409,7 +413,7 @@ class EdgeIndex:
             "by_kind": by_kind,
             "staged": self._count_sync(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])),
             "segments": info.segments_count,
-            "disk_bytes": disk,
+            "disk_bytes": sum(f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file()),
             "embedder": self._embedder,
             "dim": self._dim,
         }

@@ -201,6 +201,10 @@ class QdrantServerIndex:
         if client is not None:
             await client.close()
 
+    async def optimize(self) -> bool:
+        """The server's optimizers run in the background after writes: nothing to do here."""
+        return False
+
     async def drop(self) -> None:
         """Delete the collection (``--rebuild``). The index must be opened again afterwards."""
         client = self._client or self._new_client()

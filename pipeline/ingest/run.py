@@ -245,6 +245,8 @@ async def ingest_pages(
     await flush()
     if bar is not None:
         bar.close()
+    if report.added or report.updated:
+        await index.optimize()  # the segments this run filled get their HNSW graph and quantization
     report.evidence_by_kind = dict(sorted(kinds.items()))
     report.seconds = time.perf_counter() - t0
     return report

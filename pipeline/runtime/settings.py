@@ -241,6 +241,9 @@ class Settings:
                                     "answers cite this plus the file's path in its folder instead of a file:// URL.",
                                     url=True)
     sync_interval_s: int = _f(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.", min=10)
+    index_process: str = _f("auto", "EVIDENT_INDEX_PROCESS",
+                            "Run the embedded index in a worker process: auto (in serve: yes) | yes | no. Qdrant Edge "
+                            "holds the GIL while it builds segments; in a worker the bot never stalls.", choices=("auto", "yes", "no"))
     index_wait_s: float = _f(600.0, "EVIDENT_INDEX_WAIT_S",
                              "How long a command waits for the embedded index while another process uses it.", min=0)
     sync_overlap_s: int = _f(600, "EVIDENT_SYNC_OVERLAP_S",

@@ -1,0 +1,85 @@
+"""How the embedded index lays its data out in memory and on disk (Qdrant Edge collection settings).
+
+The defaults were chosen with ``benchmarks/index_scale.py`` (BENCHMARKS.md, "The embedded index at
+scale"): int8 scalar quantization kept in RAM and rescored against the original vectors, which stay
+memory-mapped on disk; the sparse inverted index and the payload memory-mapped; segments of bounded
+size, so an incremental sync re-indexes only the segments it touched. ``EdgeLayout`` is a plain value:
+the index applies it on every open (Edge rewrites the stored config, and segments built afterwards
+follow it), and the benchmark builds variants of it to compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import qdrant_edge as qe
+
+from pipeline.index import common as ic
+
+
+def _memory(on_disk: bool) -> qe.Memory:
+    """Cold: memory-mapped, read on demand (the kernel may drop it); Cached: mapped and kept warm."""
+    return qe.Memory.Cold if on_disk else qe.Memory.Cached
+
+
+@dataclass(frozen=True)
+class EdgeLayout:
+    """Collection settings of one Edge shard; every field is measured in BENCHMARKS.md."""
+
+    hnsw_m: int = 16
+    hnsw_ef_construct: int = 64
+    search_ef: int = 64  # HNSW candidates per dense query (>= the dense leg's k)
+    quantize: bool = True  # int8 scalar quantization of dense vectors, in RAM
+    oversampling: float = 2.0  # quantized candidates rescored per requested hit
+    vectors_on_disk: bool = True  # original float32 vectors memory-mapped, read for rescoring
+    hnsw_on_disk: bool = False
+    sparse_on_disk: bool = True
+    payload_on_disk: bool = True
+    indexing_threshold_kb: int = 20_000  # a segment gets HNSW + quantization once its vectors pass this
+    max_segment_kb: int = 200_000  # segments stop growing here (bounds one optimization's work)
+    indexing_threads: int = 0  # 0: Edge's choice (all cores)
+    optimize_every_points: int = 100_000  # writes optimize (index the filled segment) after this many points
+
+    def config(self, dense_dim: int, *, sparse_idf: bool) -> qe.EdgeConfig:
+        quant = (
+            qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned)
+            if self.quantize else None
+        )
+        modifier = qe.Modifier.Idf if sparse_idf else getattr(qe.Modifier, "None")
+        return qe.EdgeConfig(
+            vectors={ic.DENSE: qe.EdgeVectorParams(
+                size=dense_dim, distance=qe.Distance.Cosine, memory=_memory(self.vectors_on_disk),
+            )},
+            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(modifier=modifier, memory=_memory(self.sparse_on_disk))},
+            hnsw_config=qe.HnswIndexConfig(
+                m=self.hnsw_m, ef_construct=self.hnsw_ef_construct, full_scan_threshold=10_000,
+                max_indexing_threads=self.indexing_threads, memory=_memory(self.hnsw_on_disk),
+            ),
+            quantization_config=quant,
+            optimizers=qe.EdgeOptimizersConfig(
+                indexing_threshold=self.indexing_threshold_kb, max_segment_size=self.max_segment_kb,
+            ),
+            payload_memory=_memory(self.payload_on_disk),
+        )
+
+    def dense_params(self) -> qe.SearchParams:
+        quant = qe.QuantizationSearchParams(rescore=True, oversampling=self.oversampling) if self.quantize else None
+        return qe.SearchParams(hnsw_ef=self.search_ef, quantization=quant)
+
+
+def layout_from_pairs(text: str, base: EdgeLayout | None = None) -> EdgeLayout:
+    """``EdgeLayout`` with ``key=value`` overrides (``"hnsw_m=32,quantize=false"``), for benchmarks."""
+    import dataclasses
+
+    layout = base or EdgeLayout()
+    fields = {f.name: f.type for f in dataclasses.fields(EdgeLayout)}
+    changes: dict[str, Any] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, _, raw = pair.partition("=")
+        if key not in fields:
+            raise ValueError(f"unknown layout field {key!r} (known: {', '.join(fields)})")
+        kind = fields[key]
+        changes[key] = (raw.lower() in ("1", "true", "yes")) if kind == "bool" else (
+            float(raw) if kind == "float" else int(raw))
+    return dataclasses.replace(layout, **changes)

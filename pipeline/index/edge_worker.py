@@ -1,0 +1,235 @@
+"""The embedded index in its own process, so Qdrant Edge never holds the bot's GIL.
+
+Qdrant Edge keeps the GIL for the whole of each call: building the HNSW graph of a 100k-point segment
+froze every thread of the calling process for seconds (``asyncio.to_thread`` does not help), and
+loading a large shard for hundreds of milliseconds. ``ProcessEdgeIndex`` is the ``Index`` that an
+``EdgeIndex(path, ...)`` would be, running in a child process (``python -m pipeline.index.edge_worker``);
+the bot's process only pickles requests and results. ``evident serve`` uses it by default
+(``EVIDENT_INDEX_PROCESS=auto``).
+
+- One request at a time, in order: the child is one ``EdgeIndex``. An optimize delays searches queued
+  behind it (bounded: segments are built as they fill), but never the event loop.
+- The child holds the directory's lease like any evident process, so CLI commands still get the index
+  handed over between operations.
+- A crash of the child fails the call in flight with ``IndexError_``; the next call starts a new child
+  and opens the index again with the same arguments.
+- ``export_points`` moves one page per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Mapping, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from pipeline import errors
+from pipeline.errors import EvidentError, IndexError_
+from pipeline.index.edge_layout import EdgeLayout
+from pipeline.types import Evidence, Hit, IndexPoint, SearchRequest
+
+_OPS = frozenset({"open", "close", "optimize", "drop", "replace_page", "delete_pages", "search", "page_hashes",
+                  "page_spaces", "get", "count", "stats", "export_page"})
+
+
+class ProcessEdgeIndex:
+    """``EdgeIndex(path, wait_s=..., command=..., layout=...)`` in a child process (see module docstring)."""
+
+    def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None,
+                 layout: EdgeLayout | None = None) -> None:
+        self._path = Path(path)
+        self._spec = (str(self._path), wait_s, command, layout or EdgeLayout())
+        self._lock = asyncio.Lock()  # requests in order; the pipe carries one at a time
+        self._io = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+        self._open_kwargs: dict[str, Any] | None = None
+        self.restarts = 0
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    # ------------------------------------------------------------------ Index
+
+    async def open(self, *, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> None:
+        kwargs = {"dense_dim": dense_dim, "embedder": embedder, "recipe": dict(recipe) if recipe else None}
+        await self._request("open", (), kwargs)
+        self._open_kwargs = kwargs
+
+    async def close(self) -> None:
+        """Close the index and stop the child (idempotent)."""
+        async with self._lock:
+            self._open_kwargs = None
+            await asyncio.to_thread(self._stop)
+
+    async def drop(self) -> None:
+        await self._request("drop")
+        self._open_kwargs = None
+        async with self._lock:
+            await asyncio.to_thread(self._stop)
+
+    async def optimize(self) -> bool:
+        return bool(await self._request("optimize"))
+
+    async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
+        await self._request("replace_page", (page_id, page_hash, list(points)))
+
+    async def delete_pages(self, page_ids: Sequence[str]) -> None:
+        await self._request("delete_pages", (list(page_ids),))
+
+    async def search(self, request: SearchRequest) -> list[Hit]:
+        hits: list[Hit] = await self._request("search", (request,))
+        return hits
+
+    async def page_hashes(self) -> dict[str, str]:
+        return dict(await self._request("page_hashes"))
+
+    async def page_spaces(self) -> dict[str, str]:
+        return dict(await self._request("page_spaces"))
+
+    async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
+        found: list[Evidence] = await self._request("get", (list(evidence_ids),))
+        return found
+
+    async def count(self) -> int:
+        return int(await self._request("count"))
+
+    async def stats(self) -> dict[str, object]:
+        return dict(await self._request("stats"))
+
+    async def export_points(self, batch: int = 256, *, page_ids: Sequence[str] | None = None) -> AsyncIterator[IndexPoint]:
+        """Every live point (of ``page_ids``), a page per request; see ``EdgeIndex.export_points``."""
+        pages = sorted(await self.page_hashes()) if page_ids is None else list(page_ids)
+        for page_id in pages:
+            for point in await self._request("export_page", (page_id, batch)):
+                yield point
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _request(self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        async with self._lock:
+            if self._conn is None and op != "open" and self._open_kwargs is not None:
+                await self._round_trip(("open", (), self._open_kwargs))  # a new child after a crash
+                self.restarts += 1
+            reply = await self._round_trip((op, args, kwargs or {}))
+        if reply[0] == "error":
+            raise _error(reply[1], reply[2])
+        return reply[1]
+
+    async def _round_trip(self, message: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+        """Send and receive in a worker thread; a cancelled caller still waits, keeping the pipe in step."""
+        task = asyncio.ensure_future(asyncio.to_thread(self._exchange, message))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task])
+            raise
+
+    def _exchange(self, message: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+        with self._io:
+            if self._conn is None:
+                self._start()
+            conn = self._conn
+            assert conn is not None
+            try:
+                conn.send(message)
+                return conn.recv()
+            except (EOFError, OSError):
+                code = self._process.poll() if self._process is not None else None
+                self._stop()
+                raise IndexError_(f"the index worker for {self._path} died (exit code {code}) during "
+                                  f"{message[0]}; the next call starts a new one") from None
+
+    def _start(self) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[2])  # the directory holding the pipeline package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.index.edge_worker", str(child_sock.fileno())],
+                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env,
+            )
+        finally:
+            child_sock.close()
+        self._conn = Connection(parent_sock.detach())
+        self._conn.send(self._spec)
+
+    def _stop(self) -> None:
+        conn, process, self._conn, self._process = self._conn, self._process, None, None
+        if conn is not None:
+            with contextlib.suppress(OSError, EOFError):
+                conn.send(("close", (), {}))
+                if conn.poll(60):
+                    conn.recv()
+            conn.close()
+        if process is not None:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+def _error(kind: str, message: str) -> EvidentError:
+    """The child's error as the same class here (any evident error; anything else an index error)."""
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, EvidentError):
+        return cls(message)
+    return IndexError_(message)
+
+
+async def _handle(index: Any, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if op == "export_page":
+        page_id, batch = args
+        return [p async for p in index.export_points(batch, page_ids=[page_id])]
+    return await getattr(index, op)(*args, **kwargs)
+
+
+def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the child
+    """The child: one ``EdgeIndex``, answering requests until told to close or the parent goes away."""
+    import signal
+
+    from pipeline.index.edge import EdgeIndex
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the parent's; it closes us
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    path, wait_s, command, layout = conn.recv()
+    index = EdgeIndex(Path(path), wait_s=wait_s, command=command, layout=layout)
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                op, args, kwargs = conn.recv()
+            except (EOFError, OSError):
+                break
+            if op not in _OPS:
+                conn.send(("error", "IndexError_", f"unknown index operation {op!r}"))
+                continue
+            try:
+                conn.send(("ok", loop.run_until_complete(_handle(index, op, args, kwargs))))
+            except EvidentError as exc:
+                conn.send(("error", type(exc).__name__, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - one failed call; the worker lives on
+                conn.send(("error", "IndexError_", f"{type(exc).__name__}: {exc}"))
+            if op in ("close", "drop"):
+                break
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(index.close())
+        loop.close()
+
+
+if __name__ == "__main__":  # pragma: no cover - the child process
+    _serve(Connection(int(sys.argv[1])))
