@@ -34,6 +34,7 @@ def make_confluence_source(settings: Settings, **client_options: Any) -> Conflue
         resolve_macros=settings.confluence_resolve_macros,
         attachments=settings.confluence_attachments,
         max_attachment_bytes=settings.confluence_max_attachment_bytes,
+        comments=settings.confluence_comments,
         jira=make_jira_client(settings),
     )
 

@@ -263,7 +263,8 @@ class FakeConfluence:
 
     def visible_ids(self, space: str | None = None) -> set[str]:
         return {p.id for p in self.pages.values()
-                if p.status == "current" and p.kind != "attachment" and (space is None or p.space == space)}
+                if p.status == "current" and p.kind not in ("attachment", "comment")
+                and (space is None or p.space == space)}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -313,10 +314,11 @@ class FakeConfluence:
                        "tinyui": f"/x/{p.id}"},
             "_expandable": {},
         }
-        if p.kind == "attachment":
+        if p.kind in ("attachment", "comment"):
             container = self.pages[p.parent or ""]
             out["container"] = {"id": container.id, "type": container.kind, "title": container.title,
                                 "_links": {"webui": f"/spaces/{container.space}/pages/{container.id}"}}
+        if p.kind == "attachment":
             out["extensions"] = {"mediaType": p.media_type, "fileSize": len(p.data)}
             out["_links"]["download"] = f"/download/attachments/{container.id}/{p.title}?version={p.version}"
         if "space" in expand:
@@ -386,6 +388,14 @@ class FakeConfluence:
                        kind="attachment", parent=page_id, data=data, media_type=media_type)
         self.pages[att_id] = att
         return att
+
+    def comment(self, comment_id: str, page_id: str, body: str, *, when: datetime | None = None) -> FakePage:
+        """Comment on a page (content of its own, numeric id like a page's; its page is the container)."""
+        page = self.pages[page_id]
+        note = FakePage(id=comment_id, title=f"Re: {page.title}", space=page.space, body=body,
+                        when=(when or self.now()).astimezone(UTC), kind="comment", parent=page_id)
+        self.pages[comment_id] = note
+        return note
 
     async def _download(self, request: web.Request) -> web.Response:
         for p in self.pages.values():

@@ -607,6 +607,33 @@ async def test_pdf_and_markdown_attachments_are_indexed_with_their_page_and_leav
     assert again.deleted == 1 and "att9002" not in await _ids(index) and "att9001" in await _ids(index)
 
 
+async def test_comments_are_indexed_under_their_page_when_asked_for(fake: FakeConfluence, index: EdgeIndex,
+                                                                    store: Store) -> None:
+    space = _spaces(fake)[0]
+    host, secret = sorted(fake.visible_ids(space))[:2]
+    fake.comment("9101", host, "<p>The staging VPN moved to <b>vpn3.example.com</b>.</p>")
+    fake.comment("9102", host, "<p>Thanks!</p>")
+    fake.comment("9103", secret, "<p>Bonus table attached.</p>")
+    fake.restrict(secret, users=["hr-lead"])
+    off = await _sync(_source(fake), index, store)
+    assert off.added and not {"9101", "9102", "9103"} & await _ids(index)  # off by default
+    src = _source(fake, comments=True)
+    await _sync(src, index, store, full=True)
+    ids = await _ids(index)
+    assert {"9101", "9102"} <= ids and "9103" not in ids  # a restricted page's comments stay out
+    [note] = [pt async for pt in index.export_points(page_ids=["9101"])]
+    assert "vpn3.example.com" in note.evidence.text
+    assert note.evidence.title == f"Comment on {fake.pages[host].title}"
+    assert note.evidence.breadcrumb == (fake.pages[host].title,)
+    assert note.evidence.url.endswith(f"/pages/{host}?focusedCommentId=9101#comment-9101")
+    fake.edit("9101", body="<p>The staging VPN is back on vpn2.example.com.</p>")
+    fake.delete("9102")
+    again = await _sync(src, index, store)
+    assert again.deleted == 1 and "9102" not in await _ids(index)
+    [note] = [pt async for pt in index.export_points(page_ids=["9101"])]
+    assert "vpn2.example.com" in note.evidence.text
+
+
 def _jira_macro(param: str, value: str) -> str:
     return (f'<ac:structured-macro ac:name="jira" ac:schema-version="1"><ac:parameter ac:name="server">System JIRA'
             f'</ac:parameter><ac:parameter ac:name="{param}">{value}</ac:parameter></ac:structured-macro>')

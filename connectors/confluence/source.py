@@ -58,6 +58,7 @@ class ConfluenceSource:
         resolve_macros: bool = True,
         attachments: bool = False,
         max_attachment_bytes: int = 20 * 2**20,
+        comments: bool = False,
         jira: JiraClient | None = None,
     ) -> None:
         self.client = client
@@ -73,6 +74,7 @@ class ConfluenceSource:
         self.blog_posts = blog_posts
         self.attachments = attachments
         self.max_attachment_bytes = max_attachment_bytes
+        self.comments = comments
         self.macros = MacroResolver(self._find_page, self._child_titles,
                                     jira.summaries if jira is not None else None) if resolve_macros else None
         self.stats = SourceStats()
@@ -188,6 +190,35 @@ class ConfluenceSource:
                     space=space, body=body, ancestors=(str(container.get("title", "")),),
                     updated=to_utc_iso(str(when)) if when else None)
 
+    # ------------------------------------------------------------------ comments
+
+    def _comments_cql(self, space: str, since: str | None = None) -> str:
+        cql = f"space = {quote(space)} and type = comment"
+        return cql + (f" and lastmodified >= {quote(since)}" if since else "") + " order by lastmodified asc"
+
+    async def list_comments(self, space: str, *, containers: set[str]) -> set[str]:
+        """Ids of the comments on ``containers``, the in-scope pages (a restricted page's comments never are)."""
+        rows = self.client.search(self._comments_cql(space), expand="container", limit=self.id_limit)
+        return {str(r["id"]) async for r in rows if _container_id(r) in containers}
+
+    async def iter_comments(self, space: str, *, containers: set[str], since: str | None = None
+                            ) -> AsyncIterator[Page]:
+        """The comments on in-scope pages changed since ``since``, each a page of its own: "Comment on <page>",
+        linked to the comment on its page, the page as breadcrumb."""
+        rows = self.client.search(self._comments_cql(space, since), expand="body.storage,container,version",
+                                  limit=self.page_limit)
+        async for r in rows:
+            if _container_id(r) not in containers:
+                continue
+            container, cid = r.get("container") or {}, str(r["id"])
+            webui = str(((container.get("_links") or {}).get("webui")) or "")
+            url = (self.client.url + webui if webui.startswith("/") else self.client.url) + \
+                f"?focusedCommentId={cid}#comment-{cid}"
+            when = ((r.get("version") or {}).get("when")) or None
+            body = str((((r.get("body") or {}).get("storage")) or {}).get("value") or "")
+            yield Page(id=cid, title=f"Comment on {container.get('title', '')}", url=url, space=space, body=body,
+                       ancestors=(str(container.get("title", "")),), updated=to_utc_iso(str(when)) if when else None)
+
     async def _with_macros(self, page: Page) -> Page:
         """The page with its include, excerpt-include and children macros resolved (``macros``); a page whose
         macros cannot be resolved now is indexed as stored, with a warning."""
@@ -236,6 +267,10 @@ class ConfluenceSource:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _container_id(r: dict[str, Any]) -> str:
+    return str((r.get("container") or {}).get("id", ""))
 
 
 def _has_read_restrictions(r: dict[str, Any]) -> bool:

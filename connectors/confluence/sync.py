@@ -118,6 +118,8 @@ async def sync_confluence(
             pages_of[key] = listings[key] = await source.list_space(key)
             if source.attachments:
                 listings[key] = listings[key] | await source.list_attachments(key, containers=pages_of[key])
+            if source.comments:
+                listings[key] = listings[key] | await source.list_comments(key, containers=pages_of[key])
         except RemoteError as exc:
             report.failed.append((f"space:{key}", f"listing failed, space skipped: {exc}"))
     zone = await _site_zone(source, store, listings, report) if not full else None
@@ -154,7 +156,9 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
     pages = _chain(tracker.wrap(source.iter_space(key, since=since)),
                    source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
                    source.iter_attachments(key, containers=containers or set(), since=since)
-                   if source.attachments else None)
+                   if source.attachments else None,
+                   source.iter_comments(key, containers=containers or set(), since=since)
+                   if source.comments else None)
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress)
     report.pages_seen += ing.pages_seen

@@ -224,6 +224,8 @@ class Settings:
                                       "as breadcrumb).")
     confluence_max_attachment_bytes: int = _f(20 * 2**20, "CONFLUENCE_MAX_ATTACHMENT_BYTES",
                                               "Larger attachments are reported, not downloaded.", min=1)
+    confluence_comments: bool = _f(False, "CONFLUENCE_COMMENTS",
+                                   "Index the comments on synced pages, each as evidence under its page.")
     jira_url: str | None = _f(None, "JIRA_URL", "Jira site for the summaries of Jira macros (keys only without it).",
                               url=True)
     jira_user: str | None = _f(None, "JIRA_USER", "Jira Cloud: account e-mail. Unset: Data Center PAT.")
