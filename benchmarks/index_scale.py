@@ -155,7 +155,7 @@ def disk(path: Path) -> float:
 async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -> dict[str, Any]:
     corpus = Corpus(n, vectors)
     queries = corpus.queries(nq)
-    with tempfile.TemporaryDirectory(dir=".") as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "index"
         index = (BeforeIndex(path) if layout_name == "before"
                  else EdgeIndex(path, layout=layout_from_pairs(overrides, EdgeLayout())))

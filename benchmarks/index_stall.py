@@ -100,7 +100,7 @@ async def main() -> None:
     ap.add_argument("--modes", default="worker,in-process")
     args = ap.parse_args()
     corpus = Corpus(args.base_pages * PAGE, "clustered")
-    with tempfile.TemporaryDirectory(dir=".") as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
         print(f"base: {args.base_pages} pages, {args.base_pages * PAGE} evidence, built in {await build(base, corpus):.0f} s; "
               f"sync: {args.changed} changed pages ({args.changed * PAGE} evidence)")

@@ -58,6 +58,7 @@ def retrieval_config(settings: Settings) -> RetrievalConfig:
         dense_k=settings.dense_k,
         final_k=settings.final_k,
         rrf_k=settings.rrf_k,
+        fusion=settings.fusion,  # type: ignore[arg-type]
         continuity_boost=settings.continuity_boost,
         page_aggregation=settings.page_aggregation,
         prf_docs=settings.prf_docs,

@@ -137,7 +137,7 @@ class SearchRequest:
     dense_k: int = 10
     limit: int = 10
     spaces: tuple[str, ...] | None = None
-    fusion: Literal["rrf"] = "rrf"
+    fusion: Literal["rrf", "dbsf"] = "rrf"  # rank fusion, or score pooling (distribution-based score fusion)
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (lexical, dense) for weighted RRF
 

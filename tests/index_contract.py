@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
-from pipeline.index.common import rrf_fuse
+from pipeline.index.common import dbsf_fuse, rrf_fuse
 from pipeline.protocols import Index
 from pipeline.types import Evidence, IndexPoint, SearchRequest, SparseVector
 
@@ -328,6 +328,22 @@ class IndexContract:
         assert names(hybrid) == [n for n, _ in predicted]
         assert names(hybrid)[:2] == ["A", "B"]  # differs from the unweighted order
         assert [h.score for h in hybrid] == pytest.approx([s for _, s in predicted], rel=1e-5)
+
+    async def test_score_pooling_fuses_normalized_scores(self, corpus_index: Any) -> None:
+        """DBSF: the engine's order and scores are the client-side formula's, from each leg's own scores."""
+        legs = []
+        for mode in ("lexical", "dense"):
+            hits = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode=mode,
+                                                           lexical_k=4, dense_k=6, limit=6))
+            legs.append([(h.evidence.page_id, h.score) for h in hits])
+        pooled = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, fusion="dbsf",
+                                                         lexical_k=4, dense_k=6, limit=6))
+        predicted = dbsf_fuse(legs)
+        assert [h.score for h in pooled] == pytest.approx([s for _, s in predicted], abs=1e-4)
+        assert names(pooled)[0] == predicted[0][0]
+        rrf = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, lexical_k=4,
+                                                      dense_k=6, limit=6))
+        assert names(pooled) != names(rrf)  # scores, not ranks: B's strong dense score carries it
 
     async def test_page_spaces_says_where_each_live_page_was_indexed(self, corpus_index: Any) -> None:
         assert await corpus_index.page_spaces() == {name: space for name, (space, _, _) in CORPUS.items()}

@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.factory import retrieval_config
+from pipeline.index.common import dbsf_fuse
 from pipeline.index.edge import EdgeIndex
 from pipeline.models.sparse import Bm25Encoder
+from pipeline.runtime.settings import Settings
 from pipeline.types import Evidence, Hit, IndexPoint
 
 DIM = 4
@@ -86,6 +89,19 @@ async def test_legs_disagree_and_fusion_rewards_agreement(index: EdgeIndex) -> N
     assert [h.rank for h in r.hits] == [1, 2, 3]
     assert r.hits[0].score > r.hits[1].score >= r.hits[2].score
     assert {"embed_query", "search"} <= set(r.timings_ms)
+
+
+async def test_score_pooling_setting_reaches_the_index(index: EdgeIndex, tmp_path: Path) -> None:
+    """EVIDENT_FUSION=dbsf: the legs' scores are pooled (C's perfect dense score now beats B's agreement)."""
+    cfg = retrieval_config(Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_FUSION": "dbsf",
+                                              "EVIDENT_LEXICAL_K": "2", "EVIDENT_DENSE_K": "2", "EVIDENT_FINAL_K": "3"}))
+    assert cfg.fusion == "dbsf"
+    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True)
+    legs = [[(h.evidence.id, h.score) for h in leg] for leg in (r.lexical, r.dense)]
+    assert [h.evidence.id for h in r.hits] == [eid for eid, _ in dbsf_fuse(legs)]
+    rrf = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(),
+                         config=replace(cfg, fusion="rrf"))
+    assert _titles(rrf.hits)[0] == "B" and _titles(r.hits) != _titles(rrf.hits)
 
 
 async def test_single_leg_modes(index: EdgeIndex) -> None:

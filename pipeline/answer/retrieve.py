@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from pipeline.answer.confidence import Confidence, confidence_of
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
@@ -23,6 +24,7 @@ class RetrievalConfig:
     final_k: int = 10
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (lexical, dense) weighted RRF
+    fusion: Literal["rrf", "dbsf"] = "rrf"  # rank fusion or score pooling (``SearchRequest.fusion``)
     rerank_pool: int = 20  # fused candidates handed to the reranker
     # Page-level score aggregation: each hit gains ``page_aggregation`` x the fused score of the other
     # evidence of its page within the top ``aggregation_pool``. Precision@1 is page-level, and a page
@@ -91,6 +93,7 @@ async def _search_request(
         spaces=spaces,
         rrf_k=config.rrf_k,
         weights=weights,
+        fusion=config.fusion,
     )
     return request
 

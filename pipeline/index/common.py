@@ -161,6 +161,23 @@ def rrf_fuse(
     return sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
 
 
+def dbsf_fuse(scored: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """Client-side distribution-based score fusion, the engine's formula: each leg's scores are normalized
+    to its mean ± 3 sample standard deviations (clipped to [0, 1]) and a point's normalized scores are summed."""
+    scores: dict[str, float] = {}
+    for leg in scored:
+        if not leg:
+            continue
+        values = [s for _, s in leg]
+        mean = sum(values) / len(values)
+        std = (sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) ** 0.5  # sample sd, as the engine
+        low, high = mean - 3 * std, mean + 3 * std
+        for key, s in leg:
+            norm = 0.5 if high == low else min(1.0, max(0.0, (s - low) / (high - low)))
+            scores[key] = scores.get(key, 0.0) + norm
+    return sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+
+
 def query_legs(request: SearchRequest) -> tuple[bool, bool]:
     """Which retrievers a request runs: (sparse, dense). An empty sparse query simply has no lexical leg."""
     has_sparse = request.sparse is not None and len(request.sparse.indices) > 0

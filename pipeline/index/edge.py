@@ -26,7 +26,7 @@ import qdrant_edge as qe
 
 from pipeline.errors import IndexError_, IndexMismatchError
 from pipeline.index import common as ic
-from pipeline.index.edge_layout import EdgeLayout
+from pipeline.index.edge_layout import EdgeLayout, trim_heap
 from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manifest, write_json_atomic
 from pipeline.index.edge_pages import PageTable
 from pipeline.index.edge_records import match as _match
@@ -64,8 +64,6 @@ class EdgeIndex:
     @property
     def handovers(self) -> int:  # how often this process handed the shard to another one
         return self._shared.handovers
-
-    # ------------------------------------------------------------------ plumbing
 
     def _require(self) -> qe.EdgeShard:
         return self._shared.current
@@ -178,6 +176,8 @@ class EdgeIndex:
         self._unoptimized = 0
         changed = await asyncio.to_thread(self._call, shard.optimize)
         await asyncio.to_thread(self._call, shard.flush)
+        if changed:
+            await asyncio.to_thread(trim_heap)
         return changed
 
     async def drop(self) -> None:
@@ -310,7 +310,7 @@ class EdgeIndex:
             req = qe.QueryRequest(limit=request.limit, query=query, filter=flt, params=params, with_payload=True)
         else:
             prefetches = [qe.Prefetch(limit=k, query=q, filter=flt, params=p) for q, k, p in legs]
-            fusion: Any = qe.Fusion.Rrf(  # the stubs' union omits Fusion.Rrf
+            fusion: Any = qe.Fusion.Dbsf() if request.fusion == "dbsf" else qe.Fusion.Rrf(  # stubs omit Rrf
                 k=ic.engine_rrf_k(request.rrf_k), weights=ic.leg_weights(request, use_sparse, use_dense)
             )
             req = qe.QueryRequest(limit=request.limit, prefetches=prefetches, query=fusion, filter=flt, with_payload=True)

@@ -10,6 +10,8 @@ follow it), and the benchmark builds variants of it to compare.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,7 @@ class EdgeLayout:
     hnsw_on_disk: bool = False
     sparse_on_disk: bool = True
     payload_on_disk: bool = True
-    indexing_threshold_kb: int = 20_000  # a segment gets HNSW + quantization once its vectors pass this
+    indexing_threshold_kb: int = 10_000  # a segment gets HNSW + quantization once its vectors pass this (Qdrant default)
     max_segment_kb: int = 200_000  # segments stop growing here (bounds one optimization's work)
     indexing_threads: int = 0  # 0: Edge's choice (all cores)
     optimize_every_points: int = 100_000  # writes optimize (index the filled segment) after this many points
@@ -66,6 +68,13 @@ class EdgeLayout:
     def dense_params(self) -> qe.SearchParams:
         quant = qe.QuantizationSearchParams(rescore=True, oversampling=self.oversampling) if self.quantize else None
         return qe.SearchParams(hnsw_ef=self.search_ef, quantization=quant)
+
+
+def trim_heap() -> None:
+    """Hand the heap a segment build freed back to the OS: Edge allocates through glibc, which otherwise keeps
+    it (a process that built 100k points held 274 MB of heap, a fresh open of the same index 103 MB)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def layout_from_pairs(text: str, base: EdgeLayout | None = None) -> EdgeLayout:

@@ -301,7 +301,8 @@ class QdrantServerIndex:
         weights = ic.leg_weights(request, use_sparse, use_dense)
         if self.engine_fusion:
             prefetch = [models.Prefetch(query=q, using=u, limit=k, filter=flt) for q, u, k in legs]
-            fusion = models.RrfQuery(rrf=models.Rrf(k=ic.engine_rrf_k(request.rrf_k), weights=weights))
+            fusion: Any = (models.FusionQuery(fusion=models.Fusion.DBSF) if request.fusion == "dbsf"
+                           else models.RrfQuery(rrf=models.Rrf(k=ic.engine_rrf_k(request.rrf_k), weights=weights)))
             try:
                 return await self._query(client, prefetch=prefetch, query=fusion, query_filter=flt, limit=request.limit)
             except IndexError_ as exc:
@@ -325,12 +326,13 @@ class QdrantServerIndex:
         request: SearchRequest,
         weights: list[float] | None,
     ) -> list[Hit]:
-        """Weighted RRF in Python on the legs' ranked lists (same formula as the engine)."""
+        """Weighted RRF or DBSF in Python on the legs' results (same formulas as the engine)."""
         lists = await asyncio.gather(
             *(self._query(client, query=q, using=u, query_filter=flt, limit=k) for q, u, k in legs)
         )
         by_id = {h.evidence.id: h for hits in lists for h in hits}
-        fused = ic.rrf_fuse([[h.evidence.id for h in hits] for hits in lists], k=request.rrf_k, weights=weights)
+        fused = (ic.dbsf_fuse([[(h.evidence.id, h.score) for h in hits] for hits in lists]) if request.fusion == "dbsf"
+                 else ic.rrf_fuse([[h.evidence.id for h in hits] for hits in lists], k=request.rrf_k, weights=weights))
         return [
             Hit(by_id[eid].evidence, score, rank, by_id[eid].content)
             for rank, (eid, score) in enumerate(fused[: request.limit], start=1)
