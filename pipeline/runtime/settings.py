@@ -120,8 +120,8 @@ class Settings:
     dense_k: int = _f(30, "EVIDENT_DENSE_K", "Dense candidates before fusion (paper: 10).", min=1)
     final_k: int = _f(10, "EVIDENT_FINAL_K", "Evidence after fusion/reranking.", min=1)
     rrf_k: int = _f(60, "EVIDENT_RRF_K", "RRF constant.", min=1)
-    fusion: str = _f("rrf", "EVIDENT_FUSION", "Hybrid fusion: rrf (ranks) | dbsf (score pooling: each leg's scores "
-                     "normalized to mean ± 3 sd, summed).", choices=("rrf", "dbsf"))
+    fusion: str = _f("dbsf", "EVIDENT_FUSION", "Hybrid fusion: dbsf (score pooling: each leg's scores normalized to "
+                     "mean ± 3 sd, summed; dev P@1 +0.033, chosen on either half) | rrf (ranks).", choices=("rrf", "dbsf"))
     query_strategy: str = _f("prev_questions", "EVIDENT_QUERY_STRATEGY",
                              "No-LLM follow-up query builder: raw | prev_questions | topic.", choices=("raw", "prev_questions", "topic"))
     continuity_boost: float = _f(0.5, "EVIDENT_CONTINUITY_BOOST",
