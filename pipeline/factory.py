@@ -59,6 +59,7 @@ def retrieval_config(settings: Settings) -> RetrievalConfig:
         final_k=settings.final_k,
         rrf_k=settings.rrf_k,
         fusion=settings.fusion,  # type: ignore[arg-type]
+        adaptive_min_k=settings.adaptive_min_k,
         continuity_boost=settings.continuity_boost,
         page_aggregation=settings.page_aggregation,
         prf_docs=settings.prf_docs,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pipeline.answer.retrieve import aggregate_pages, query_language
+from pathlib import Path
+
+from pipeline.answer.retrieve import aggregate_pages, query_language, steepest_cut
+from pipeline.factory import retrieval_config
+from pipeline.runtime.settings import Settings
 from pipeline.types import Evidence, Hit
 
 
@@ -30,3 +34,18 @@ def test_query_language() -> None:
     assert query_language("Welche TPM Version wurde für den Dell genutzt?") == "german"
     assert query_language("Und was ist mit TPM?") == "german"
     assert query_language("What was the TPM version of the Dell?") == "english"
+
+
+def test_steepest_cut_keeps_the_hits_before_the_largest_drop() -> None:
+    scores = [1.9, 1.8, 1.1, 1.0, 0.95, 0.2]
+    hits = [_hit(f"e{i}", f"P{i}", s, i + 1) for i, s in enumerate(scores)]
+    assert [h.evidence.id for h in steepest_cut(hits, 1)] == ["e0", "e1", "e2", "e3", "e4"]  # 0.95 -> 0.2
+    assert [h.evidence.id for h in steepest_cut(hits[:5], 1)] == ["e0", "e1"]  # 1.8 -> 1.1
+    assert [h.evidence.id for h in steepest_cut(hits[:5], 3)] == ["e0", "e1", "e2"]  # drops from the 3rd: 0.1, 0.05
+    assert steepest_cut(hits[:2], 3) == hits[:2]  # fewer than the minimum: all
+
+
+def test_adaptive_k_setting(tmp_path: Path) -> None:
+    env = {"EVIDENT_DATA_DIR": str(tmp_path)}
+    assert retrieval_config(Settings.load(env=env)).adaptive_min_k == 0  # off: always EVIDENT_FINAL_K
+    assert retrieval_config(Settings.load(env={**env, "EVIDENT_ADAPTIVE_K": "2"})).adaptive_min_k == 2

@@ -25,6 +25,8 @@ class RetrievalConfig:
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (lexical, dense) weighted RRF
     fusion: Literal["rrf", "dbsf"] = "rrf"  # rank fusion or score pooling (``SearchRequest.fusion``)
+    # Adaptive k: cut the final hits at the steepest score drop, keeping at least this many (0 = fixed final_k).
+    adaptive_min_k: int = 0
     rerank_pool: int = 20  # fused candidates handed to the reranker
     # Page-level score aggregation: each hit gains ``page_aggregation`` x the fused score of the other
     # evidence of its page within the top ``aggregation_pool``. Precision@1 is page-level, and a page
@@ -144,7 +146,18 @@ async def retrieve(
         hits = await asyncio.to_thread(reranker.rerank, query, hits)
         timings["rerank"] = (time.perf_counter() - t) * 1000
     result.hits = hits[: config.final_k]
+    if config.adaptive_min_k:
+        result.hits = steepest_cut(result.hits, config.adaptive_min_k)
     return result
+
+
+def steepest_cut(hits: list[Hit], min_k: int) -> list[Hit]:
+    """The hits before the largest score drop between neighbours, keeping at least ``min_k`` (ties: the earlier
+    drop): adaptive k from the score curve instead of a fixed cut."""
+    if len(hits) <= min_k:
+        return hits
+    _, cut = max((hits[i - 1].score - hits[i].score, -i) for i in range(min_k, len(hits)))
+    return hits[:-cut]
 
 
 def aggregate_pages(hits: list[Hit], weight: float) -> list[Hit]:
