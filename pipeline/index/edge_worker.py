@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +31,7 @@ from typing import Any
 from pipeline import errors
 from pipeline.errors import EvidentError, IndexError_
 from pipeline.index.edge_layout import EdgeLayout
+from pipeline.runtime.child import spawn_child, stop_child
 from pipeline.types import Evidence, Hit, IndexPoint, SearchRequest
 
 _OPS = frozenset({"open", "close", "optimize", "drop", "replace_page", "delete_pages", "search", "page_hashes",
@@ -153,33 +152,12 @@ class ProcessEdgeIndex:
                                   f"{message[0]}; the next call starts a new one") from None
 
     def _start(self) -> None:
-        parent_sock, child_sock = socket.socketpair()
-        root = str(Path(__file__).resolve().parents[2])  # the directory holding the pipeline package
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.index.edge_worker", str(child_sock.fileno())],
-                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env,
-            )
-        finally:
-            child_sock.close()
-        self._conn = Connection(parent_sock.detach())
+        self._process, self._conn = spawn_child("pipeline.index.edge_worker")
         self._conn.send(self._spec)
 
     def _stop(self) -> None:
         conn, process, self._conn, self._process = self._conn, self._process, None, None
-        if conn is not None:
-            with contextlib.suppress(OSError, EOFError):
-                conn.send(("close", (), {}))
-                if conn.poll(60):
-                    conn.recv()
-            conn.close()
-        if process is not None:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        stop_child(conn, process, ("close", (), {}), reply_s=60, exit_s=30)  # closing flushes the shard
 
 
 def _error(kind: str, message: str) -> EvidentError:

@@ -18,20 +18,16 @@ and of the float32 result.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError, EvidentError
+from pipeline.runtime.child import spawn_child, stop_child
 
 _START_TIMEOUT_S = 300.0
 
@@ -101,17 +97,7 @@ class ProcessEmbedder:
 
     def _start(self) -> tuple[str, int, int]:
         name, kwargs = self._spec
-        parent_sock, child_sock = socket.socketpair()
-        root = str(Path(__file__).resolve().parents[2])  # the directory holding the pipeline package
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.models.worker", str(child_sock.fileno())],
-                pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env,
-            )
-        finally:
-            child_sock.close()
-        conn = Connection(parent_sock.detach())
+        process, conn = spawn_child("pipeline.models.worker")
         conn.send((name, kwargs))
         if not conn.poll(_START_TIMEOUT_S):
             process.kill()
@@ -149,16 +135,7 @@ class ProcessEmbedder:
 
     def _stop(self) -> None:
         conn, process, self._conn, self._process = self._conn, self._process, None, None
-        if conn is not None:
-            with contextlib.suppress(OSError, BrokenPipeError):
-                conn.send(("close", None))
-            conn.close()
-        if process is not None:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        stop_child(conn, process, ("close", None))
 
 
 def _error(kind: str, message: str) -> EvidentError:
