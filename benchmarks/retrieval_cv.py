@@ -1,0 +1,108 @@
+"""Retrieval options chosen on one half of the dev conversations and scored on the other (cross-validated P@1).
+
+    python benchmarks/retrieval_cv.py --vary fusion=rrf,dbsf
+    python benchmarks/retrieval_cv.py --vary continuity_boost=0.25,0.5,1.0 [--set fusion=dbsf]
+        [--questions ../shared/confquestions/qa-dev.json] [--documents ../shared/confquestions/documents]
+
+``--vary`` names one ``RetrievalConfig`` field and the values to compare (the first is the baseline);
+``--set`` fixes other fields. Conversations are split into two halves (alternating by sorted id). For each
+direction the value with the best P@1 (completed + conversational, EN + DE) on the tuning half is picked and
+its P@1 on the held-out half reported next to every value's. Paired per question against the baseline: how
+many questions only one of the two gets right at rank 1, and the two-sided sign-test p-value on those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from connectors.local import LocalFolderConnector
+from pipeline.answer.retrieve import RetrievalConfig
+from pipeline.evaluation.data import load_conversations
+from pipeline.evaluation.index_cache import open_eval_index
+from pipeline.evaluation.retrieval import QuestionResult, run_retrieval_eval
+from pipeline.factory import retrieval_config
+from pipeline.runtime.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def p1(results: list[QuestionResult]) -> float:
+    return sum(r.rank == 1 for r in results) / max(1, len(results))
+
+
+def sign_test(wins: int, losses: int) -> float:
+    n, k = wins + losses, min(wins, losses)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+
+
+def cells(results: list[QuestionResult]) -> str:
+    out = []
+    for qt in ("completed", "conversational"):
+        for lang in ("en", "de"):
+            out.append(f"{qt[:4]}-{lang} {p1([r for r in results if r.query_type == qt and r.lang == lang]):.3f}")
+    return ", ".join(out)
+
+
+def parse(field: str, raw: str) -> Any:
+    kind = {f.name: str(f.type) for f in dataclasses.fields(RetrievalConfig)}.get(field)
+    if kind is None:
+        raise SystemExit(f"unknown RetrievalConfig field {field!r}")
+    if kind.startswith("int"):
+        return int(raw)
+    if kind.startswith("float"):
+        return float(raw)
+    if kind.startswith("bool"):
+        return raw.lower() in ("1", "true", "yes")
+    return raw
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vary", required=True, help="field=value,value,...")
+    ap.add_argument("--set", default="", help="field=value;field=value")
+    ap.add_argument("--questions", type=Path, default=REPO.parent / "shared/confquestions/qa-dev.json")
+    ap.add_argument("--documents", type=Path, default=REPO.parent / "shared/confquestions/documents")
+    args = ap.parse_args()
+    field, _, raw_values = args.vary.partition("=")
+    values = [parse(field, v) for v in raw_values.split(",")]
+    fixed = {k: parse(k, v) for k, _, v in (p.partition("=") for p in filter(None, args.set.split(";")))}
+    settings = Settings.load()
+    convs = load_conversations(args.questions)
+    docs = args.documents.resolve()
+    index, embedder, sparse, _ = await open_eval_index(
+        settings, str(docs), lambda: LocalFolderConnector([docs]).iter_pages(), progress=False)
+    try:
+        base = dataclasses.replace(retrieval_config(settings), **fixed)
+        results = {v: await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse,
+                                               config=dataclasses.replace(base, **{field: v}),
+                                               strategy=settings.query_strategy)
+                   for v in values}
+    finally:
+        await index.close()
+    ids = sorted({r.conv_id for r in results[values[0]]})
+    halves = (set(ids[0::2]), set(ids[1::2]))
+    for v in values:
+        print(f"{field}={v}: all dev {p1(results[v]):.3f} ({cells(results[v])})")
+    for tune, test in ((0, 1), (1, 0)):
+        on = {v: [r for r in results[v] if r.conv_id in halves[tune]] for v in values}
+        held = {v: [r for r in results[v] if r.conv_id in halves[test]] for v in values}
+        pick = max(values, key=lambda v: p1(on[v]))
+        print(f"tune on half {tune + 1} ({', '.join(f'{v} {p1(on[v]):.3f}' for v in values)}) -> {pick}; "
+              f"held-out half {test + 1}: {', '.join(f'{v} {p1(held[v]):.3f}' for v in values)}")
+    for v in values[1:]:
+        pairs = list(zip(results[v], results[values[0]], strict=True))
+        wins = sum(a.rank == 1 and b.rank != 1 for a, b in pairs)
+        losses = sum(b.rank == 1 and a.rank != 1 for a, b in pairs)
+        print(f"{field}={v} vs {values[0]} over {len(pairs)} questions: only {v} right {wins}, only {values[0]} "
+              f"right {losses}, sign test p = {sign_test(wins, losses):.4f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
