@@ -60,6 +60,7 @@ def retrieval_config(settings: Settings) -> RetrievalConfig:
         rrf_k=settings.rrf_k,
         fusion=settings.fusion,  # type: ignore[arg-type]
         adaptive_min_k=settings.adaptive_min_k,
+        hub_weight=settings.hub_weight,
         continuity_boost=settings.continuity_boost,
         page_aggregation=settings.page_aggregation,
         prf_docs=settings.prf_docs,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from pipeline.answer.hub import centrality, hub_rerank
 from pipeline.answer.retrieve import aggregate_pages, query_language, steepest_cut
 from pipeline.factory import retrieval_config
+from pipeline.models.sparse import Bm25Encoder
 from pipeline.runtime.settings import Settings
 from pipeline.types import Evidence, Hit
 
@@ -49,3 +54,19 @@ def test_adaptive_k_setting(tmp_path: Path) -> None:
     env = {"EVIDENT_DATA_DIR": str(tmp_path)}
     assert retrieval_config(Settings.load(env=env)).adaptive_min_k == 0  # off: always EVIDENT_FINAL_K
     assert retrieval_config(Settings.load(env={**env, "EVIDENT_ADAPTIVE_K": "2"})).adaptive_min_k == 2
+
+
+def test_hub_centrality_is_the_mean_similarity_to_the_others() -> None:
+    same, other = {1: 1.0, 2: 1.0}, {9: 3.0}
+    assert centrality([same, dict(same), other]) == pytest.approx([0.5, 0.5, 0.0])
+    assert centrality([same]) == [0.0]
+
+
+def test_hub_rerank_lifts_the_evidence_at_the_centre_of_what_was_retrieved() -> None:
+    texts = {"lucky": "quarterly bonus payout calendar", "hub": "vpn gateway setup for the office vpn",
+             "near1": "office vpn gateway address", "near2": "vpn setup steps for the gateway"}
+    hits = [replace(_hit(name, name, 1.0 - 0.01 * i, i + 1), content=text) for i, (name, text) in enumerate(texts.items())]
+    moved = hub_rerank(hits, Bm25Encoder(), 0.5)
+    order = [h.evidence.id for h in moved]
+    assert order[0] == "hub" and order[-1] == "lucky" and [h.rank for h in moved] == [1, 2, 3, 4]
+    assert hub_rerank(hits, Bm25Encoder(), 0.0) == hits  # off: untouched

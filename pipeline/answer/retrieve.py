@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pipeline.answer.confidence import Confidence, confidence_of
+from pipeline.answer.hub import hub_rerank
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
 from pipeline.types import Hit, RetrievalMode, SearchRequest, SparseVector
 
@@ -25,6 +26,9 @@ class RetrievalConfig:
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (lexical, dense) weighted RRF
     fusion: Literal["rrf", "dbsf"] = "rrf"  # rank fusion or score pooling (``SearchRequest.fusion``)
+    # Graph reranking: each hit gains ``hub_weight`` x its mean lexical similarity to the other retrieved
+    # evidence (``pipeline.answer.hub``), over the top ``aggregation_pool``.
+    hub_weight: float = 0.0
     # Adaptive k: cut the final hits at the steepest score drop, keeping at least this many (0 = fixed final_k).
     adaptive_min_k: int = 0
     rerank_pool: int = 20  # fused candidates handed to the reranker
@@ -70,7 +74,7 @@ async def _search_request(
     """The index request: candidate pool size, RRF weights for the query's language, and the sparse
     query expanded by pseudo-relevance feedback where configured."""
     limit = max(config.final_k, config.rerank_pool) if reranking else config.final_k
-    if config.page_aggregation or (config.continuity_boost and context_pages):
+    if config.page_aggregation or config.hub_weight or (config.continuity_boost and context_pages):
         limit = max(limit, config.aggregation_pool)
     # The language guess only matters to the two options that depend on it.
     needs_lang = config.foreign_weights is not None or (config.prf_docs and config.prf_foreign_only)
@@ -133,6 +137,8 @@ async def retrieve(
         hits = aggregate_pages(hits, config.page_aggregation)
     if config.continuity_boost and context_pages and hits:
         hits = boost_pages(hits, set(context_pages), config.continuity_boost)
+    if config.hub_weight and hits:
+        hits = await asyncio.to_thread(hub_rerank, hits, sparse, config.hub_weight)
     result = Retrieval(query=query, hits=hits, timings_ms=timings)
     if trace or (config.confidence and config.mode == "hybrid" and hits):
         t = time.perf_counter()

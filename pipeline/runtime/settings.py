@@ -120,6 +120,8 @@ class Settings:
     dense_k: int = _f(30, "EVIDENT_DENSE_K", "Dense candidates before fusion (paper: 10).", min=1)
     final_k: int = _f(10, "EVIDENT_FINAL_K", "Evidence after fusion/reranking.", min=1)
     rrf_k: int = _f(60, "EVIDENT_RRF_K", "RRF constant.", min=1)
+    hub_weight: float = _f(0.0, "EVIDENT_HUB_WEIGHT", "Graph reranking: a hit gains this x its mean lexical "
+                           "similarity to the other retrieved evidence (0 = off).", min=0)
     adaptive_min_k: int = _f(0, "EVIDENT_ADAPTIVE_K", "Adaptive k: cut the evidence at the steepest drop of the score "
                              "curve, keeping at least this many (0 = always EVIDENT_FINAL_K).", min=0)
     fusion: str = _f("dbsf", "EVIDENT_FUSION", "Hybrid fusion: dbsf (score pooling: each leg's scores normalized to "
