@@ -53,6 +53,8 @@ async def test_a_dead_index_worker_fails_one_call_and_the_next_one_reopens(tmp_p
     try:
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
         assert idx.pid is not None
+        owner = json.loads((tmp_path / "index" / "lease.owner").read_text())
+        assert owner["pid"] == idx.pid and owner["command"].endswith("(index worker)")
         os.kill(idx.pid, signal.SIGKILL)
         with pytest.raises(IndexError_, match=r"index worker .* died"):
             await idx.count()

@@ -31,6 +31,7 @@ from typing import Any
 from pipeline import errors
 from pipeline.errors import EvidentError, IndexError_
 from pipeline.index.edge_layout import EdgeLayout
+from pipeline.index.lease import describe_process
 from pipeline.runtime.child import spawn_child, stop_child
 from pipeline.types import Evidence, Hit, IndexPoint, SearchRequest
 
@@ -44,7 +45,8 @@ class ProcessEdgeIndex:
     def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None,
                  layout: EdgeLayout | None = None) -> None:
         self._path = Path(path)
-        self._spec = (str(self._path), wait_s, command, layout or EdgeLayout())
+        # The lease names the bot's command, not the worker's ("evident serve (index worker)").
+        self._spec = (str(self._path), wait_s, command or f"{describe_process()} (index worker)", layout or EdgeLayout())
         self._lock = asyncio.Lock()  # requests in order; the pipe carries one at a time
         self._io = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
