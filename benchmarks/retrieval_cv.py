@@ -17,18 +17,17 @@ import argparse
 import asyncio
 import dataclasses
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from connectors.local import LocalFolderConnector
 from pipeline.answer.retrieve import RetrievalConfig
-from pipeline.evaluation.data import load_conversations
-from pipeline.evaluation.index_cache import open_eval_index
 from pipeline.evaluation.retrieval import QuestionResult, run_retrieval_eval
 from pipeline.factory import retrieval_config
 from pipeline.runtime.settings import Settings
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dev_split import add_dev_arguments, open_dev
 
 
 def p1(results: list[QuestionResult]) -> float:
@@ -67,17 +66,13 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vary", required=True, help="field=value,value,...")
     ap.add_argument("--set", default="", help="field=value;field=value")
-    ap.add_argument("--questions", type=Path, default=REPO.parent / "shared/confquestions/qa-dev.json")
-    ap.add_argument("--documents", type=Path, default=REPO.parent / "shared/confquestions/documents")
+    add_dev_arguments(ap)
     args = ap.parse_args()
     field, _, raw_values = args.vary.partition("=")
     values = [parse(field, v) for v in raw_values.split(",")]
     fixed = {k: parse(k, v) for k, _, v in (p.partition("=") for p in filter(None, args.set.split(";")))}
     settings = Settings.load()
-    convs = load_conversations(args.questions)
-    docs = args.documents.resolve()
-    index, embedder, sparse, _ = await open_eval_index(
-        settings, str(docs), lambda: LocalFolderConnector([docs]).iter_pages(), progress=False)
+    convs, index, embedder, sparse = await open_dev(args, settings)
     try:
         base = dataclasses.replace(retrieval_config(settings), **fixed)
         results = {v: await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse,

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-from connectors.local import LocalFolderConnector
-from pipeline.evaluation.data import load_conversations
-from pipeline.evaluation.index_cache import open_eval_index
 from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
 from pipeline.factory import retrieval_config
 from pipeline.runtime.settings import Settings
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dev_split import add_dev_arguments, open_dev
 
 
 def configs(base):  # type: ignore[no-untyped-def]
@@ -46,16 +45,12 @@ def configs(base):  # type: ignore[no-untyped-def]
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--questions", type=Path, default=REPO.parent / "shared/confquestions/qa-dev.json")
-    ap.add_argument("--documents", type=Path, default=REPO.parent / "shared/confquestions/documents")
+    add_dev_arguments(ap)
     ap.add_argument("--only", default="")
     ap.add_argument("--query", default="completed,conversational")
     args = ap.parse_args()
     settings = Settings.load()
-    convs = load_conversations(args.questions)
-    docs = args.documents.resolve()
-    index, embedder, sparse, _ = await open_eval_index(
-        settings, str(docs), lambda: LocalFolderConnector([docs]).iter_pages(), progress=False)
+    convs, index, embedder, sparse = await open_dev(args, settings)
     try:
         base = retrieval_config(settings)
         wanted = set(filter(None, args.only.split(",")))
