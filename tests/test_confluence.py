@@ -634,6 +634,42 @@ async def test_comments_are_indexed_under_their_page_when_asked_for(fake: FakeCo
     assert "vpn2.example.com" in note.evidence.text
 
 
+async def test_an_included_page_edit_reaches_its_includers_at_the_next_sync(fake: FakeConfluence, index: EdgeIndex,
+                                                                          store: Store) -> None:
+    space = _spaces(fake)[0]
+    host, shared, bystander = sorted(fake.visible_ids(space))[:3]
+    now = fake.now()
+    fake.edit(shared, title="Shared escalation", body="<p>Escalate to the night shift lead.</p>",
+              when=now - timedelta(days=3))
+    fake.edit(host, body="<p>How we escalate:</p>" + _include("include", "Shared escalation"), when=now - timedelta(days=3))
+    fake.edit(bystander, body="<p>Newer than both.</p>", when=now - timedelta(days=2))  # the checkpoint passes them
+    await _sync(_source(fake), index, store)
+    [before] = [pt.evidence.text async for pt in index.export_points(page_ids=[host])]
+    assert "night shift lead" in before
+    # Only the included page (and a bystander) change: the host's own version and time stay as they were.
+    fake.edit(shared, body="<p>Escalate to the on-call manager.</p>", when=now + timedelta(hours=1))
+    fake.edit(bystander, body="<p>Unrelated change.</p>", when=now + timedelta(hours=1))
+    calls = len(fake.requests)
+    await _sync(_source(fake), index, store)
+    assert _fetched_by_id(fake.requests[calls:], host) and not _fetched_by_id(fake.requests[calls:], bystander)
+    [after] = [pt.evidence.text async for pt in index.export_points(page_ids=[host])]
+    assert "on-call manager" in after and "night shift" not in after
+    # The host stops including it; once the checkpoint has moved past that edit, an edit of the formerly
+    # included page no longer fetches the host.
+    fake.edit(host, body="<p>We no longer include it.</p>", when=now + timedelta(hours=2))
+    await _sync(_source(fake), index, store)
+    fake.edit(bystander, body="<p>Another change.</p>", when=now + timedelta(hours=4))
+    await _sync(_source(fake), index, store)
+    fake.edit(shared, body="<p>Escalate to the duty manager.</p>", when=now + timedelta(hours=5))
+    calls = len(fake.requests)
+    await _sync(_source(fake), index, store)
+    assert not _fetched_by_id(fake.requests[calls:], host)
+
+
+def _fetched_by_id(requests: list[str], page_id: str) -> bool:
+    return any(f"id in ({page_id})" in unquote_plus(r) for r in requests)
+
+
 def _jira_macro(param: str, value: str) -> str:
     return (f'<ac:structured-macro ac:name="jira" ac:schema-version="1"><ac:parameter ac:name="server">System JIRA'
             f'</ac:parameter><ac:parameter ac:name="{param}">{value}</ac:parameter></ac:structured-macro>')

@@ -222,7 +222,10 @@ class ConfluenceSource:
     async def _with_macros(self, page: Page) -> Page:
         """The page with its include, excerpt-include and children macros resolved (``macros``); a page whose
         macros cannot be resolved now is indexed as stored, with a warning."""
-        if self.macros is None or "ac:structured-macro" not in page.body:
+        if self.macros is None:
+            return page
+        if "ac:structured-macro" not in page.body:
+            self.macros.includes[page.id] = set()  # it includes nothing (any more)
             return page
         try:
             return replace(page, body=await self.macros.resolve(page.body, page_id=page.id, space=page.space))

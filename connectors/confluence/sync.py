@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
+from connectors.confluence.includes import load_includes, save_includes
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.run import ingest_pages
@@ -153,12 +154,16 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()
+    includes = await load_includes(store, source.source_key, key)
+    if source.macros is not None:
+        source.macros.includes.clear()  # from here on: the pages of this space
     pages = _chain(tracker.wrap(source.iter_space(key, since=since)),
                    source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
                    source.iter_attachments(key, containers=containers or set(), since=since)
                    if source.attachments else None,
                    source.iter_comments(key, containers=containers or set(), since=since)
-                   if source.comments else None)
+                   if source.comments else None,
+                   _includers(source, key, tracker, includes))
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress)
     report.pages_seen += ing.pages_seen
@@ -171,6 +176,8 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
     if tracker.fetch_error is not None:
         report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
     blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
+    if source.macros is not None:
+        await save_includes(store, source.source_key, key, includes, source.macros.includes)
     new = tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
@@ -191,6 +198,17 @@ async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings:
     except RemoteError as exc:
         report.warnings.append(("cql zone", f"not measured, using the wide overlap: {exc}"))
     return report.cql_zone_min
+
+
+async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
+                     includes: dict[str, set[str]]) -> AsyncIterator[Page]:
+    """After the changed pages: the pages that include one of them (same space), fetched again so the included
+    text they show is current. Runs last, when ``tracker`` has seen every changed page."""
+    changed = {pid for pid, _ in tracker.seen}
+    stale = sorted(pid for pid, shown in includes.items() if shown & changed and pid not in changed)
+    if stale:
+        async for page in source.iter_ids(key, stale):
+            yield page
 
 
 async def _chain(*parts: AsyncIterator[Page] | None) -> AsyncIterator[Page]:

@@ -1,0 +1,44 @@
+"""Which pages show which others through include / excerpt-include macros, kept between syncs.
+
+An included page's edit changes what its includers show, but not their own version or ``lastmodified``, so
+an incremental sync would never fetch them. The map (includer id -> included ids, per space) is kept in the
+checkpoint store row ``__includes__:<space>`` as JSON; each sync re-fetches the includers of the pages it saw
+change (``sync._includers``) and records what every page it resolved includes now. Includes across spaces
+reach the includer when it is next fetched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from pipeline.protocols import CheckpointStore
+
+
+def _key(space: str) -> str:
+    return f"__includes__:{space}"
+
+
+async def load_includes(store: CheckpointStore, source_key: str, space: str) -> dict[str, set[str]]:
+    """The space's includer -> included map (empty when none was kept or the row is unreadable)."""
+    raw = await store.get_checkpoint(source_key, _key(space))
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): {str(x) for x in v} for k, v in data.items() if isinstance(v, list)}
+
+
+async def save_includes(store: CheckpointStore, source_key: str, space: str, kept: dict[str, set[str]],
+                        resolved: Mapping[str, set[str]]) -> None:
+    """``kept`` updated with what this run's resolved pages include now (a page that includes nothing leaves)."""
+    merged = dict(kept)
+    for page_id, shown in resolved.items():
+        if shown:
+            merged[page_id] = set(shown)
+        else:
+            merged.pop(page_id, None)
+    if merged != kept:
+        await store.set_checkpoint(source_key, _key(space), json.dumps({k: sorted(v) for k, v in sorted(merged.items())}))
