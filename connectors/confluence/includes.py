@@ -1,10 +1,10 @@
 """Which pages show which others through include / excerpt-include macros, kept between syncs.
 
 An included page's edit changes what its includers show, but not their own version or ``lastmodified``, so
-an incremental sync would never fetch them. The map (includer id -> included ids, per space) is kept in the
-checkpoint store row ``__includes__:<space>`` as JSON; each sync re-fetches the includers of the pages it saw
-change (``sync._includers``) and records what every page it resolved includes now. Includes across spaces
-reach the includer when it is next fetched.
+an incremental sync would never fetch them. The map (includer id -> {included id: version time shown}, per
+space) is kept in the checkpoint store row ``__includes__:<space>`` as JSON; each sync re-fetches the
+includers showing an older version of a page it fetched (``sync._includers``) and records what every page
+it resolved includes now. Includes across spaces reach the includer when it is next fetched.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ def _key(space: str) -> str:
     return f"__includes__:{space}"
 
 
-async def load_includes(store: CheckpointStore, source_key: str, space: str) -> dict[str, set[str]]:
-    """The space's includer -> included map (empty when none was kept or the row is unreadable)."""
+async def load_includes(store: CheckpointStore, source_key: str, space: str) -> dict[str, dict[str, str]]:
+    """The space's includer -> {included: version time} map (empty when none was kept or it is unreadable)."""
     raw = await store.get_checkpoint(source_key, _key(space))
     try:
         data = json.loads(raw) if raw else {}
@@ -28,17 +28,17 @@ async def load_includes(store: CheckpointStore, source_key: str, space: str) -> 
         return {}
     if not isinstance(data, dict):
         return {}
-    return {str(k): {str(x) for x in v} for k, v in data.items() if isinstance(v, list)}
+    return {str(k): {str(i): str(t) for i, t in v.items()} for k, v in data.items() if isinstance(v, dict)}
 
 
-async def save_includes(store: CheckpointStore, source_key: str, space: str, kept: dict[str, set[str]],
-                        resolved: Mapping[str, set[str]]) -> None:
+async def save_includes(store: CheckpointStore, source_key: str, space: str, kept: dict[str, dict[str, str]],
+                        resolved: Mapping[str, dict[str, str]]) -> None:
     """``kept`` updated with what this run's resolved pages include now (a page that includes nothing leaves)."""
     merged = dict(kept)
     for page_id, shown in resolved.items():
         if shown:
-            merged[page_id] = set(shown)
+            merged[page_id] = dict(shown)
         else:
             merged.pop(page_id, None)
     if merged != kept:
-        await store.set_checkpoint(source_key, _key(space), json.dumps({k: sorted(v) for k, v in sorted(merged.items())}))
+        await store.set_checkpoint(source_key, _key(space), json.dumps(merged, sort_keys=True))

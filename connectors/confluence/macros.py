@@ -46,6 +46,7 @@ class Linked:
     page_id: str
     body: str
     restricted: bool
+    updated: str = ""  # its version's time (UTC ISO) when read, "" if unknown
 
 
 FindPage = Callable[[str, str], Awaitable[Linked | None]]  # (space key, title) -> the page, if visible
@@ -68,16 +69,16 @@ class MacroResolver:
     summaries: Summaries | None = None
     _pages: dict[tuple[str, str], Linked | None] = field(default_factory=dict)
     resolved: int = 0
-    # page id -> ids of the pages its include / excerpt-include macros showed (nested ones too), for the pages
-    # resolved in this run: an edit of an included page re-fetches its includers (``sync``).
-    includes: dict[str, set[str]] = field(default_factory=dict)
+    # page id -> {id: version time} of the pages its include / excerpt-include macros showed (nested ones too),
+    # for the pages resolved in this run: a newer version of an included page re-fetches its includers (``sync``).
+    includes: dict[str, dict[str, str]] = field(default_factory=dict)
     _root: str = ""  # the page being resolved
 
     async def resolve(self, body: str, *, page_id: str, space: str) -> str:
         """``body`` with its include, excerpt-include and children macros replaced by what they show."""
         budget = [MAX_MACROS]
         self._root = page_id
-        self.includes[page_id] = set()
+        self.includes[page_id] = {}
         body = await self._resolve(body, page_id=page_id, space=space, depth=0, seen=frozenset({page_id}),
                                    budget=budget)
         return await self._jira(body) if self.summaries is not None else body
@@ -126,7 +127,7 @@ class MacroResolver:
             return ""
         linked = await self._page(*ref)
         if linked is not None:
-            self.includes[self._root].add(linked.page_id)
+            self.includes[self._root][linked.page_id] = linked.updated
         if linked is None or linked.restricted or linked.page_id in seen:
             return ""
         content = linked.body

@@ -225,7 +225,7 @@ class ConfluenceSource:
         if self.macros is None:
             return page
         if "ac:structured-macro" not in page.body:
-            self.macros.includes[page.id] = set()  # it includes nothing (any more)
+            self.macros.includes[page.id] = {}  # it includes nothing (any more)
             return page
         try:
             return replace(page, body=await self.macros.resolve(page.body, page_id=page.id, space=page.space))
@@ -235,9 +235,10 @@ class ConfluenceSource:
 
     async def _find_page(self, space: str, title: str) -> Linked | None:
         cql = f"space = {quote(space)} and type = page and title = {quote(title)}"
-        async for r in self.client.search(cql, expand=f"body.storage,{EXPAND_RESTRICTIONS}", limit=1):
+        async for r in self.client.search(cql, expand=f"body.storage,version,{EXPAND_RESTRICTIONS}", limit=1):
             body = str((((r.get("body") or {}).get("storage") or {}).get("value")) or "")
-            return Linked(str(r.get("id", "")), body, _has_read_restrictions(r))
+            when = ((r.get("version") or {}).get("when")) or None
+            return Linked(str(r.get("id", "")), body, _has_read_restrictions(r), to_utc_iso(str(when)) if when else "")
         return None
 
     async def _child_titles(self, page_id: str) -> list[str]:

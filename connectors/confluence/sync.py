@@ -201,11 +201,12 @@ async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings:
 
 
 async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
-                     includes: dict[str, set[str]]) -> AsyncIterator[Page]:
-    """After the changed pages: the pages that include one of them (same space), fetched again so the included
-    text they show is current. Runs last, when ``tracker`` has seen every changed page."""
-    changed = {pid for pid, _ in tracker.seen}
-    stale = sorted(pid for pid, shown in includes.items() if shown & changed and pid not in changed)
+                     includes: dict[str, dict[str, str]]) -> AsyncIterator[Page]:
+    """After the changed pages: the pages showing an older version of one of them (same space), fetched again so
+    the included text is current. Runs last, when ``tracker`` has seen every changed page."""
+    seen = {pid: updated or "" for pid, updated in tracker.seen}
+    stale = sorted(pid for pid, shown in includes.items() if pid not in seen
+                   and any(inc in seen and (not when or seen[inc] != when) for inc, when in shown.items()))
     if stale:
         async for page in source.iter_ids(key, stale):
             yield page
