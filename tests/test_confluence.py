@@ -640,12 +640,15 @@ async def test_an_included_page_edit_reaches_its_includers_at_the_next_sync(fake
     host, shared, bystander = sorted(fake.visible_ids(space))[:3]
     now = fake.now()
     fake.edit(shared, title="Shared escalation", body="<p>Escalate to the night shift lead.</p>",
-              when=now - timedelta(days=3))
+              when=now - timedelta(days=2))
     fake.edit(host, body="<p>How we escalate:</p>" + _include("include", "Shared escalation"), when=now - timedelta(days=3))
     fake.edit(bystander, body="<p>Newer than both.</p>", when=now - timedelta(days=2))  # the checkpoint passes them
     await _sync(_source(fake), index, store)
     [before] = [pt.evidence.text async for pt in index.export_points(page_ids=[host])]
     assert "night shift lead" in before
+    calls = len(fake.requests)
+    await _sync(_source(fake), index, store)  # the included page is read again (overlap) but did not change
+    assert not _fetched_by_id(fake.requests[calls:], host)
     # Only the included page (and a bystander) change: the host's own version and time stay as they were.
     fake.edit(shared, body="<p>Escalate to the on-call manager.</p>", when=now + timedelta(hours=1))
     fake.edit(bystander, body="<p>Unrelated change.</p>", when=now + timedelta(hours=1))
