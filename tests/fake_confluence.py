@@ -237,6 +237,9 @@ class FakeConfluence:
         """Move a page to another space (as Confluence does: version and ``lastmodified`` unchanged)."""
         p = self.pages[page_id]
         p.space, p.parent = space, parent_id
+        for child in self.pages.values():  # its attachments and comments move with it
+            if child.kind in ("attachment", "comment") and child.parent == page_id:
+                child.space = space
 
     def set_parent(self, page_id: str, parent_id: str | None) -> None:
         self.pages[page_id].parent = parent_id

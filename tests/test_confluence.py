@@ -395,6 +395,27 @@ async def test_a_page_moved_between_synced_spaces_is_reindexed_under_its_new_spa
     assert noop.updated == noop.deleted == 0
 
 
+async def test_attachments_and_comments_move_with_their_page(fake: FakeConfluence, index: EdgeIndex,
+                                                             store: Store) -> None:
+    first, second = _spaces(fake)[:2]
+    pid = sorted(fake.visible_ids(first))[0]  # the oldest: outside any overlap window
+    old = fake.now() - timedelta(days=3650)
+    fake.attach("att7001", pid, "notes.md", b"# Notes\n\nRotate keys monthly.\n", media_type="text/markdown", when=old)
+    fake.comment("7002", pid, "<p>Keys are in the vault.</p>", when=old)
+    src = _source(fake, attachments=True, comments=True)
+    await _sync(src, index, store)
+    assert {"att7001", "7002"} <= await _ids(index)
+    fake.move(pid, second)
+    await _sync(src, index, store)
+    spaces = await index.page_spaces()
+    assert spaces[pid] == spaces["att7001"] == spaces["7002"] == second
+    for extra in ("att7001", "7002"):
+        [pt] = [pt async for pt in index.export_points(page_ids=[extra])]
+        assert f"/spaces/{second}/pages/{pid}" in pt.evidence.url
+    noop = await _sync(src, index, store)
+    assert noop.updated == noop.deleted == 0
+
+
 async def test_restricted_pages_are_skipped_counted_and_removed(
     fake: FakeConfluence, index: EdgeIndex, store: Store
 ) -> None:

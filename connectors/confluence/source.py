@@ -155,14 +155,15 @@ class ConfluenceSource:
         rows = self.client.search(self._attachments_cql(space), expand="container,extensions", limit=self.id_limit)
         return {str(r["id"]) async for r in rows if self._wanted_attachment(r, containers)}
 
-    async def iter_attachments(self, space: str, *, containers: set[str], since: str | None = None
-                               ) -> AsyncIterator[Page]:
-        """The attachments of in-scope pages changed since ``since``, each a page of its own: its text as body,
-        its page as breadcrumb. Too large or unreadable ones are reported, not indexed."""
+    async def iter_attachments(self, space: str, *, containers: set[str], since: str | None = None,
+                               only: set[str] | None = None) -> AsyncIterator[Page]:
+        """The attachments of in-scope pages changed since ``since`` (or those of ``only``, whatever their time),
+        each a page of its own: its text as body, its page as breadcrumb. Too large or unreadable ones are
+        reported, not indexed."""
         rows = self.client.search(self._attachments_cql(space, since), expand="container,version,extensions",
                                   limit=self.id_limit)
         async for r in rows:
-            if not self._wanted_attachment(r, containers):
+            if not self._wanted_attachment(r, containers) or (only is not None and str(r.get("id")) not in only):
                 continue
             try:
                 yield await self._attachment_page(r, space)
@@ -201,14 +202,14 @@ class ConfluenceSource:
         rows = self.client.search(self._comments_cql(space), expand="container", limit=self.id_limit)
         return {str(r["id"]) async for r in rows if _container_id(r) in containers}
 
-    async def iter_comments(self, space: str, *, containers: set[str], since: str | None = None
-                            ) -> AsyncIterator[Page]:
-        """The comments on in-scope pages changed since ``since``, each a page of its own: "Comment on <page>",
-        linked to the comment on its page, the page as breadcrumb."""
+    async def iter_comments(self, space: str, *, containers: set[str], since: str | None = None,
+                            only: set[str] | None = None) -> AsyncIterator[Page]:
+        """The comments on in-scope pages changed since ``since`` (or those of ``only``, whatever their time),
+        each a page of its own: "Comment on <page>", linked to the comment on its page, the page as breadcrumb."""
         rows = self.client.search(self._comments_cql(space, since), expand="body.storage,container,version",
                                   limit=self.page_limit)
         async for r in rows:
-            if _container_id(r) not in containers:
+            if _container_id(r) not in containers or (only is not None and str(r["id"]) not in only):
                 continue
             container, cid = r.get("container") or {}, str(r["id"])
             webui = str(((container.get("_links") or {}).get("webui")) or "")

@@ -163,6 +163,7 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                    if source.attachments else None,
                    source.iter_comments(key, containers=containers or set(), since=since)
                    if source.comments else None,
+                   _moved_extras(source, key, containers or set(), moved, since),
                    _includers(source, key, tracker, includes))
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress)
@@ -198,6 +199,21 @@ async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings:
     except RemoteError as exc:
         report.warnings.append(("cql zone", f"not measured, using the wide overlap: {exc}"))
     return report.cql_zone_min
+
+
+async def _moved_extras(source: ConfluenceSource, key: str, containers: set[str], moved: Sequence[str],
+                        since: str | None) -> AsyncIterator[Page]:
+    """Attachments and comments that moved into the space with their page (their time need not change), read
+    again by id so they carry the new space and link. Pages moved are ``iter_ids``' work."""
+    extras = set(moved)
+    if since is None or not extras:
+        return  # a full read of the space fetches them anyway
+    if source.attachments and any(_is_attachment(m) for m in extras):
+        async for page in source.iter_attachments(key, containers=containers, only=extras):
+            yield page
+    if source.comments:
+        async for page in source.iter_comments(key, containers=containers, only=extras):
+            yield page
 
 
 async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
