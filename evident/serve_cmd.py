@@ -160,11 +160,9 @@ async def probe_credentials(settings: Settings, engine: Any) -> None:
 def _health_routes(settings: Settings, engine: Any, metrics: Any, sync_loop: SyncLoop | None,
                    checks: dict[str, Any]) -> Any:
     from bot.core.health import add_health_routes
+    from pipeline.index.edge_worker import index_ready
 
-    async def index_check() -> None:
-        await engine.index.count()
-
-    checks["index"] = index_check
+    checks["index"] = functools.partial(index_ready, engine.index)
     if engine.llm is not None and hasattr(engine.llm, "ping"):
         checks["llm"] = engine.llm.ping
     return functools.partial(

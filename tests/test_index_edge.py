@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from pipeline.factory import make_index_from
 from pipeline.index.edge import MANIFEST_FILE, EdgeIndex
 from pipeline.index.edge_layout import EdgeLayout
 from pipeline.index.edge_pages import PAGES_FILE, PageTable
-from pipeline.index.edge_worker import ProcessEdgeIndex
+from pipeline.index.edge_worker import ProcessEdgeIndex, index_ready
 from pipeline.runtime.settings import Settings
 from pipeline.types import SearchRequest, SparseVector
 from tests.index_contract import (
@@ -238,3 +239,31 @@ def test_serving_processes_get_the_index_in_a_worker(tmp_path: Path, setting: st
 def test_index_process_setting_is_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="EVIDENT_INDEX_PROCESS"):
         Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_PROCESS": "sometimes"})
+
+
+async def test_readiness_does_not_queue_behind_a_segment_build_in_the_worker(tmp_path: Path) -> None:
+    """While the worker optimizes (here: stopped mid-request), the readiness check answers at once."""
+    idx = ProcessEdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        await index_ready(idx)  # idle: a real count
+        assert idx.pid is not None and idx.busy is None
+        os.kill(idx.pid, signal.SIGSTOP)
+        try:
+            building = asyncio.create_task(idx.optimize())
+            for _ in range(500):  # the request reaches the (stopped) worker
+                if idx.busy is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert idx.busy is not None and idx.busy[0] == "optimize"
+            await asyncio.wait_for(index_ready(idx), timeout=2)  # does not wait for the worker
+            counting = asyncio.create_task(idx.count())
+            await asyncio.sleep(0.2)
+            assert not counting.done()  # a real request would have waited
+        finally:
+            os.kill(idx.pid, signal.SIGCONT)
+        await building
+        assert await counting == 3 and idx.busy is None
+    finally:
+        await idx.close()

@@ -23,6 +23,7 @@ import contextlib
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -53,6 +54,7 @@ class ProcessEdgeIndex:
         self._conn: Connection | None = None
         self._open_kwargs: dict[str, Any] | None = None
         self.restarts = 0
+        self.busy: tuple[str, float] | None = None  # the request in the worker now, since (monotonic)
 
     @property
     def path(self) -> Path:
@@ -124,7 +126,11 @@ class ProcessEdgeIndex:
             if self._conn is None and op != "open" and self._open_kwargs is not None:
                 await self._round_trip(("open", (), self._open_kwargs))  # a new child after a crash
                 self.restarts += 1
-            reply = await self._round_trip((op, args, kwargs or {}))
+            self.busy = (op, time.monotonic())
+            try:
+                reply = await self._round_trip((op, args, kwargs or {}))
+            finally:
+                self.busy = None
         if reply[0] == "error":
             raise _error(reply[1], reply[2])
         return reply[1]
@@ -160,6 +166,21 @@ class ProcessEdgeIndex:
     def _stop(self) -> None:
         conn, process, self._conn, self._process = self._conn, self._process, None, None
         stop_child(conn, process, ("close", (), {}), reply_s=60, exit_s=30)  # closing flushes the shard
+
+
+MAINTENANCE_OPS = frozenset({"optimize", "replace_page", "delete_pages"})
+MAINTENANCE_GRACE_S = 1800.0
+
+
+async def index_ready(index: Any) -> None:
+    """The readiness check of an index: a count, unless a worker is busy writing or building segments (then
+    the count would only queue behind it); raises when that has lasted over ``MAINTENANCE_GRACE_S``."""
+    busy = getattr(index, "busy", None)
+    if busy is not None and busy[0] in MAINTENANCE_OPS:
+        if time.monotonic() - busy[1] > MAINTENANCE_GRACE_S:
+            raise IndexError_(f"the index worker has been in {busy[0]} for over {MAINTENANCE_GRACE_S:.0f} s")
+        return
+    await index.count()
 
 
 def _error(kind: str, message: str) -> EvidentError:
