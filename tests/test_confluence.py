@@ -416,6 +416,25 @@ async def test_attachments_and_comments_move_with_their_page(fake: FakeConfluenc
     assert noop.updated == noop.deleted == 0
 
 
+async def test_spaces_are_checked_at_most_every_six_hours(fake: FakeConfluence, index: EdgeIndex,
+                                                           store: Store) -> None:
+    src = _source(fake)
+    spaces = _spaces(fake)
+
+    async def checks(**kw: Any) -> int:
+        calls = len(fake.requests)
+        await _sync(src, index, store, **kw)
+        return sum("/rest/api/space/" in r for r in fake.requests[calls:])
+
+    assert await checks() == len(spaces)  # first run: every space
+    assert await checks() == 0  # kept for 6 h: 10 fewer calls per cycle on 10 spaces
+    assert await checks(full=True) == len(spaces)  # --full checks anyway
+    stale = (datetime.now(UTC) - timedelta(hours=7)).isoformat()
+    await store.set_checkpoint(src.source_key, f"__space_ok__:{spaces[0]}", stale)
+    assert await checks() == 1
+    assert not any(row.space.startswith("__") for row in await store.sync_status())
+
+
 async def test_restricted_pages_are_skipped_counted_and_removed(
     fake: FakeConfluence, index: EdgeIndex, store: Store
 ) -> None:

@@ -18,9 +18,11 @@ shifts offsets and may hide another page), the checkpoint is not advanced at all
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from connectors.confluence.clock import site_zone
@@ -109,7 +111,7 @@ async def sync_confluence(
         raise ConfigError("no Confluence spaces to sync: set CONFLUENCE_SPACES")
     report = SyncReport()
     for key in keys:
-        await source.check_space(key)
+        await _check_space(source, store, key, again=full)
     source.stats = SourceStats()  # counts are per run
 
     listings: dict[str, set[str]] = {}
@@ -183,6 +185,24 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
     return new
+
+
+SPACE_CHECK_TTL_S = 6 * 3600
+
+
+async def _check_space(source: ConfluenceSource, store: CheckpointStore, key: str, *, again: bool) -> None:
+    """The space check (wrong key, credentials, base URL), at most every ``SPACE_CHECK_TTL_S`` per space: a
+    passed check is kept in the checkpoint store row ``__space_ok__:<key>``; ``again`` (``--full``) checks anyway.
+    Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave the index."""
+    row = f"__space_ok__:{key}"
+    kept = await store.get_checkpoint(source.source_key, row)
+    now = datetime.now(UTC)
+    if kept and not again:
+        with contextlib.suppress(ValueError):
+            if 0 <= (now - parse_utc(kept)).total_seconds() < SPACE_CHECK_TTL_S:
+                return
+    await source.check_space(key)
+    await store.set_checkpoint(source.source_key, row, now.isoformat())
 
 
 async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings: dict[str, set[str]],
