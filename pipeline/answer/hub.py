@@ -36,6 +36,10 @@ def hub_rerank(hits: Sequence[Hit], sparse: SparseEncoder, weight: float) -> lis
         return list(hits)
     encoded = sparse.encode_documents([h.content or h.evidence.text for h in hits])
     central = centrality([dict(zip(v.indices, v.values, strict=True)) for v in encoded])
-    rescored = sorted(((h.score + weight * c, -h.rank, h) for h, c in zip(hits, central, strict=True)),
-                      key=lambda t: (t[0], t[1]), reverse=True)
-    return [replace(h, score=score, rank=rank) for rank, (score, _, h) in enumerate(rescored, start=1)]
+    return rescore(hits, [h.score + weight * c for h, c in zip(hits, central, strict=True)])
+
+
+def rescore(hits: Sequence[Hit], scores: Sequence[float]) -> list[Hit]:
+    """``hits`` with new ``scores``, re-ranked by them (ties keep their order); shared by every re-scoring option."""
+    ordered = sorted(zip(scores, hits, strict=True), key=lambda t: (t[0], -t[1].rank), reverse=True)
+    return [replace(h, score=score, rank=rank) for rank, (score, h) in enumerate(ordered, start=1)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pipeline.answer.confidence import Confidence, confidence_of
-from pipeline.answer.hub import hub_rerank
+from pipeline.answer.hub import hub_rerank, rescore
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
 from pipeline.types import Hit, RetrievalMode, SearchRequest, SparseVector
 
@@ -142,8 +142,9 @@ async def retrieve(
     result = Retrieval(query=query, hits=hits, timings_ms=timings)
     if trace or (config.confidence and config.mode == "hybrid" and hits):
         t = time.perf_counter()
-        result.lexical = await index.search(replace(request, mode="lexical", limit=config.lexical_k if trace else 1))
-        result.dense = await index.search(replace(request, mode="dense", limit=config.dense_k if trace else 1))
+        result.lexical, result.dense = await asyncio.gather(
+            index.search(replace(request, mode="lexical", limit=config.lexical_k if trace else 1)),
+            index.search(replace(request, mode="dense", limit=config.dense_k if trace else 1)))
         if config.mode == "hybrid":
             result.confidence = confidence_of(hits, next(iter(result.lexical), None), next(iter(result.dense), None))
         timings["confidence"] = (time.perf_counter() - t) * 1000
@@ -171,11 +172,7 @@ def aggregate_pages(hits: list[Hit], weight: float) -> list[Hit]:
     page_total: dict[str, float] = {}
     for h in hits:
         page_total[h.evidence.page_id] = page_total.get(h.evidence.page_id, 0.0) + h.score
-    rescored = [
-        (h.score + weight * (page_total[h.evidence.page_id] - h.score), -h.rank, h) for h in hits
-    ]
-    rescored.sort(key=lambda t: (t[0], t[1]), reverse=True)
-    return [replace(h, score=score, rank=i) for i, (score, _, h) in enumerate(rescored, start=1)]
+    return rescore(hits, [h.score + weight * (page_total[h.evidence.page_id] - h.score) for h in hits])
 
 
 def query_language(text: str) -> str:
@@ -194,9 +191,7 @@ def query_language(text: str) -> str:
 
 def boost_pages(hits: list[Hit], pages: set[str], boost: float) -> list[Hit]:
     """Multiply the scores of hits on ``pages`` by (1 + boost) and re-rank."""
-    rescored = [(h.score * (1.0 + boost) if h.evidence.page_id in pages else h.score, -h.rank, h) for h in hits]
-    rescored.sort(key=lambda t: (t[0], t[1]), reverse=True)
-    return [replace(h, score=score, rank=i) for i, (score, _, h) in enumerate(rescored, start=1)]
+    return rescore(hits, [h.score * (1.0 + boost) if h.evidence.page_id in pages else h.score for h in hits])
 
 
 def expand_sparse(
