@@ -38,7 +38,6 @@ from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequ
 T = TypeVar("T")
 
 
-
 class EdgeIndex:
     """Hybrid index in a local directory via Qdrant Edge (``qdrant-edge-py``)."""
 
@@ -214,9 +213,8 @@ class EdgeIndex:
                     batch = []
             if batch:
                 new_ids += await asyncio.to_thread(self._upsert_sync, batch, state)
-            space = points[0].evidence.space if points else ""
-            await asyncio.to_thread(self._swap_sync, page_id, new_ids, in_place)
-            await asyncio.to_thread(self._pages.settle, page_id, page_hash if new_ids else None, space)
+            await asyncio.to_thread(self._swap_sync, page_id, new_ids, in_place,
+                                    (page_hash if new_ids else None, points[0].evidence.space if points else ""))
             self._unoptimized += len(new_ids)
             if self._unoptimized >= self._layout.optimize_every_points:
                 await self._optimize_held()
@@ -255,7 +253,8 @@ class EdgeIndex:
         self._call(shard.update, qe.UpdateOperation.upsert_points(edge_points))
         return ids
 
-    def _swap_sync(self, page_id: str, new_ids: list[str], in_place: bool) -> None:
+    def _swap_sync(self, page_id: str, new_ids: list[str], in_place: bool, settled: tuple[str | None, str]) -> None:
+        """Make the new points the live version, then settle the page table with ``settled`` (hash, space)."""
         shard = self._require()
         with self._shared.lock:  # one critical section: readers never observe the gap or a mix
             old: list[Any] = [_match("page_id", page_id), _match(ic.STATE, ic.LIVE)]
@@ -263,12 +262,13 @@ class EdgeIndex:
                 keep: list[Any] = [qe.HasIdCondition(set(new_ids))] if new_ids else []
                 flt = qe.Filter(must=old, must_not=keep or None)
                 self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(flt))
-                return
-            # Delete first: should the flip fail, the page is absent (and re-ingested by the next
-            # sync, as page_hashes() no longer lists it) rather than mixed.
-            self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=old)))
-            if new_ids:
-                self._call(shard.update, qe.UpdateOperation.set_payload(list(new_ids), {ic.STATE: ic.LIVE}))
+            else:
+                # Delete first: should the flip fail, the page is absent (the page table keeps it pending,
+                # so the next sync re-ingests it) rather than mixed.
+                self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=old)))
+                if new_ids:
+                    self._call(shard.update, qe.UpdateOperation.set_payload(list(new_ids), {ic.STATE: ic.LIVE}))
+        self._pages.settle(page_id, *settled)
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None:
         """Remove pages (live and staged points)."""
