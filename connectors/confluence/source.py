@@ -206,8 +206,13 @@ class ConfluenceSource:
                             only: set[str] | None = None) -> AsyncIterator[Page]:
         """The comments on in-scope pages changed since ``since`` (or those of ``only``, whatever their time),
         each a page of its own: "Comment on <page>", linked to the comment on its page, the page as breadcrumb."""
-        rows = self.client.search(self._comments_cql(space, since), expand="body.storage,container,version",
-                                  limit=self.page_limit)
+        cql = self._comments_cql(space, since)
+        if only is not None:  # comment ids are numeric: ask for just those (bodies included)
+            ids = sorted(i for i in only if i.isdigit())
+            if not ids:
+                return
+            cql = cql.replace(" order by", f" and id in ({', '.join(ids)}) order by")
+        rows = self.client.search(cql, expand="body.storage,container,version", limit=self.page_limit)
         async for r in rows:
             if _container_id(r) not in containers or (only is not None and str(r["id"]) not in only):
                 continue
