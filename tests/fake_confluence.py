@@ -3,7 +3,9 @@
 It speaks the v1 REST wire format that ``connectors.confluence`` calls through atlassian-python-api:
 ``GET {context}/rest/api/content/search`` (CQL, expand, start/limit, ``_links.next``),
 ``GET {context}/rest/api/space/{key}``, ``GET {context}/rest/api/content/{id}`` and
-``GET {context}/rest/api/content/{id}/restriction/byOperation``. Anything else under the host answers
+``GET {context}/rest/api/content/{id}/restriction/byOperation``, and on Cloud REST v2's ``/api/v2/spaces``
+(by ``keys``), ``/api/v2/pages`` and ``/api/v2/blogposts`` (by ``id``/``space-id``, ``body-format=storage``,
+cursor paging). Anything else under the host answers
 a 404 HTML page, like a Cloud site asked for ``/rest/api`` without ``/wiki``.
 
 CQL subset: ``and``-joined clauses over ``space``, ``type``, ``ancestor``, ``label`` (``=``, ``!=``,
@@ -11,7 +13,8 @@ CQL subset: ``and``-joined clauses over ``space``, ``type``, ``ancestor``, ``lab
 ``order by lastmodified [asc|desc]``. Like Confluence, ``lastmodified`` literals are read in the
 server user's time zone (``tz_offset_min``) at minute precision. Unsupported CQL answers 400.
 
-Knobs: ``edit``/``add``/``delete``/``archive``/``restrict``/``set_labels``/``set_parent``; faults via
+Knobs: ``v1_retired`` (no v1 space endpoint), ``v1_bodies_retired`` (v1 search refuses body expansion),
+``v2_pages`` (False: no v2 page/blog post endpoints); ``edit``/``add``/``delete``/``archive``/``restrict``/``set_labels``/``set_parent``; faults via
 ``fail_next`` (status, count, headers: 429 + Retry-After, DC's throttling 403, 500...),
 ``fail_every`` (intermittent) and ``fail_search_containing`` (a results page holding a given page
 fails, as a crash mid-sync), ``slow_next`` (timeouts); ``api_calls`` counts every request, ``requests`` keeps their paths.
@@ -159,6 +162,10 @@ class FakeConfluence:
         self._search_fail: dict[str, int | None] = {}
         self._slow: list[float] = []
         self.v1_retired = False  # Cloud without REST v1's space endpoint (as Atlassian retires it)
+        self.v1_bodies_retired = False  # Cloud whose v1 search refuses ``expand=body.storage`` (bodies: REST v2)
+        self.v2_pages = True  # Cloud serves REST v2 ``/pages`` and ``/blogposts``
+        self.v2_page_cap = 250  # most results per REST v2 response (smaller: the cursor is followed)
+        self.on_request: Any = None  # called with each request's path and query before it is answered
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -172,6 +179,8 @@ class FakeConfluence:
         app.router.add_get(api + "/content/{id}/restriction/byOperation", self._restrictions)
         app.router.add_get(api + "/content/{id}", self._content)
         app.router.add_get(self.context + "/api/v2/spaces", self._spaces_v2)
+        app.router.add_get(self.context + "/api/v2/pages", self._contents_v2)
+        app.router.add_get(self.context + "/api/v2/blogposts", self._contents_v2)
         app.router.add_get(self.context + "/download/attachments/{pid}/{name}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -275,9 +284,12 @@ class FakeConfluence:
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self.api_calls += 1
         self.requests.append(request.path_qs)
+        if self.on_request is not None:
+            self.on_request(request.path_qs)
         if self._slow:
             await asyncio.sleep(self._slow.pop(0))
-        v2 = self.mode == "cloud" and request.path.startswith(self.context + "/api/v2/")
+        v2 = self.mode == "cloud" and request.path.startswith(self.context + "/api/v2/") and (
+            self.v2_pages or request.path.startswith(self.context + "/api/v2/spaces"))
         retired = self.v1_retired and request.path.startswith(self.context + "/rest/api/space")
         download = request.path.startswith(self.context + "/download/")
         if retired or not (v2 or download or request.path.startswith(self.context + "/rest/api/")):
@@ -360,6 +372,8 @@ class FakeConfluence:
     async def _search(self, request: web.Request) -> web.Response:
         cql = request.query.get("cql", "")
         expand = _expand(request.query.get("expand", ""))
+        if self.v1_bodies_retired and "body.storage" in expand:
+            return _json({"statusCode": 400, "message": "expand body.storage is not supported; use REST v2"}, 400)
         start = int(request.query.get("start", "0"))
         cap = 50 if "body.storage" in expand else 1000
         limit = max(1, min(int(request.query.get("limit", "25")), cap))
@@ -409,9 +423,48 @@ class FakeConfluence:
     async def _spaces_v2(self, request: web.Request) -> web.Response:
         keys = [k for k in request.query.get("keys", "").split(",") if k]
         found = sorted({p.space for p in self.pages.values() if p.space in keys})
-        return _json({"results": [{"id": str(abs(hash(k)) % 10**6), "key": k, "name": k, "type": "global",
+        return _json({"results": [{"id": _space_id(k), "key": k, "name": k, "type": "global",
                                    "status": "current", "_links": {"webui": f"/spaces/{k}"}} for k in found],
                       "_links": {"base": self.url}})
+
+    async def _contents_v2(self, request: web.Request) -> web.Response:
+        """REST v2 ``GET /pages`` and ``/blogposts``: ``id`` (comma-separated or repeated, at most 250),
+        ``space-id``, ``body-format=storage``, ``limit`` and an opaque ``cursor`` in ``_links.next``."""
+        kind = "blogpost" if request.path.endswith("/blogposts") else "page"
+        ids = [i for v in request.query.getall("id", []) for i in v.split(",") if i]
+        if len(ids) > 250:
+            return _json({"errors": [{"status": 400, "title": "BAD_REQUEST", "detail": "at most 250 ids"}]}, 400)
+        space_ids = set(request.query.get("space-id", "").split(",")) - {""}
+        rows = [p for p in sorted(self.pages.values(), key=lambda p: int(p.id) if p.id.isdigit() else 0)
+                if p.kind == kind and p.status == "current" and (not ids or p.id in ids)
+                and (not space_ids or _space_id(p.space) in space_ids)]
+        start = int(base64.urlsafe_b64decode(request.query["cursor"]).decode()) if "cursor" in request.query else 0
+        limit = max(1, min(int(request.query.get("limit", "25")), self.v2_page_cap))
+        window = rows[start:start + limit]
+        with_body = request.query.get("body-format") == "storage"
+        if with_body:
+            for p in window:
+                if p.id in self._search_fail:  # a crash while rendering a body, as in the v1 search
+                    return _json({"errors": [{"status": 500, "title": "INTERNAL_SERVER_ERROR"}]}, 500)
+        results = []
+        for p in window:
+            item: dict[str, Any] = {
+                "id": p.id, "status": p.status, "title": p.title, "spaceId": _space_id(p.space),
+                "parentId": p.parent, "authorId": "557058:bot",
+                "createdAt": BASE_TIME.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "version": {"number": p.version, "createdAt": p.when.isoformat(timespec="milliseconds")
+                            .replace("+00:00", "Z"), "message": "", "minorEdit": False},
+                "_links": {"webui": f"/spaces/{p.space}/pages/{p.id}", "tinyui": f"/x/{p.id}"},
+            }
+            if with_body:
+                item["body"] = {"storage": {"value": p.body, "representation": "storage"}}
+            results.append(item)
+        links: dict[str, str] = {"base": self.url}
+        if start + limit < len(rows):
+            cursor = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
+            query = {k: v for k, v in request.query.items() if k != "cursor"}
+            links["next"] = f"{self.context}/api/v2/{kind}s?" + urlencode({**query, "cursor": cursor})
+        return _json({"results": results, "_links": links})
 
     async def _space(self, request: web.Request) -> web.Response:
         key = request.match_info["key"]
@@ -548,6 +601,11 @@ def _expand(value: str) -> set[str]:
     parts = {v.strip() for v in value.split(",") if v.strip()}
     # expanding a nested path implies its parents, like Confluence does
     return parts | {".".join(p.split(".")[:i]) for p in parts for i in range(1, p.count(".") + 1)}
+
+
+def _space_id(key: str) -> str:
+    """A stable numeric space id (REST v2 addresses spaces by id)."""
+    return str(int(hashlib.sha1(key.encode()).hexdigest()[:8], 16))
 
 
 def _stamp(when: datetime, tz: timezone) -> str:

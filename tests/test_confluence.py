@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import unquote_plus
+from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 import pytest
 
@@ -173,7 +173,8 @@ def test_tracker_holds_checkpoint_at_first_retryable_failure_and_on_unstable_pag
 @pytest.mark.parametrize("mode", ["cloud", "dc"])
 async def test_full_sync_indexes_exactly_the_server_pages(mode: Literal["cloud", "dc"], index: EdgeIndex, store: Store) -> None:
     async with FakeConfluence(_pages(), mode=mode) as fc:
-        fc.v1_retired = mode == "cloud"  # Cloud without v1's space endpoint: the space check uses v2
+        # Cloud without v1's space endpoint and without bodies in v1 search: spaces and bodies come from REST v2
+        fc.v1_retired = fc.v1_bodies_retired = mode == "cloud"
         src = _source(fc)
         report = await _sync(src, index, store)
         assert await _ids(index) == fc.visible_ids()
@@ -181,8 +182,13 @@ async def test_full_sync_indexes_exactly_the_server_pages(mode: Literal["cloud",
         assert report.api_calls == fc.api_calls
         v2 = [r for r in fc.requests if r.startswith(fc.context + "/api/v2/spaces")]
         assert len(v2) == (len(_spaces(fc)) if mode == "cloud" else 0)
-        assert all(r.startswith(fc.context + "/rest/api/") for r in fc.requests if r not in v2)
+        bodies = [r for r in fc.requests if r.startswith(fc.context + "/api/v2/pages?")]
+        assert bool(bodies) is (mode == "cloud") and all("body-format=storage" in r for r in bodies)
+        assert all(r.startswith(fc.context + "/rest/api/") for r in fc.requests if r not in v2 + bodies)
         assert any("/rest/api/space/" in r for r in fc.requests) is (mode == "dc")
+        if mode == "cloud":  # every page body read once, through v2
+            assert sorted(i for r in bodies for i in parse_qs(urlsplit(r).query)["id"][0].split(",")) == \
+                sorted(fc.visible_ids())
         for space in _spaces(fc):
             cp = await store.get_checkpoint(src.source_key, space)
             assert cp is not None and parse_utc(cp) == _newest(fc, space)
@@ -560,6 +566,74 @@ async def test_index_write_failure_holds_checkpoint_and_rerun_converges(
     assert await _ids(index) == fake.visible_ids()
 
 
+async def test_cloud_cycles_read_no_body_of_a_page_indexed_at_its_version(index: EdgeIndex, store: Store) -> None:
+    async with FakeConfluence(_pages(), mode="cloud") as fc:
+        fc.v1_bodies_retired = True
+        src = _source(fc)
+        first = await _sync(src, index, store)
+        assert first.failed == []
+        fc.requests.clear()
+        quiet = await _sync(src, index, store)  # the overlap re-reads each space's newest page: at a known version
+        assert not [r for r in fc.requests if "/api/v2/pages?" in r]
+        assert quiet.unchanged >= len(_spaces(fc)) and quiet.added == quiet.updated == 0
+        space = _spaces(fc)[0]
+        edited = sorted(fc.visible_ids(space))[3]
+        fc.edit(edited, body=fc.pages[edited].body + "<p>An edit.</p>")
+        fc.requests.clear()
+        report = await _sync(src, index, store)
+        v2 = [parse_qs(urlsplit(r).query)["id"][0] for r in fc.requests if "/api/v2/pages?" in r]
+        assert v2 == [edited] and report.updated == 1
+
+
+async def test_a_page_failing_retryably_is_read_again_though_pages_after_it_are_known(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    ordered = sorted((p for p in fake.pages.values() if p.space == space), key=lambda p: p.when)
+    idx = FlakyIndex(index, {ordered[4].id})
+    src = _source(fake, spaces=(space,))
+    await _sync(src, idx, store)  # type: ignore[arg-type]
+    rerun = await _sync(src, idx, store)  # type: ignore[arg-type]
+    assert rerun.added == 1 and rerun.failed == []
+    assert rerun.pages_seen == 1  # the pages after it were indexed at their version: skipped, not re-ingested
+    assert await _ids(index) == fake.visible_ids(space)
+
+
+async def test_pages_that_come_into_scope_without_an_edit_are_indexed(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    secret, labelled = sorted(fake.visible_ids(space))[:2]
+    fake.restrict(secret, users=["hr-lead"])
+    fake.set_labels(labelled, ["draft"])
+    src = _source(fake, spaces=(space,), labels_exclude=["draft"])
+    await _sync(src, index, store)
+    assert not {secret, labelled} & await _ids(index)
+    fake.restrict(secret, users=())  # neither change makes a new version or moves lastmodified
+    fake.set_labels(labelled, [])
+    report = await _sync(src, index, store)
+    assert {secret, labelled} <= await _ids(index) and report.added == 2
+    assert await _ids(index) == fake.visible_ids(space)
+    assert (await _sync(src, index, store)).pages_seen <= 1  # nothing is fetched by id again
+
+
+async def test_a_page_that_cannot_be_converted_is_reported_once_per_version(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    empty = sorted(fake.visible_ids(space))[0]
+    fake.edit(empty, body="", when=fake.now() - timedelta(hours=1))
+    src = _source(fake, spaces=(space,))
+    first = await _sync(src, index, store)
+    assert [pid for pid, _ in first.failed] == [empty]
+    fake.requests.clear()
+    again = await _sync(src, index, store)
+    assert again.failed == [] and not [r for r in fake.requests if f"id in ({empty})" in unquote_plus(r)]
+    fake.edit(empty, body="<p>Now it has text.</p>")
+    fixed = await _sync(src, index, store)
+    assert fixed.failed == [] and empty in await _ids(index)
+
+
 # ---------------------------------------------------------------------- settings
 
 
@@ -583,7 +657,16 @@ def _include(name: str, title: str, space: str | None = None) -> str:
             f'<ac:link><ri:page ri:content-title="{title}"{key}/></ac:link></ac:parameter></ac:structured-macro>')
 
 
-async def test_include_excerpt_and_children_macros_show_what_a_reader_sees(fake: FakeConfluence) -> None:
+@pytest.fixture(params=["dc", "cloud"])
+async def site(request: pytest.FixtureRequest) -> AsyncIterator[FakeConfluence]:
+    """Data Center, or Cloud whose v1 search no longer expands bodies (they come from REST v2)."""
+    async with FakeConfluence(_pages(), mode=request.param) as fc:
+        fc.v1_bodies_retired = request.param == "cloud"
+        yield fc
+
+
+async def test_include_excerpt_and_children_macros_show_what_a_reader_sees(site: FakeConfluence) -> None:
+    fake = site
     space = _spaces(fake)[0]
     host, shared, faq, secret, child1, child2 = sorted(fake.visible_ids(space))[:6]
     fake.edit(shared, title="Shared escalation", body="<p>Escalate to the duty manager after 30 minutes.</p>"
@@ -611,7 +694,8 @@ async def test_include_excerpt_and_children_macros_show_what_a_reader_sees(fake:
     assert [p.body async for p in off.iter_ids(space, [host])] == [fake.pages[host].body]
 
 
-async def test_blog_posts_are_indexed_when_asked_for(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+async def test_blog_posts_are_indexed_when_asked_for(site: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+    fake = site
     space = _spaces(fake)[0]
     fake.add(FakePage(id="777001", title="Release party", space=space, body="<p>Friday at five.</p>",
                       when=fake.now(), kind="blogpost"))
@@ -621,6 +705,52 @@ async def test_blog_posts_are_indexed_when_asked_for(fake: FakeConfluence, index
     assert report.added == 1 and "777001" in await _ids(index)
     points = [pt async for pt in index.export_points(page_ids=["777001"])]
     assert points and points[0].evidence.breadcrumb[:1] == ("Blog",)
+    assert "Friday at five" in points[0].evidence.text
+    assert any("/api/v2/blogposts?" in r for r in fake.requests) is (fake.mode == "cloud")
+
+
+# ---------------------------------------------------------------------- Cloud: bodies through REST v2
+
+
+async def test_cloud_bodies_come_from_v2_in_chunks_of_250_following_the_cursor(store: Store) -> None:
+    async with FakeConfluence(synthetic_pages(260, spaces=("ENG",)), mode="cloud") as fc:
+        fc.v1_bodies_retired = True
+        fc.v2_page_cap = 100  # the site answers at most 100 per response: the client follows ``_links.next``
+        client = ConfluenceClient(fc.url, token=fc.token, user=fc.user)
+        ids = sorted(fc.visible_ids(), key=int)
+        bodies = await client.storage_bodies("page", [*ids, "not-a-number"])
+        assert bodies == {i: fc.pages[i].body for i in ids}
+        v2 = [parse_qs(urlsplit(r).query) for r in fc.requests if "/api/v2/pages" in r]
+        assert [len(q["id"][0].split(",")) for q in v2 if "cursor" not in q] == [250, 10]
+        assert sum("cursor" in q for q in v2) == 2  # 250 ids answered 100 at a time: two more requests
+        client.close()
+
+
+async def test_cloud_page_deleted_between_search_and_body_read_is_a_warning(index: EdgeIndex, store: Store) -> None:
+    async with FakeConfluence(_pages(), mode="cloud") as fc:
+        fc.v1_bodies_retired = True
+        space = _spaces(fc)[0]
+        victim = sorted(fc.visible_ids(space))[0]
+
+        def delete_before_bodies(path_qs: str) -> None:
+            if "/api/v2/pages?" in path_qs and victim in fc.pages:
+                fc.delete(victim)
+
+        fc.on_request = delete_before_bodies
+        report = await _sync(_source(fc, spaces=(space,)), index, store)
+        assert victim not in await _ids(index) and report.failed == []
+        assert [pid for pid, _ in report.warnings] == [victim]
+        assert await _ids(index) == fc.visible_ids(space)
+
+
+async def test_cloud_without_v2_pages_reads_bodies_through_v1(index: EdgeIndex, store: Store) -> None:
+    async with FakeConfluence(_pages(), mode="cloud") as fc:
+        fc.v2_pages = False  # an older site (or a proxy) that only passes v2's spaces endpoint
+        src = _source(fc)
+        report = await _sync(src, index, store)
+        assert await _ids(index) == fc.visible_ids() and report.failed == []
+        assert src.client.v2_bodies is False
+        assert sum("/api/v2/pages" in r for r in fc.requests) == 1  # tried once, then v1 for the rest
 
 
 async def test_pdf_and_markdown_attachments_are_indexed_with_their_page_and_leave_with_it(

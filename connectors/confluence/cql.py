@@ -25,7 +25,8 @@ from datetime import UTC, datetime, timedelta
 
 from pipeline.errors import InputError
 
-EXPAND_PAGE = "body.storage,version,ancestors,space,metadata.labels"
+EXPAND_META = "version,ancestors,space,metadata.labels"  # what REST v2 lists cannot give (ancestor titles, labels)
+EXPAND_PAGE = f"body.storage,{EXPAND_META}"
 EXPAND_RESTRICTIONS = "restrictions.read.restrictions.user,restrictions.read.restrictions.group"
 
 

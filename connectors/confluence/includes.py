@@ -9,26 +9,16 @@ it resolved includes now. Includes across spaces reach the includer when it is n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
+from connectors.confluence.state import load_row, save_row
 from pipeline.protocols import CheckpointStore
-
-
-def _key(space: str) -> str:
-    return f"__includes__:{space}"
 
 
 async def load_includes(store: CheckpointStore, source_key: str, space: str) -> dict[str, dict[str, str]]:
     """The space's includer -> {included: version time} map (empty when none was kept or it is unreadable)."""
-    raw = await store.get_checkpoint(source_key, _key(space))
-    try:
-        data = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): {str(i): str(t) for i, t in v.items()} for k, v in data.items() if isinstance(v, dict)}
+    data = await load_row(store, source_key, "includes", space)
+    return {k: {str(i): str(t) for i, t in v.items()} for k, v in data.items() if isinstance(v, dict)}
 
 
 async def save_includes(store: CheckpointStore, source_key: str, space: str, kept: dict[str, dict[str, str]],
@@ -40,5 +30,4 @@ async def save_includes(store: CheckpointStore, source_key: str, space: str, kep
             merged[page_id] = dict(shown)
         else:
             merged.pop(page_id, None)
-    if merged != kept:
-        await store.set_checkpoint(source_key, _key(space), json.dumps(merged, sort_keys=True))
+    await save_row(store, source_key, "includes", space, merged, before=kept)

@@ -17,8 +17,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from connectors.confluence.client import ConfluenceClient
-from connectors.confluence.cql import EXPAND_PAGE, EXPAND_RESTRICTIONS, pages_cql, quote, to_utc_iso
+from connectors.confluence.client import ConfluenceClient, storage_of
+from connectors.confluence.cql import (
+    EXPAND_META,
+    EXPAND_PAGE,
+    EXPAND_RESTRICTIONS,
+    pages_cql,
+    quote,
+    to_utc_iso,
+)
 from connectors.confluence.jira import JiraClient
 from connectors.confluence.macros import Linked, MacroResolver
 from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
@@ -32,6 +39,8 @@ class SourceStats:
     """What the source skipped on purpose or could not convert, for the sync report."""
 
     skipped_restricted: set[str] = field(default_factory=set)
+    known: set[str] = field(default_factory=set)  # re-read at a version already indexed: no body fetched
+    unusable: list[tuple[str, str | None]] = field(default_factory=list)  # (id, version time) that failed to convert
     failed: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
 
@@ -78,6 +87,7 @@ class ConfluenceSource:
         self.macros = MacroResolver(self._find_page, self._child_titles,
                                     jira.summaries if jira is not None else None) if resolve_macros else None
         self.stats = SourceStats()
+        self.known: dict[str, str] = {}  # page id -> version time indexed lately (the sync sets it per space)
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
 
     @property
@@ -114,8 +124,9 @@ class ConfluenceSource:
         return {str(r["id"]) for r in rows if not self._is_restricted(r, own)}
 
     async def iter_space(self, space: str, *, since: str | None = None) -> AsyncIterator[Page]:
-        """In-scope pages of ``space`` (modified since the ``since`` CQL bound), oldest edit first."""
-        async for page in self._iter_cql(space, self._cql(space, since=since)):
+        """In-scope pages of ``space`` (modified since the ``since`` CQL bound), oldest edit first. With ``since``,
+        pages at the version time ``known`` says is indexed are left out (no body read; ``stats.known``)."""
+        async for page in self._iter_cql(space, self._cql(space, since=since), skip_known=since is not None):
             yield page
 
     async def iter_ids(self, space: str, page_ids: Sequence[str], *, chunk: int = 100) -> AsyncIterator[Page]:
@@ -127,20 +138,56 @@ class ConfluenceSource:
             async for page in self._iter_cql(space, cql):
                 yield page
 
-    async def _iter_cql(self, space: str, cql: str) -> AsyncIterator[Page]:
-        expand = EXPAND_PAGE if self.include_restricted else f"{EXPAND_PAGE},{EXPAND_RESTRICTIONS}"
-        if not self.include_restricted and space not in self._restricted:
-            await self.list_space(space)
+    async def _iter_cql(self, space: str, cql: str, *, skip_known: bool = False) -> AsyncIterator[Page]:
+        """The pages ``cql`` selects, in its order. On Cloud the search carries only what REST v2 has no
+        equivalent for (the selection, ancestor titles, labels, read restrictions) and the bodies come from
+        REST v2 per results page (``ConfluenceClient.storage_bodies``); Data Center expands them in the search."""
+        expand = EXPAND_META if self.client.v2_bodies else EXPAND_PAGE
+        if not self.include_restricted:
+            expand = f"{expand},{EXPAND_RESTRICTIONS}"
+            if space not in self._restricted:
+                await self.list_space(space)
         own = self._restricted.get(space, set())
+        batch: list[dict[str, Any]] = []
         async for r in self.client.search(cql, expand=expand, limit=self.page_limit):
             pid = str(r.get("id", ""))
             if not self.include_restricted and self._is_restricted(r, own):
                 self.stats.skipped_restricted.add(pid)
                 continue
+            if skip_known and pid in self.known and self.known[pid] == version_time(r):
+                self.stats.known.add(pid)
+                continue
+            batch.append(r)
+            if len(batch) >= self.page_limit:
+                async for page in self._pages_of(batch):
+                    yield page
+                batch = []
+        async for page in self._pages_of(batch):
+            yield page
+
+    async def _pages_of(self, rows: list[dict[str, Any]]) -> AsyncIterator[Page]:
+        """``rows`` (search results) as pages, in order, with their bodies from REST v2 on Cloud."""
+        bare = [r for r in rows if storage_of(r) is None] if self.client.cloud else []
+        missing: set[str] = set()
+        if bare:
+            bodies: dict[str, str] = {}
+            for kind in ("page", "blogpost"):
+                ids = [str(r.get("id", "")) for r in bare if (r.get("type") or "page") == kind]
+                if ids:
+                    bodies |= await self.client.storage_bodies(kind, ids)
+            missing = {str(r.get("id", "")) for r in bare} - bodies.keys()
+            rows = [_with_body(r, bodies) if storage_of(r) is None else r for r in rows]
+        for r in rows:
+            pid = str(r.get("id", ""))
+            if pid in missing:  # no body served: deleted or moved since the search
+                self.stats.warnings.append((pid, "page not found when its body was read; the next sync "
+                                                 "removes or moves it"))
+                continue
             try:
                 page = to_page(r, self.client.url)
             except InputError as exc:
                 self.stats.failed.append((pid, str(exc)))
+                self.stats.unusable.append((pid, version_time(r)))
                 continue
             yield await self._with_macros(page)
 
@@ -241,8 +288,11 @@ class ConfluenceSource:
 
     async def _find_page(self, space: str, title: str) -> Linked | None:
         cql = f"space = {quote(space)} and type = page and title = {quote(title)}"
-        async for r in self.client.search(cql, expand=f"body.storage,version,{EXPAND_RESTRICTIONS}", limit=1):
-            body = str((((r.get("body") or {}).get("storage") or {}).get("value")) or "")
+        body_expand = "" if self.client.v2_bodies else "body.storage,"  # Cloud: the body from REST v2
+        async for r in self.client.search(cql, expand=f"{body_expand}version,{EXPAND_RESTRICTIONS}", limit=1):
+            if storage_of(r) is None:
+                r = _with_body(r, await self.client.storage_bodies("page", [str(r.get("id", ""))]))
+            body = storage_of(r) or ""
             when = ((r.get("version") or {}).get("when")) or None
             return Linked(str(r.get("id", "")), body, _has_read_restrictions(r), to_utc_iso(str(when)) if when else "")
         return None
@@ -277,6 +327,22 @@ class ConfluenceSource:
 
     def close(self) -> None:
         self.client.close()
+
+
+def version_time(r: dict[str, Any]) -> str | None:
+    """A search result's version time as ``Page.updated`` carries it (UTC ISO), or None."""
+    when = (r.get("version") or {}).get("when") if isinstance(r.get("version"), dict) else None
+    try:
+        return to_utc_iso(str(when)) if when else None
+    except InputError:
+        return None
+
+
+def _with_body(r: dict[str, Any], bodies: dict[str, str]) -> dict[str, Any]:
+    """A search result with the storage body REST v2 served for it (``body`` absent when none was)."""
+    body = bodies.get(str(r.get("id", "")))
+    return {**r, "body": {"storage": {"value": body, "representation": "storage"}}} if body is not None else \
+        {k: v for k, v in r.items() if k != "body"}
 
 
 def _container_id(r: dict[str, Any]) -> str:

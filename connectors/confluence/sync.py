@@ -29,6 +29,7 @@ from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
 from connectors.confluence.includes import load_includes, save_includes
 from connectors.confluence.source import ConfluenceSource, SourceStats
+from connectors.confluence.state import load_known, save_known
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.run import ingest_pages
 from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder
@@ -63,12 +64,16 @@ class _Tracker:
     """Remembers what was handed to ingest, in order, and whether fetching stopped early."""
 
     seen: list[tuple[str, str | None]] = field(default_factory=list)
+    extra: list[tuple[str, str | None]] = field(default_factory=list)  # read by id, outside the edit order
     fetch_error: RemoteError | None = None
 
-    async def wrap(self, pages: AsyncIterator[Page]) -> AsyncIterator[Page]:
+    async def wrap(self, pages: AsyncIterator[Page], *, order: bool = True) -> AsyncIterator[Page]:
+        """``pages``, remembered: in ``seen`` (they count for the checkpoint), or ``extra`` when not in edit
+        ``order``."""
+        into = self.seen if order else self.extra
         try:
             async for page in pages:
-                self.seen.append((page.id, page.updated))
+                into.append((page.id, page.updated))
                 yield page
         except RemoteError as exc:  # retries exhausted: stop here, keep what was ingested
             self.fetch_error = exc
@@ -141,6 +146,7 @@ async def sync_confluence(
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
+    report.unchanged += len(source.stats.known)
     report.api_calls = source.client.api_calls - calls0
     report.seconds = time.perf_counter() - t0
     return report
@@ -157,6 +163,9 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()
     includes = await load_includes(store, source.source_key, key)
+    listed = containers or set()
+    known = {pid: when for pid, when in (await load_known(store, source.source_key, key)).items() if pid in listed}
+    source.known = known if since else {}
     if source.macros is not None:
         source.macros.includes.clear()  # from here on: the pages of this space
     pages = _chain(tracker.wrap(source.iter_space(key, since=since)),
@@ -166,7 +175,9 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                    source.iter_comments(key, containers=containers or set(), since=since)
                    if source.comments else None,
                    _moved_extras(source, key, containers or set(), moved, since),
-                   _includers(source, key, tracker, includes))
+                   _includers(source, key, tracker, includes),
+                   tracker.wrap(_unindexed(source, key, tracker, index, listed - set(known)), order=False)
+                   if since else None)
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress)
     report.pages_seen += ing.pages_seen
@@ -184,6 +195,10 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
     new = tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
+    unsettled = blocking | {pid for pid, _ in source.stats.warnings}  # to be read again: not known
+    await save_known(store, source.source_key, key, known,
+                     [(pid, when) for pid, when in tracker.seen + tracker.extra + source.stats.unusable
+                      if pid not in unsettled and pid in listed], new)
     return new
 
 
@@ -245,6 +260,19 @@ async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
                    and any(inc in seen and (not when or seen[inc] != when) for inc, when in shown.items()))
     if stale:
         async for page in source.iter_ids(key, stale):
+            yield page
+
+
+async def _unindexed(source: ConfluenceSource, key: str, tracker: _Tracker, index: Index,
+                     candidates: set[str]) -> AsyncIterator[Page]:
+    """Last: the in-scope pages that are neither indexed nor were read this run nor were settled at their current
+    version by an earlier one: pages whose read restriction was lifted, that gained an included label or came
+    under the configured ancestor; none of that changes ``lastmodified``. Fetched by id."""
+    seen = {pid for pid, _ in tracker.seen}
+    indexed = await index.page_spaces()
+    wanted = sorted(pid for pid in candidates - seen if pid not in indexed)
+    if wanted:
+        async for page in source.iter_ids(key, wanted):
             yield page
 
 
