@@ -1,11 +1,11 @@
-"""Pages from local files: ConfQuestions-shaped JSON, Confluence HTML exports, Markdown, text and PDF.
+"""Pages from local files: ConfQuestions-shaped JSON, Confluence HTML exports, Markdown, text, PDF and Word (.docx).
 
 This is the offline way into evident (the bundled sample space, benchmark documents, a space
 exported from Confluence). Bad files are skipped and listed in ``failures`` instead of aborting the
 whole ingest, because one broken export file should not block a space of hundreds. In a JSON file
 holding a list of pages, each page stands alone: ``file.json[3]`` names the one that failed.
 
-Pages made from a file (HTML, Markdown, text, PDF) are identified by their path relative to the folder read,
+Pages made from a file (HTML, Markdown, text, PDF, Word) are identified by their path relative to the folder read,
 and cite ``base_url`` + that path when a base URL is given (where the files are published), else the
 ``file://`` URL. ``origins`` maps each page read to its file and ``read_files`` lists the files read in full,
 so the caller can tell which indexed pages of the folder are gone (``connectors.local_ingest``).

@@ -1,4 +1,4 @@
-"""Hand-built PDFs for tests (no PDF writer among the dependencies): one page, Helvetica text, a valid xref."""
+"""Documents for tests: hand-built PDFs (one page, Helvetica text, a valid xref) and Word files from python-docx."""
 
 from __future__ import annotations
 
@@ -32,3 +32,23 @@ def minimal_pdf(lines: list[str], title: str | None = None) -> bytes:
     info = b" /Info %d 0 R" % len(objs) if title is not None else b""
     out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, info, xref)
     return bytes(out)
+
+
+def word_document() -> bytes:
+    """A real .docx written by python-docx: title, heading, paragraph, bullet list and a table."""
+    import io
+
+    from docx import Document
+
+    doc = Document()
+    doc.core_properties.title = "On-call handbook"
+    doc.add_heading("Escalation", level=1)
+    doc.add_paragraph("Page the <duty> manager after 30 minutes.")
+    doc.add_paragraph("check the dashboard", style="List Bullet")
+    doc.add_paragraph("open an incident", style="List Bullet")
+    table = doc.add_table(rows=2, cols=2)
+    for (r, c), text in {(0, 0): "Service", (0, 1): "Owner", (1, 0): "billing", (1, 1): "Alice"}.items():
+        table.cell(r, c).text = text
+    out = io.BytesIO()
+    doc.save(out)
+    return out.getvalue()

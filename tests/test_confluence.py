@@ -35,7 +35,7 @@ from tests.fake_confluence import (
     load_pages,
     synthetic_pages,
 )
-from tests.pdf_maker import minimal_pdf
+from tests.pdf_maker import minimal_pdf, word_document
 
 SPACES = ("~cclark", "DC")
 
@@ -775,6 +775,17 @@ async def test_pdf_and_markdown_attachments_are_indexed_with_their_page_and_leav
     del fake.pages["att9002"]  # the attachment is deleted: it leaves the index
     again = await _sync(src, index, store)
     assert again.deleted == 1 and "att9002" not in await _ids(index) and "att9001" in await _ids(index)
+
+
+async def test_word_attachments_are_indexed_with_their_tables(fake: FakeConfluence, index: EdgeIndex,
+                                                              store: Store) -> None:
+    host = sorted(fake.visible_ids(_spaces(fake)[0]))[0]
+    fake.attach("att9101", host, "oncall.docx", word_document(),
+                media_type="application/vnd.openxmlformats-officedocument.wordprocessingml.document")
+    report = await _sync(_source(fake, attachments=True), index, store)
+    assert report.failed == [] and "att9101" in await _ids(index)
+    texts = [pt.evidence.text async for pt in index.export_points(page_ids=["att9101"])]
+    assert any("Owner is Alice" in t for t in texts)
 
 
 async def test_comments_are_indexed_under_their_page_when_asked_for(fake: FakeConfluence, index: EdgeIndex,

@@ -1,4 +1,4 @@
-"""Local folders beyond exports: Markdown, text and PDF files, citable URLs, and deleted files leaving the index."""
+"""Local folders beyond exports: Markdown, text, PDF and Word files, citable URLs, and deleted files leaving the index."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from helpers import CLI_ISOLATE
-from pdf_maker import minimal_pdf
+from pdf_maker import minimal_pdf, word_document
 
 from connectors.local import LocalFolderConnector
 from connectors.local_ingest import ingest_folders
@@ -54,6 +54,36 @@ async def test_markdown_text_and_pdf_become_pages_with_evidence(tmp_path: Path) 
     assert lines == ["First paragraph still first.", "Second paragraph."]  # paragraphs at blank lines
     pdf = page_to_evidence(pages["VPN guide"], IngestOptions())  # type: ignore[arg-type]
     assert any("vpn2.example.com" in e.text and e.headings == ("Page 1",) for e in pdf)
+
+
+async def test_word_documents_become_pages_with_headings_lists_and_rows(tmp_path: Path) -> None:
+    (tmp_path / "oncall.docx").write_bytes(word_document())
+    src, pages = await _pages(tmp_path)
+    assert list(pages) == ["On-call handbook"] and src.failures == []
+    evidence = page_to_evidence(pages["On-call handbook"], IngestOptions())  # type: ignore[arg-type]
+    by_kind = {e.kind: e for e in evidence}
+    assert {"passage", "list", "table", "row"} <= set(by_kind)
+    assert by_kind["passage"].headings == ("Escalation",)
+    assert "Page the <duty> manager after 30 minutes." in by_kind["passage"].text  # text, not markup
+    assert "check the dashboard" in by_kind["list"].text and "open an incident" in by_kind["list"].text
+    assert any("Owner is Alice" in e.text for e in evidence)
+
+
+async def test_word_documents_that_are_broken_or_bombs_are_refused_by_name(tmp_path: Path) -> None:
+    import zipfile
+
+    (tmp_path / "broken.docx").write_bytes(b"PK\x03\x04 not a zip")
+    with zipfile.ZipFile(tmp_path / "bomb.docx", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("word/document.xml", b"<" + b"a" * (65 * 2**20))  # 65 MiB of text, a few KB packed
+    with zipfile.ZipFile(tmp_path / "notword.docx", "w") as z:
+        z.writestr("hello.txt", "a zip, but no Word document inside")
+    (tmp_path / "ok.md").write_text("# Fine\n\ntext\n")
+    src, pages = await _pages(tmp_path)
+    assert list(pages) == ["Fine"]
+    reasons = {Path(where).name: why for where, why in src.failures}
+    assert reasons["broken.docx"] == "not a Word document (not a zip archive)"
+    assert reasons["bomb.docx"].startswith("the Word document unpacks to")
+    assert reasons["notword.docx"].startswith("cannot read the Word document")
 
 
 async def test_unreadable_documents_are_reported_one_line_each(tmp_path: Path) -> None:

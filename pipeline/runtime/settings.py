@@ -226,7 +226,7 @@ class Settings:
     confluence_blog_posts: bool = _f(False, "CONFLUENCE_BLOG_POSTS",
                                      "Index the spaces' blog posts too (their evidence shows 'Blog' as breadcrumb).")
     confluence_attachments: bool = _f(False, "CONFLUENCE_ATTACHMENTS",
-                                      "Index PDF, Markdown and text attachments of the synced pages (their page "
+                                      "Index PDF, Word (.docx), Markdown and text attachments of the synced pages (their page "
                                       "as breadcrumb).")
     confluence_max_attachment_bytes: int = _f(20 * 2**20, "CONFLUENCE_MAX_ATTACHMENT_BYTES",
                                               "Larger attachments are reported, not downloaded.", min=1)
