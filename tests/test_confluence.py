@@ -850,6 +850,31 @@ async def test_an_included_page_edit_reaches_its_includers_at_the_next_sync(fake
     assert not _fetched_by_id(fake.requests[calls:], host)
 
 
+async def test_an_included_page_edit_in_another_synced_space_reaches_its_includer(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    first, second = _spaces(fake)[:2]  # synced in this order: the includer's space comes first
+    host = sorted(fake.visible_ids(first))[0]
+    shared = sorted(fake.visible_ids(second))[0]
+    now = fake.now()
+    fake.edit(shared, title="Shared escalation", body="<p>Escalate to the night shift lead.</p>",
+              when=now - timedelta(days=1))
+    fake.edit(host, body="<p>How we escalate:</p>" + _include("include", "Shared escalation", second),
+              when=now - timedelta(days=1))
+    src = _source(fake, spaces=(first, second))
+    await _sync(src, index, store)
+    fake.edit(shared, body="<p>Escalate to the on-call manager.</p>", when=now + timedelta(hours=1))
+    await _sync(src, index, store)  # the included page is re-indexed in its own space, after the host's
+    calls = len(fake.requests)
+    await _sync(src, index, store)  # the host's space now sees the newer version there
+    assert _fetched_by_id(fake.requests[calls:], host)
+    [after] = [pt.evidence.text async for pt in index.export_points(page_ids=[host])]
+    assert "on-call manager" in after and "night shift" not in after
+    calls = len(fake.requests)
+    await _sync(src, index, store)  # and only once
+    assert not _fetched_by_id(fake.requests[calls:], host)
+
+
 def _fetched_by_id(requests: list[str], page_id: str) -> bool:
     return any(f"id in ({page_id})" in unquote_plus(r) for r in requests)
 

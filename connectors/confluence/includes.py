@@ -4,7 +4,8 @@ An included page's edit changes what its includers show, but not their own versi
 an incremental sync would never fetch them. The map (includer id -> {included id: version time shown}, per
 space) is kept in the checkpoint store row ``__includes__:<space>`` as JSON; each sync re-fetches the
 includers showing an older version of a page it fetched (``sync._includers``) and records what every page
-it resolved includes now. Includes across spaces reach the includer when it is next fetched.
+it resolved includes now. An included page of another synced space counts by the version that space
+indexed lately (its known versions, ``connectors.confluence.state``).
 """
 
 from __future__ import annotations

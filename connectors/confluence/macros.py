@@ -74,6 +74,11 @@ class MacroResolver:
     includes: dict[str, dict[str, str]] = field(default_factory=dict)
     _root: str = ""  # the page being resolved
 
+    def new_run(self) -> None:
+        """Forget the pages looked up so far: each sync run sees the included pages as they are now."""
+        self._pages.clear()
+        self.includes.clear()
+
     async def resolve(self, body: str, *, page_id: str, space: str) -> str:
         """``body`` with its include, excerpt-include and children macros replaced by what they show."""
         budget = [MAX_MACROS]

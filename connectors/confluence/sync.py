@@ -118,6 +118,8 @@ async def sync_confluence(
     for key in keys:
         await _check_space(source, store, key, again=full)
     source.stats = SourceStats()  # counts are per run
+    if source.macros is not None:
+        source.macros.new_run()
 
     listings: dict[str, set[str]] = {}
     pages_of: dict[str, set[str]] = {}  # space -> its in-scope page ids (the containers of its attachments)
@@ -136,13 +138,15 @@ async def sync_confluence(
         await index.delete_pages(gone)
         report.deleted = len(gone)
 
+    known = {key: await load_known(store, source.source_key, key) for key in listings}
     for key in keys:
         if key not in listings:
             continue
+        elsewhere = {pid: when for other, versions in known.items() if other != key for pid, when in versions.items()}
         report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
                                                     sparse=sparse, store=store, options=options, full=full,
                                                     progress=progress, report=report, moved=moved.get(key, []),
-                                                    zone=zone, containers=pages_of[key])
+                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere)
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
@@ -155,7 +159,7 @@ async def sync_confluence(
 async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embedder: Embedder, sparse: SparseEncoder,
                       store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
                       report: SyncReport, moved: Sequence[str] = (), zone: int | None = None,
-                      containers: set[str] | None = None) -> str | None:
+                      containers: set[str] | None = None, elsewhere: dict[str, str] | None = None) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
     outside the checkpoint's reckoning); returns the new checkpoint (what it may advance to: never past a
     page that failed in a way a retry can fix)."""
@@ -175,7 +179,7 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                    source.iter_comments(key, containers=containers or set(), since=since)
                    if source.comments else None,
                    _moved_extras(source, key, containers or set(), moved, since),
-                   _includers(source, key, tracker, includes),
+                   _includers(source, key, tracker, includes, elsewhere or {}),
                    tracker.wrap(_unindexed(source, key, tracker, index, listed - set(known)), order=False)
                    if since else None)
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
@@ -252,12 +256,20 @@ async def _moved_extras(source: ConfluenceSource, key: str, containers: set[str]
 
 
 async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
-                     includes: dict[str, dict[str, str]]) -> AsyncIterator[Page]:
-    """After the changed pages: the pages showing an older version of one of them (same space), fetched again so
-    the included text is current. Runs last, when ``tracker`` has seen every changed page."""
+                     includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
+    """After the changed pages: the pages showing an older version of one of them, fetched again so the included
+    text is current. Runs last, when ``tracker`` has seen every changed page. Included pages of other synced
+    spaces count by the version those spaces indexed lately (``elsewhere``: their known versions as this run
+    began), so their edits reach the includer at this space's next sync after theirs."""
     seen = {pid: updated or "" for pid, updated in tracker.seen}
+
+    def changed(inc: str, when: str) -> bool:
+        if inc in seen:
+            return not when or seen[inc] != when
+        return bool(when) and inc in elsewhere and elsewhere[inc] != when
+
     stale = sorted(pid for pid, shown in includes.items() if pid not in seen
-                   and any(inc in seen and (not when or seen[inc] != when) for inc, when in shown.items()))
+                   and any(changed(inc, when) for inc, when in shown.items()))
     if stale:
         async for page in source.iter_ids(key, stale):
             yield page
