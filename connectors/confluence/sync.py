@@ -121,17 +121,7 @@ async def sync_confluence(
     if source.macros is not None:
         source.macros.new_run()
 
-    listings: dict[str, set[str]] = {}
-    pages_of: dict[str, set[str]] = {}  # space -> its in-scope page ids (the containers of its attachments)
-    for key in keys:
-        try:
-            pages_of[key] = listings[key] = await source.list_space(key)
-            if source.attachments:
-                listings[key] = listings[key] | await source.list_attachments(key, containers=pages_of[key])
-            if source.comments:
-                listings[key] = listings[key] | await source.list_comments(key, containers=pages_of[key])
-        except RemoteError as exc:
-            report.failed.append((f"space:{key}", f"listing failed, space skipped: {exc}"))
+    listings, pages_of = await _list_spaces(source, keys, report)
     zone = await _site_zone(source, store, listings, report) if not full else None
     gone, moved = gone_and_moved(await index.page_spaces(), listings)
     if gone:
@@ -154,6 +144,24 @@ async def sync_confluence(
     report.api_calls = source.client.api_calls - calls0
     report.seconds = time.perf_counter() - t0
     return report
+
+
+async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
+                       report: SyncReport) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Per space: every in-scope id (pages, and attachments and comments when synced), and the page ids alone
+    (the containers of its attachments and comments). A space whose listing fails is reported and left out."""
+    listings: dict[str, set[str]] = {}
+    pages_of: dict[str, set[str]] = {}
+    for key in keys:
+        try:
+            pages_of[key] = listings[key] = await source.list_space(key)
+            if source.attachments:
+                listings[key] = listings[key] | await source.list_attachments(key, containers=pages_of[key])
+            if source.comments:
+                listings[key] = listings[key] | await source.list_comments(key, containers=pages_of[key])
+        except RemoteError as exc:
+            report.failed.append((f"space:{key}", f"listing failed, space skipped: {exc}"))
+    return listings, pages_of
 
 
 async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embedder: Embedder, sparse: SparseEncoder,
