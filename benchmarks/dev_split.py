@@ -8,7 +8,7 @@ from typing import Any
 
 from connectors.local import LocalFolderConnector
 from pipeline.evaluation.data import QATurn, load_conversations
-from pipeline.evaluation.index_cache import open_eval_index
+from pipeline.evaluation.index_cache import eval_expander, open_eval_index
 from pipeline.runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,9 +19,12 @@ def add_dev_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--documents", type=Path, default=REPO.parent / "shared/confquestions/documents")
 
 
-async def open_dev(args: argparse.Namespace, settings: Settings) -> tuple[list[list[QATurn]], Any, Any, Any]:
-    """The dev conversations and the (cached) index of the documents: conversations, index, embedder, sparse."""
+async def open_dev(args: argparse.Namespace,
+                   settings: Settings) -> tuple[list[list[QATurn]], Any, Any, Any, Any]:
+    """The dev conversations and the (cached) index of the documents: conversations, index, embedder, sparse, and
+    the keyword expander over the index's vocabulary (None when expansion is off)."""
     docs = args.documents.resolve()
     index, embedder, sparse, _ = await open_eval_index(
         settings, str(docs), lambda: LocalFolderConnector([docs]).iter_pages(), progress=False)
-    return load_conversations(args.questions), index, embedder, sparse
+    expander = eval_expander(settings, str(docs), embedder, sparse)
+    return load_conversations(args.questions), index, embedder, sparse, expander

@@ -72,12 +72,12 @@ async def main() -> None:
     values = [parse(field, v) for v in raw_values.split(",")]
     fixed = {k: parse(k, v) for k, _, v in (p.partition("=") for p in filter(None, args.set.split(";")))}
     settings = Settings.load()
-    convs, index, embedder, sparse = await open_dev(args, settings)
+    convs, index, embedder, sparse, expander = await open_dev(args, settings)
     try:
         base = dataclasses.replace(retrieval_config(settings), **fixed)
         results = {v: await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse,
                                                config=dataclasses.replace(base, **{field: v}),
-                                               strategy=settings.query_strategy)
+                                               strategy=settings.query_strategy, expander=expander)
                    for v in values}
     finally:
         await index.close()

@@ -50,7 +50,7 @@ async def main() -> None:
     ap.add_argument("--query", default="completed,conversational")
     args = ap.parse_args()
     settings = Settings.load()
-    convs, index, embedder, sparse = await open_dev(args, settings)
+    convs, index, embedder, sparse, expander = await open_dev(args, settings)
     try:
         base = retrieval_config(settings)
         wanted = set(filter(None, args.only.split(",")))
@@ -59,7 +59,7 @@ async def main() -> None:
                 continue
             results = await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
                                                langs=("en", "de"), query_types=tuple(args.query.split(",")),
-                                               strategy=strategy)
+                                               strategy=strategy, expander=expander)
             rep = summarize(results)
             cells = " ".join(f"{r['query'][:4]}-{r['lang']}={r['p_at_1']:.3f}" for r in rep["rows"])
             avgs = " ".join(f"{a['query'][:4]}-avg={a['p_at_1']:.3f}" for a in rep.get("averages", []))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from connectors.local import LocalFolderConnector
 from pipeline.errors import InputError
-from pipeline.factory import drop_index, ingest_options, make_store, open_stack
+from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
 from pipeline.ingest.run import IngestReport, ingest_pages
 from pipeline.protocols import Index, SourceConnector
 from pipeline.runtime.settings import Settings
@@ -59,7 +59,8 @@ async def ingest_source(settings: Settings, source: SourceConnector, *, progress
     embedder, sparse, index = await open_stack(settings)
     try:
         report = await ingest_pages(all_pages(), index=index, embedder=embedder, sparse=sparse,
-                                    options=ingest_options(settings), progress=progress)
+                                    options=ingest_options(settings), progress=progress,
+                                    vocabulary=vocabulary_path(settings))
         if then is not None:
             await then(index)
         return report

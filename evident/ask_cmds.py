@@ -51,6 +51,8 @@ def _print_trace(result: Any) -> None:
         click.echo(f"retrieval query:    {r.query}")
         click.echo(f"confidence:         {r.confidence or 'n/a'} (how many rankers' first evidence is on the "
                    "fused first page: high 2, medium 1, low 0)")
+        if r.expansions:
+            click.echo("keyword expansion:  " + ", ".join(f"{w} -> {t} ({sim:.2f})" for w, t, sim in r.expansions))
         for name, hits in (("lexical", r.lexical), ("dense", r.dense), ("fused", r.hits)):
             click.echo(f"{name}:")
             for h in hits:

@@ -41,7 +41,7 @@ def _run_with_engine(settings: Settings, documents: Path, body: Callable[[Any], 
         index, embedder, sparse, _ = await open_eval_index(settings, documents_key, page_source(documents))
         try:
             engine = await eval_engine(settings, index=index, embedder=embedder, sparse=sparse,
-                                       store_path=store_path)
+                                       store_path=store_path, documents_key=documents_key)
         except BaseException:
             await index.close()
             raise

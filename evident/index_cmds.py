@@ -59,7 +59,7 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
 
 async def _search(settings: Settings, query: str, k: int, mode: str | None) -> Any:
     from pipeline.answer.retrieve import retrieve
-    from pipeline.factory import make_reranker_from, open_stack, retrieval_config
+    from pipeline.factory import make_expander_from, make_reranker_from, open_stack, retrieval_config
 
     embedder, sparse, index = await open_stack(settings, require_index=True)
     try:
@@ -67,7 +67,8 @@ async def _search(settings: Settings, query: str, k: int, mode: str | None) -> A
         if mode:
             cfg = replace(cfg, mode=mode)  # type: ignore[arg-type]  # click.Choice guarantees the literal
         return await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=cfg,
-                              reranker=make_reranker_from(settings))
+                              reranker=make_reranker_from(settings),
+                              expander=make_expander_from(settings, embedder, sparse))
     finally:
         await index.close()
 

@@ -7,6 +7,7 @@ what it uses.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.runtime.settings import CONTEXT_ITEMS, Settings
 
 if TYPE_CHECKING:
+    from pipeline.models.vocabulary import KeywordExpander
     from pipeline.store import Store
 
 
@@ -64,7 +66,34 @@ def retrieval_config(settings: Settings) -> RetrievalConfig:
         continuity_boost=settings.continuity_boost,
         page_aggregation=settings.page_aggregation,
         prf_docs=settings.prf_docs,
+        keyword_weight=settings.keyword_weight,
+        keyword_min_similarity=settings.keyword_min_similarity,
     )
+
+
+def vocabulary_path(settings: Settings, index_dir: Path | None = None) -> Path | None:
+    """Where the keyword-expansion vocabulary of the configured index lives (``<data dir>/vocabulary/``), or
+    None when expansion is off or the sparse encoder is not BM25."""
+    if settings.keyword_weight <= 0 or settings.sparse_encoder.strip() != "bm25":
+        return None
+    if settings.qdrant_url:
+        name = f"qdrant-{settings.collection}"
+    else:
+        where = str(Path(index_dir or settings.resolved_index_dir).resolve())
+        name = f"edge-{hashlib.sha1(where.encode()).hexdigest()[:12]}"
+    return Path(settings.data_dir) / "vocabulary" / f"{name}.npz"
+
+
+def make_expander_from(settings: Settings, embedder: Embedder, sparse: SparseEncoder,
+                       index_dir: Path | None = None) -> KeywordExpander | None:
+    """The keyword expander over the index's vocabulary (None when expansion is off)."""
+    from pipeline.models.sparse import Bm25Encoder
+    from pipeline.models.vocabulary import KeywordExpander
+
+    path = vocabulary_path(settings, index_dir)
+    if path is None or not isinstance(sparse, Bm25Encoder):
+        return None
+    return KeywordExpander(path, embedder, sparse)
 
 
 def make_embedder_from(settings: Settings, *, cache: bool = True) -> Embedder:
@@ -150,8 +179,15 @@ async def _open_index(settings: Settings, index_dir: Path | None, embedder: Embe
 
 
 async def drop_index(settings: Settings, index_dir: Path | None = None) -> None:
-    """Delete the configured index (``--rebuild``), whatever embedder built it; it is created again on open."""
+    """Delete the configured index (``--rebuild``), whatever embedder built it; it is created again on open.
+    Its keyword-expansion vocabulary goes with it."""
     await make_index_from(settings, index_dir).drop()
+    path = vocabulary_path(settings.replace(keyword_weight=max(settings.keyword_weight, 1.0)), index_dir)
+    if path is not None:
+        from pipeline.models.vocabulary import TermCounts
+
+        for leftover in (path, TermCounts.path_for(path)):
+            await asyncio.to_thread(leftover.unlink, missing_ok=True)
 
 
 def embedder_recipe(embedder: Embedder, sparse: SparseEncoder) -> dict[str, Any]:
@@ -280,6 +316,7 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
             reranker=make_reranker_from(settings),
             metrics=metrics,
             options=options,
+            expander=make_expander_from(settings, embedder, sparse, index_dir),
         )
     except BaseException:
         await index.close()

@@ -73,6 +73,14 @@ def test_search_prints_ranked_hits_and_json(data_dir: Path) -> None:
     assert scores == sorted(scores, reverse=True)
 
 
+def test_ask_trace_shows_keyword_expansion_of_words_the_pages_never_use(data_dir: Path) -> None:
+    result = invoke(data_dir, "ask", "--trace", "What is the rollbak command?")
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("keyword expansion:"))
+    assert "rollbak -> rollback" in line  # a typo: BM25 alone would match nothing
+    assert "kestrel rollback" in result.stdout.split("fused:")[1].split("\n   2.")[0]
+
+
 def test_index_stats(data_dir: Path) -> None:
     result = invoke(data_dir, "index", "stats")
     assert result.exit_code == 0, result.output

@@ -8,7 +8,7 @@ from typing import Protocol
 from connectors.confluence.sync import SyncReport, sync_confluence
 from connectors.factory import make_confluence_source
 from pipeline.errors import ConfigError
-from pipeline.factory import drop_index, ingest_options, make_store, open_stack
+from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.runtime.settings import Settings
 from pipeline.store import Store
@@ -46,7 +46,7 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
             report = await sync_confluence(
                 source=source, index=engine.index, embedder=engine.embedder, sparse=engine.sparse,
                 store=engine.store, options=ingest_options(settings), full=full,
-                spaces=list(spaces) if spaces else None, progress=progress,
+                spaces=list(spaces) if spaces else None, progress=progress, vocabulary=vocabulary_path(settings),
             )
             await engine.store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
             return report
@@ -58,7 +58,7 @@ async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bo
             report = await sync_confluence(
                 source=source, index=index, embedder=embedder, sparse=sparse, store=store,
                 options=ingest_options(settings), full=full, spaces=list(spaces) if spaces else None,
-                progress=progress,
+                progress=progress, vocabulary=vocabulary_path(settings),
             )
             await store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
             return report

@@ -18,11 +18,13 @@ shifts offsets and may hide another page), the checkpoint is not advanced at all
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from connectors.confluence.clock import site_zone
@@ -32,6 +34,7 @@ from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.run import ingest_pages
+from pipeline.models.vocabulary import TermCounts
 from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder
 from pipeline.types import Page
 
@@ -103,8 +106,11 @@ async def sync_confluence(
     full: bool = False,
     spaces: Sequence[str] | None = None,
     progress: bool = False,
+    vocabulary: Path | None = None,
 ) -> SyncReport:
-    """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints.
+    """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints. ``vocabulary``: the
+    keyword-expansion vocabulary to keep up to date; while it has no word counts yet, the run reads every page
+    (as ``full``) so that the unchanged ones are counted too.
 
     Raises ``NotFoundError``/``AuthError``/``UnreachableError`` up front for a wrong space key, bad
     credentials or base URL; later per-page and per-space failures are reported, not raised.
@@ -115,6 +121,8 @@ async def sync_confluence(
     if not keys:
         raise ConfigError("no Confluence spaces to sync: set CONFLUENCE_SPACES")
     report = SyncReport()
+    first_count = vocabulary is not None and not await asyncio.to_thread(TermCounts.path_for(vocabulary).exists)
+    full = full or first_count
     for key in keys:
         await _check_space(source, store, key, again=full)
     source.stats = SourceStats()  # counts are per run
@@ -136,7 +144,8 @@ async def sync_confluence(
         report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
                                                     sparse=sparse, store=store, options=options, full=full,
                                                     progress=progress, report=report, moved=moved.get(key, []),
-                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere)
+                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere,
+                                                    vocabulary=(vocabulary, first_count))
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
@@ -167,7 +176,8 @@ async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
 async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embedder: Embedder, sparse: SparseEncoder,
                       store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
                       report: SyncReport, moved: Sequence[str] = (), zone: int | None = None,
-                      containers: set[str] | None = None, elsewhere: dict[str, str] | None = None) -> str | None:
+                      containers: set[str] | None = None, elsewhere: dict[str, str] | None = None,
+                      vocabulary: tuple[Path | None, bool] = (None, False)) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
     outside the checkpoint's reckoning); returns the new checkpoint (what it may advance to: never past a
     page that failed in a way a retry can fix)."""
@@ -191,7 +201,7 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                    tracker.wrap(_unindexed(source, key, tracker, index, listed - set(known)), order=False)
                    if since else None)
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
-                             progress=progress)
+                             progress=progress, vocabulary=vocabulary[0], count_unchanged=vocabulary[1])
     report.pages_seen += ing.pages_seen
     report.added += ing.added
     report.updated += ing.updated

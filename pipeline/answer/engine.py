@@ -43,6 +43,7 @@ from pipeline.errors import (
     RemoteError,
 )
 from pipeline.ingest.contextualize import contextualize, prompt_text
+from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import LLM, Embedder, Index, PromptScorer, Reranker, SparseEncoder
 from pipeline.runtime.logcontext import new_turn_ref
 from pipeline.runtime.metrics import Metrics, error_kind
@@ -90,6 +91,7 @@ class Engine:
         reranker: Reranker | None = None,
         options: EngineOptions | None = None,
         metrics: Metrics | None = None,
+        expander: KeywordExpander | None = None,
     ) -> None:
         self.index = index
         self.embedder = embedder
@@ -99,6 +101,7 @@ class Engine:
         self.retrieval = retrieval
         self.llm = llm
         self.reranker = reranker
+        self.expander = expander
         self.options = options or EngineOptions()
         self.metrics = metrics or Metrics()  # `evident serve` passes the one it exports on /metrics
 
@@ -165,7 +168,7 @@ class Engine:
             retrieved = await retrieve(
                 plan.retrieval_query, index=self.index, embedder=self.embedder, sparse=self.sparse,
                 config=self.retrieval, reranker=self.reranker, spaces=spaces, trace=trace,
-                context_pages=plan.context_pages,
+                context_pages=plan.context_pages, expander=self.expander,
             )
             timings.update({f"{k}_ms": v for k, v in retrieved.timings_ms.items()})
             hits = adaptive_hits(retrieved.hits, retrieved.confidence, self.options.confident_k)

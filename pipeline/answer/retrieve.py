@@ -13,6 +13,7 @@ from typing import Literal
 
 from pipeline.answer.confidence import Confidence, confidence_of
 from pipeline.answer.hub import hub_rerank, rescore
+from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
 from pipeline.types import Hit, RetrievalMode, SearchRequest, SparseVector
 
@@ -54,6 +55,10 @@ class RetrievalConfig:
     continuity_boost: float = 0.0
     # Confidence (``pipeline.answer.confidence``): one extra top-1 search per ranker (hybrid mode only).
     confidence: bool = True
+    # Keyword expansion (``pipeline.models.vocabulary``): each query word the corpus never uses adds its nearest
+    # corpus word (cosine >= keyword_min_similarity) to the lexical query at this weight; 0 = off.
+    keyword_weight: float = 0.0
+    keyword_min_similarity: float = 0.85
 
 
 @dataclass
@@ -64,6 +69,7 @@ class Retrieval:
     dense: list[Hit] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
     confidence: Confidence | None = None
+    expansions: list[tuple[str, str, float]] = field(default_factory=list)  # (query word, corpus word, cosine)
 
 
 async def _search_request(
@@ -115,6 +121,7 @@ async def retrieve(
     spaces: tuple[str, ...] | None = None,
     trace: bool = False,
     context_pages: Sequence[str] = (),
+    expander: KeywordExpander | None = None,
 ) -> Retrieval:
     """Retrieve ``config.final_k`` hits for ``query`` within ``spaces`` (None = every space)."""
     timings: dict[str, float] = {}
@@ -126,6 +133,13 @@ async def retrieve(
         dense_vec = tuple(float(x) for x in out[0])
     sparse_vec = sparse.encode_query(query)
     timings["embed_query"] = (time.perf_counter() - t) * 1000
+    expansions: list[tuple[str, str, float]] = []
+    if expander is not None and config.keyword_weight > 0 and config.mode != "dense":
+        t = time.perf_counter()
+        sparse_vec, expansions = await asyncio.to_thread(
+            expander.expand, query, sparse_vec, weight=config.keyword_weight,
+            min_similarity=config.keyword_min_similarity)
+        timings["expand"] = (time.perf_counter() - t) * 1000
 
     request = await _search_request(query, dense_vec, sparse_vec, index=index, sparse=sparse, config=config,
                                     spaces=spaces, reranking=reranker is not None,
@@ -139,7 +153,7 @@ async def retrieve(
         hits = boost_pages(hits, set(context_pages), config.continuity_boost)
     if config.hub_weight and hits:
         hits = await asyncio.to_thread(hub_rerank, hits, sparse, config.hub_weight)
-    result = Retrieval(query=query, hits=hits, timings_ms=timings)
+    result = Retrieval(query=query, hits=hits, timings_ms=timings, expansions=expansions)
     if trace or (config.confidence and config.mode == "hybrid" and hits):
         t = time.perf_counter()
         result.lexical, result.dense = await asyncio.gather(

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeline.evaluation.data import QATurn
-from pipeline.evaluation.index_cache import PageSource, open_eval_index
+from pipeline.evaluation.index_cache import PageSource, eval_expander, open_eval_index
 from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
 from pipeline.runtime.settings import Settings
 
@@ -55,7 +55,8 @@ async def run_ablation(
         try:
             results = await run_retrieval_eval(
                 conversations, index=index, embedder=embedder, sparse=sparse, config=retrieval_config(s),
-                reranker=make_reranker_from(s), langs=langs, query_types=query_types, strategy=strategy)
+                reranker=make_reranker_from(s), langs=langs, query_types=query_types, strategy=strategy,
+                expander=eval_expander(s, documents_key, embedder, sparse))
         finally:
             await index.close()
         rep = summarize(results)

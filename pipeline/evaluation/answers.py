@@ -115,10 +115,11 @@ class LLMJudge:
 
 
 async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, sparse: SparseEncoder,
-                      store_path: Path, llm: LLM | None = None) -> Engine:
+                      store_path: Path, llm: LLM | None = None, documents_key: str | None = None) -> Engine:
     """The production composition over the eval index, with a throwaway store so evals never mix
-    their turns into the bot's history."""
+    their turns into the bot's history (``documents_key``: the eval index's, for its keyword expander)."""
     from pipeline.answer.engine import Engine
+    from pipeline.evaluation.index_cache import eval_expander
     from pipeline.factory import engine_options, make_llm_from, make_reranker_from, retrieval_config
     from pipeline.store import Store
 
@@ -132,6 +133,7 @@ async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, s
         llm=llm if llm is not None else make_llm_from(settings),
         reranker=make_reranker_from(settings),
         options=engine_options(settings),
+        expander=eval_expander(settings, documents_key, embedder, sparse) if documents_key else None,
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterable, Callable
 from pathlib import Path
 
 from pipeline.ingest.run import IngestReport, ingest_pages
+from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.runtime.settings import Settings
 from pipeline.types import Page
@@ -18,16 +19,37 @@ async def open_eval_index(
     settings: Settings, documents_key: str, pages: PageSource, *, progress: bool = True
 ) -> tuple[Index, Embedder, SparseEncoder, IngestReport]:
     """Open (building or updating as needed) the embedded eval index for this configuration."""
-    from pipeline.factory import ingest_options, make_embedder_from, make_index_from, make_sparse_from
+    from pipeline.factory import (
+        ingest_options,
+        make_embedder_from,
+        make_index_from,
+        make_sparse_from,
+        vocabulary_path,
+    )
 
     options = ingest_options(settings)
     embedder = make_embedder_from(settings)
     sparse = make_sparse_from(settings, embedder)
-    fp = options.fingerprint(embedder.name, sparse.name)
-    key = hashlib.sha1(documents_key.encode()).hexdigest()[:10]
-    index_dir = Path(settings.data_dir) / "eval-index" / f"{key}-{fp}"
+    index_dir = eval_index_dir(settings, documents_key, embedder, sparse)
     index = make_index_from(settings.replace(qdrant_url=None), index_dir)
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     report = await ingest_pages(pages(), index=index, embedder=embedder, sparse=sparse, options=options,
-                                progress=progress)
+                                progress=progress, vocabulary=vocabulary_path(settings, index_dir))
     return index, embedder, sparse, report
+
+
+def eval_index_dir(settings: Settings, documents_key: str, embedder: Embedder, sparse: SparseEncoder) -> Path:
+    """Where the eval index of these documents under this indexing configuration lives."""
+    from pipeline.factory import ingest_options
+
+    fp = ingest_options(settings).fingerprint(embedder.name, sparse.name)
+    key = hashlib.sha1(documents_key.encode()).hexdigest()[:10]
+    return Path(settings.data_dir) / "eval-index" / f"{key}-{fp}"
+
+
+def eval_expander(settings: Settings, documents_key: str, embedder: Embedder,
+                  sparse: SparseEncoder) -> KeywordExpander | None:
+    """The keyword expander over the eval index's vocabulary (None when expansion is off)."""
+    from pipeline.factory import make_expander_from
+
+    return make_expander_from(settings, embedder, sparse, eval_index_dir(settings, documents_key, embedder, sparse))

@@ -25,6 +25,7 @@ from pipeline.evaluation.metrics import (
     rr_at,
     turn_bucket,
 )
+from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
 from pipeline.runtime.settings import Settings
 
@@ -78,6 +79,7 @@ async def run_retrieval_eval(
     query_types: Sequence[str] = ("completed", "conversational"),
     strategy: str = "topic",
     strict_urls: bool = False,
+    expander: KeywordExpander | None = None,
 ) -> list[QuestionResult]:
     out: list[QuestionResult] = []
     for qt in query_types:
@@ -97,7 +99,7 @@ async def run_retrieval_eval(
                         pages = context_pages(turn.q[lang], prior)
                     t = time.perf_counter()
                     r = await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=config,
-                                       reranker=reranker, context_pages=pages)
+                                       reranker=reranker, context_pages=pages, expander=expander)
                     latency = (time.perf_counter() - t) * 1000
                     urls = [h.evidence.url for h in r.hits]
                     out.append(QuestionResult(qt, lang, turn.conv_id, turn.turn, turn.source, turn.q_type, query,
@@ -170,7 +172,7 @@ async def retrieval_report(settings: Settings, convs: Sequence[Sequence[QATurn]]
                            query_types: Sequence[str], strategy: str, strict_urls: bool,
                            by: Sequence[str]) -> dict[str, Any]:
     """Build (or reuse) the eval index for ``documents``, run every question, summarize with the config."""
-    from pipeline.evaluation.index_cache import open_eval_index
+    from pipeline.evaluation.index_cache import eval_expander, open_eval_index
     from pipeline.factory import make_reranker_from, retrieval_config
 
     index, embedder, sparse, _ = await open_eval_index(settings, documents_key, pages)
@@ -179,7 +181,8 @@ async def retrieval_report(settings: Settings, convs: Sequence[Sequence[QATurn]]
         results = await run_retrieval_eval(
             convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
             reranker=make_reranker_from(settings), langs=langs, query_types=query_types,
-            strategy=strategy, strict_urls=strict_urls)
+            strategy=strategy, strict_urls=strict_urls,
+            expander=eval_expander(settings, documents_key, embedder, sparse))
         return summarize(results, by=by, config=config_dict(
             cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
             context_items=list(settings.context_items), table_indexing=settings.table_indexing,

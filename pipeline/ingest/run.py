@@ -21,12 +21,15 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EvidentError, InputError
 from pipeline.ingest.contextualize import contextualize
 from pipeline.ingest.evidence import MAX_EVIDENCE_CHARS, build_evidence
 from pipeline.ingest.storage import ParseLimits, parse_page
+from pipeline.models.sparse import Bm25Encoder
+from pipeline.models.vocabulary import TermCounts, update_vocabulary
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.types import Evidence, IndexPoint, Page, SparseVector
 
@@ -200,8 +203,11 @@ async def ingest_pages(
     sparse: SparseEncoder,
     options: IngestOptions,
     progress: bool = False,
+    vocabulary: Path | None = None,
+    count_unchanged: bool | None = None,
 ) -> IngestReport:
-    """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal."""
+    """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal. ``vocabulary``,
+    ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``_VocabularyRun``)."""
     t0 = time.perf_counter()
     report = IngestReport()
     kinds: Counter[str] = Counter()
@@ -210,6 +216,7 @@ async def ingest_pages(
     pending: list[_Pending] = []
     pending_n = 0
     bar = _progress_bar(progress)
+    words = await _VocabularyRun.start(vocabulary, sparse, count_unchanged)
 
     async def flush() -> None:
         nonlocal pending, pending_n
@@ -217,24 +224,20 @@ async def ingest_pages(
             return
         batch, pending, pending_n = pending, [], 0
         await _embed_and_write(batch, index=index, embedder=embedder, sparse=sparse, options=options,
-                               report=report, kinds=kinds)
+                               report=report, kinds=kinds, words=words.counts if words else None)
         if bar is not None:
             bar.update(sum(len(p.evidence) for p in batch))
-
     async for page in _aiter(pages):
         report.pages_seen += 1
         h = page_hash(page, fingerprint)
         if live.get(page.id) == h:
             report.unchanged += 1
+            if words is not None and words.bootstrap:
+                await asyncio.to_thread(words.count_page, page, options)
             continue
-        result, reason, seconds = await asyncio.to_thread(_split_isolated, page, options)
-        if seconds > report.slowest_page[1]:
-            report.slowest_page = (page.id, seconds)
+        result = await _split_reported(page, options, report)
         if result is None:
-            report.failed.append((page.id, reason))
             continue
-        report.partial.extend((page.id, why) for why in result.lost)
-        report.warnings.extend((page.id, why) for why in result.recovered)
         pending.append(_Pending(page, h, page.id in live, result.evidence))
         pending_n += len(result.evidence)
         if bar is not None:
@@ -247,9 +250,63 @@ async def ingest_pages(
         bar.close()
     if report.added or report.updated:
         await index.optimize()  # the segments this run filled get their HNSW graph and quantization
+    if words is not None:
+        await words.finish(embedder, report)
     report.evidence_by_kind = dict(sorted(kinds.items()))
     report.seconds = time.perf_counter() - t0
     return report
+
+
+async def _split_reported(page: Page, options: IngestOptions, report: IngestReport) -> PageEvidence | None:
+    """The page's evidence (off the event loop), its failure, losses, recoveries and time in ``report``."""
+    result, reason, seconds = await asyncio.to_thread(_split_isolated, page, options)
+    if seconds > report.slowest_page[1]:
+        report.slowest_page = (page.id, seconds)
+    if result is None:
+        report.failed.append((page.id, reason))
+        return None
+    report.partial.extend((page.id, why) for why in result.lost)
+    report.warnings.extend((page.id, why) for why in result.recovered)
+    return result
+
+
+@dataclass
+class _VocabularyRun:
+    """The keyword-expansion vocabulary kept up to date by one ingest run (``ingest_pages(vocabulary=...)``):
+    the words of the evidence written are counted (BM25 only); while no counts exist yet, unchanged pages are
+    parsed, not embedded, to count theirs (``count_unchanged``; by default while no counts exist yet)."""
+
+    path: Path
+    counts: TermCounts
+    sparse: Bm25Encoder
+    bootstrap: bool  # no counts were kept yet: unchanged pages are parsed (not embedded) to count their words
+    existed: bool
+
+    @classmethod
+    async def start(cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None) -> _VocabularyRun | None:
+        if path is None or not isinstance(sparse, Bm25Encoder):
+            return None
+
+        def load() -> _VocabularyRun:
+            first = not TermCounts.path_for(path).exists()
+            return cls(path, TermCounts.load(path), sparse, first if bootstrap is None else bootstrap, path.exists())
+
+        return await asyncio.to_thread(load)
+
+    def count_page(self, page: Page, options: IngestOptions) -> None:
+        result, _, _ = _split_isolated(page, options)
+        if result is not None:
+            self.counts.add((ev.text for ev in result.evidence), self.sparse)
+
+    async def finish(self, embedder: Embedder, report: IngestReport) -> None:
+        """Write the vocabulary when words were counted (or there is none yet); a failure is a warning: search
+        works without expansion."""
+        if not (self.counts.added or not self.existed):
+            return
+        try:
+            await asyncio.to_thread(update_vocabulary, self.path, self.counts, self.sparse, embedder)
+        except (OSError, EvidentError, ValueError, RuntimeError) as exc:
+            report.warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
 
 
 def _progress_bar(enabled: bool) -> Any:
@@ -270,8 +327,11 @@ async def _embed_and_write(
     options: IngestOptions,
     report: IngestReport,
     kinds: Counter[str],
+    words: TermCounts | None = None,
 ) -> None:
     encoded = await _encode(batch, embedder=embedder, sparse=sparse, options=options)
+    if words is not None and encoded is not None and isinstance(sparse, Bm25Encoder):
+        await asyncio.to_thread(words.add, [ev.text for item in batch for ev in item.evidence], sparse)
     if encoded is None:  # the batch failed as a whole: find the page(s) at fault one by one
         for item in batch:
             single = await _encode([item], embedder=embedder, sparse=sparse, options=options, report=report)

@@ -144,14 +144,21 @@ class Bm25Encoder:
         kept = [t for t in tokens if t not in self._stop]
         return [self._stem(stemmer, t) for t in kept]
 
+    @property
+    def stopwords(self) -> frozenset[str]:
+        """The stopwords of every configured language (never indexed, never queried)."""
+        return self._stop
+
+    def token_stems(self, token: str) -> set[str]:
+        """A query token's stems, one per configured language (digits keep it verbatim)."""
+        return {self._stem(stemmer, token) for stemmer in self._stemmers.values()}
+
     def query_terms(self, text: str) -> set[str]:
         """Every distinct stem of every non-stopword query token, in all languages."""
         terms: set[str] = set()
         for token in tokenize(text):
-            if token in self._stop:
-                continue
-            for stemmer in self._stemmers.values():
-                terms.add(self._stem(stemmer, token))
+            if token not in self._stop:
+                terms |= self.token_stems(token)
         return terms
 
     @staticmethod

@@ -134,9 +134,12 @@ class Settings:
                                  "Boost evidence by the scores of its page's other hits (0 = off; measured: hurts).", min=0)
     prf_docs: int = _f(0, "EVIDENT_PRF_DOCS",
                        "Dense pseudo-relevance feedback for non-English queries (0 = off; measured: hurts).", min=0)
-    confident_k: int = _f(0, "EVIDENT_CONFIDENT_K",
-                          "Evidence handed to the generator when both rankers agree on the top page (0: final_k).",
-                          min=0)
+    keyword_weight: float = _f(0.5, "EVIDENT_KEYWORD_WEIGHT", "Keyword expansion: a query word the pages never use "
+                               "adds its nearest corpus word to the lexical query at this weight (0 = off).", min=0)
+    keyword_min_similarity: float = _f(0.85, "EVIDENT_KEYWORD_MIN_SIMILARITY", "Keyword expansion: least cosine "
+                                       "between a query word and the corpus word it adds.", min=0, max=1)
+    confident_k: int = _f(0, "EVIDENT_CONFIDENT_K", "Evidence handed to the generator when both rankers agree "
+                          "on the top page (0: final_k).", min=0)
     # ---- LLM
     llm_base_url: str | None = _f(None, "EVIDENT_LLM_BASE_URL",
                                   "OpenAI-compatible endpoint. Unset: the offline extractive answerer.", url=True)

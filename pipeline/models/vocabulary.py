@@ -1,0 +1,214 @@
+"""Keyword expansion: query words the corpus never uses, mapped to the nearest words it does use.
+
+A lexical (BM25) query only matches words the pages contain. A German question over English pages, a typo
+("measuremnt") or a synonym ("hardship" for "difficulty") matches nothing lexically, and hybrid search then
+rests on the dense side alone. The **vocabulary** is the corpus's own words (those in at least
+``MIN_DOC_FREQ`` evidence, alphabetic, at least 3 letters, no stopwords; the most frequent ``MAX_TERMS``),
+each embedded once by the configured embedder. At query time each query word none of whose stems occurs in
+the corpus is embedded too, and its nearest vocabulary word (cosine ≥ ``min_similarity``) joins the sparse
+query with weight ``weight`` (the query's own terms weigh 1.0; ``RetrievalConfig.keyword_weight``).
+
+The vocabulary is built from the index after ingest or sync (``pipeline.ingest.vocabulary``) and kept in one
+``.npz`` file next to it; ``KeywordExpander`` loads it on first use and reloads it when the file changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zipfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.models.sparse import Bm25Encoder, term_id, tokenize
+from pipeline.protocols import Embedder
+from pipeline.types import SparseVector
+
+log = logging.getLogger(__name__)
+
+UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)  # what a damaged file raises
+MIN_DOC_FREQ = 2
+MAX_TERMS = 50_000
+BATCH = 256
+
+
+class TermCounts:
+    """How many evidence each corpus word occurs in, and every stem the corpus's evidence carries; counted as
+    ingest writes evidence and kept beside the vocabulary (``<vocabulary>.counts.npz``). Counts only grow: a
+    page deleted or rewritten keeps its old words counted, which only makes a word a candidate a little early."""
+
+    def __init__(self, df: Counter[str] | None = None, stems: set[str] | None = None) -> None:
+        self.df: Counter[str] = df if df is not None else Counter()
+        self.stems: set[str] = stems if stems is not None else set()
+        self.added = 0  # evidence counted since loading
+
+    def add(self, texts: Iterable[str], sparse: Bm25Encoder) -> None:
+        for text in texts:
+            self.added += 1
+            self.df.update(set(tokenize(text)))
+            self.stems.update(sparse.document_terms(text))
+
+    def candidates(self, stopwords: frozenset[str]) -> list[str]:
+        """The words a query word may be expanded to, most frequent first."""
+        return [w for w, c in self.df.most_common() if c >= MIN_DOC_FREQ and len(w) >= 3 and w.isalpha()
+                and w not in stopwords][:MAX_TERMS]
+
+    @staticmethod
+    def path_for(vocabulary: Path) -> Path:
+        return vocabulary.with_name(vocabulary.stem + ".counts.npz")
+
+    @classmethod
+    def load(cls, vocabulary: Path) -> TermCounts:
+        """The counts kept beside ``vocabulary`` (empty when there are none or they cannot be read)."""
+        try:
+            with np.load(cls.path_for(vocabulary)) as data:
+                df = Counter(dict(zip(_unpack(data["words"]), (int(c) for c in data["counts"]), strict=True)))
+                return cls(df, set(_unpack(data["stems"])))
+        except UNREADABLE as exc:
+            if not isinstance(exc, FileNotFoundError):
+                log.warning("vocabulary counts at %s unreadable (%s): counting afresh", cls.path_for(vocabulary), exc)
+            return cls()
+
+    def save(self, vocabulary: Path) -> None:
+        words = list(self.df)
+        _save_npz(self.path_for(vocabulary), words=_pack(words),
+                  counts=np.array([self.df[w] for w in words], dtype=np.int64), stems=_pack(sorted(self.stems)))
+
+
+def _pack(words: Sequence[str]) -> np.ndarray:
+    """Words as one UTF-8 byte array (newline-separated; tokens never hold a newline): no pickled objects."""
+    return np.frombuffer("\n".join(words).encode("utf-8"), dtype=np.uint8)
+
+
+def _unpack(data: np.ndarray) -> list[str]:
+    text = data.tobytes().decode("utf-8")
+    return text.split("\n") if text else []
+
+
+def _save_npz(path: Path, **arrays: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
+    tmp.replace(path)  # readers see the old file or the new one, never half of one
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    terms: tuple[str, ...]
+    vectors: np.ndarray  # float16, one unit-length row per term
+    stems: frozenset[str]  # every stem the corpus's evidence carries (what a query term must hit)
+    embedder: str
+
+    def save(self, path: Path) -> None:
+        _save_npz(path, terms=_pack(self.terms), vectors=self.vectors, stems=_pack(sorted(self.stems)),
+                  embedder=_pack([self.embedder]))
+
+    @classmethod
+    def load(cls, path: Path) -> Vocabulary:
+        with np.load(path) as data:  # no pickled objects: a tampered file cannot run code
+            return cls(tuple(_unpack(data["terms"])), np.asarray(data["vectors"], dtype=np.float16),
+                       frozenset(_unpack(data["stems"])), _unpack(data["embedder"])[0])
+
+
+def update_vocabulary(path: Path, counts: TermCounts, sparse: Bm25Encoder, embedder: Embedder) -> Vocabulary:
+    """Write the vocabulary of ``counts`` (and the counts) to ``path``; words already embedded by the same
+    embedder keep their vectors, new ones are embedded in batches."""
+    old: dict[str, np.ndarray] = {}
+    try:
+        previous = Vocabulary.load(path)
+        if previous.embedder == embedder.name:
+            old = dict(zip(previous.terms, previous.vectors, strict=True))
+    except UNREADABLE:
+        pass
+    words = counts.candidates(sparse.stopwords)
+    new = [w for w in words if w not in old]
+    for i in range(0, len(new), BATCH):
+        rows = np.asarray(embedder.embed_queries(new[i:i + BATCH]), dtype=np.float32)
+        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        old.update(zip(new[i:i + BATCH], rows.astype(np.float16), strict=True))
+    vectors = np.stack([old[w] for w in words]) if words else np.zeros((0, embedder.dim), dtype=np.float16)
+    vocab = Vocabulary(tuple(words), vectors.astype(np.float16), frozenset(counts.stems), embedder.name)
+    vocab.save(path)
+    counts.save(path)
+    return vocab
+
+
+class KeywordExpander:
+    """Adds the nearest corpus words of a query's out-of-vocabulary words to its sparse vector."""
+
+    def __init__(self, path: Path, embedder: Embedder, sparse: Bm25Encoder) -> None:
+        self.path = path
+        self.embedder = embedder
+        self.sparse = sparse
+        self._vocab: Vocabulary | None = None
+        self._stamp: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+
+    def vocabulary(self) -> Vocabulary | None:
+        """The vocabulary file's current content (None while there is none, or it belongs to another embedder)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    vocab = Vocabulary.load(self.path)
+                except UNREADABLE as exc:
+                    log.warning("keyword expansion off: cannot read %s (%s)", self.path, exc)
+                    vocab = None
+                if vocab is not None and vocab.embedder != self.embedder.name:
+                    log.warning("keyword expansion off: %s was built with %s, not %s", self.path,
+                                vocab.embedder, self.embedder.name)
+                    vocab = None
+                self._vocab = vocab
+            return self._vocab
+
+    def unknown_words(self, query: str, vocab: Vocabulary) -> list[str]:
+        """The query's words (alphabetic, ≥ 3 letters, no stopwords) none of whose stems the corpus has."""
+        out: list[str] = []
+        for token in dict.fromkeys(tokenize(query)):
+            if len(token) < 3 or not token.isalpha() or token in self.sparse.stopwords:
+                continue
+            if not (self.sparse.token_stems(token) & vocab.stems):
+                out.append(token)
+        return out
+
+    def expansions(self, query: str, *, min_similarity: float, per_word: int = 1) -> list[tuple[str, str, float]]:
+        """(query word, corpus word, cosine) for each expansion of ``query``: the ``per_word`` nearest corpus words
+        of each unknown word, at cosine ``min_similarity`` or more."""
+        vocab = self.vocabulary()
+        if vocab is None or not vocab.terms:
+            return []
+        words = self.unknown_words(query, vocab)
+        if not words:
+            return []
+        q = np.asarray(self.embedder.embed_queries(words), dtype=np.float32)
+        q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+        sims = q @ vocab.vectors.astype(np.float32).T
+        out = []
+        for i, word in enumerate(words):
+            for j in np.argsort(-sims[i])[:per_word]:
+                if sims[i, j] >= min_similarity:
+                    out.append((word, vocab.terms[j], float(sims[i, j])))
+        return out
+
+    def expand(self, query: str, vector: SparseVector, *, weight: float,
+               min_similarity: float) -> tuple[SparseVector, list[tuple[str, str, float]]]:
+        """``vector`` (the query's sparse vector) with the expansions added at ``weight``; and the expansions."""
+        found = self.expansions(query, min_similarity=min_similarity)
+        if not found:
+            return vector, []
+        weights = dict(zip(vector.indices, vector.values, strict=True))
+        for _, term, _ in found:
+            for stem in self.sparse.query_terms(term):
+                weights.setdefault(term_id(stem), weight)
+        ordered = sorted(weights.items())
+        return SparseVector(tuple(i for i, _ in ordered), tuple(float(v) for _, v in ordered)), found
+

@@ -1,0 +1,171 @@
+"""Keyword expansion: the corpus vocabulary kept by ingest and sync, and unknown query words mapped onto it."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from connectors.confluence import ConfluenceClient, ConfluenceSource, sync_confluence
+from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.factory import drop_index, make_expander_from, retrieval_config, vocabulary_path
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.run import IngestOptions, ingest_pages
+from pipeline.models.sparse import Bm25Encoder
+from pipeline.models.vocabulary import KeywordExpander, TermCounts, Vocabulary
+from pipeline.runtime.settings import Settings
+from pipeline.store import Store
+from pipeline.types import Page
+from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
+
+
+class TrigramEmbedder:
+    """Character-trigram vectors (hashed into 256 dims): words that share spelling are close, as a typo is to
+    its word. Deterministic and local; enough to exercise nearest-word lookups without a model."""
+
+    name = "test-trigram-256"
+    dim = 256
+
+    def _vec(self, text: str) -> np.ndarray:
+        v = np.zeros(self.dim, dtype=np.float32)
+        padded = f"  {text.lower()}  "
+        for i in range(len(padded) - 2):
+            v[zlib.crc32(padded[i:i + 3].encode()) % self.dim] += 1.0
+        return v / (np.linalg.norm(v) or 1.0)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self._vec(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_documents(texts)
+
+    def close(self) -> None:
+        pass
+
+
+PAGES = [  # one evidence per section: a word in two sections is in two evidence
+    Page(id="1", title="Deployment runbook", url="https://w/1", space="OPS",
+         body="<h2>Rollback</h2><p>Run kestrel rollback for a failed canary.</p>"
+              "<h2>After</h2><p>A rollback restores the previous image.</p>"),
+    Page(id="2", title="Hardware inventory", url="https://w/2", space="OPS",
+         body="<h2>Servers</h2><p>The firmware of every server is updated each quarter.</p>"
+              "<h2>Notes</h2><p>Server firmware notes.</p>"),
+    Page(id="3", title="Glossary", url="https://w/3", space="OPS",
+         body="<h2>Canary</h2><p>A canary serves a small share of traffic.</p>"
+              "<h2>Kestrel</h2><p>Kestrel is the pipeline.</p>"),
+]
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> EdgeIndex:
+    idx = EdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=TrigramEmbedder.dim, embedder=TrigramEmbedder.name)
+    yield idx  # type: ignore[misc]
+    await idx.close()
+
+
+async def _ingest(index: EdgeIndex, pages: Sequence[Page], vocab: Path | None, **kw: object) -> None:
+    report = await ingest_pages(pages, index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
+                                options=IngestOptions(), vocabulary=vocab, **kw)  # type: ignore[arg-type]
+    assert report.failed == []
+
+
+async def test_ingest_keeps_the_vocabulary_and_an_unknown_word_finds_its_page(index: EdgeIndex, tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)
+    vocab = Vocabulary.load(path)
+    assert {"rollback", "firmware", "canary", "server"} <= set(vocab.terms)  # in two or more evidence
+    assert "quarter" not in vocab.terms  # in one evidence only: not a target
+    expander = KeywordExpander(path, TrigramEmbedder(), Bm25Encoder())
+    lexical = RetrievalConfig(mode="lexical", final_k=3, confidence=False)
+    plain = await retrieve("how do I rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
+                           config=lexical)
+    assert plain.hits == []  # BM25 alone: "rollbak" matches nothing
+    r = await retrieve("how do I rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
+                       config=RetrievalConfig(mode="lexical", final_k=3, confidence=False, keyword_weight=0.5,
+                                              keyword_min_similarity=0.5), expander=expander)
+    assert [(w, t) for w, t, _ in r.expansions] == [("rollbak", "rollback")]
+    assert r.hits and r.hits[0].evidence.page_id == "1" and "expand" in r.timings_ms
+
+
+async def test_known_words_and_weight_zero_are_not_expanded(index: EdgeIndex, tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)
+    expander = KeywordExpander(path, TrigramEmbedder(), Bm25Encoder())
+    vocab = expander.vocabulary()
+    assert vocab is not None
+    assert expander.unknown_words("Which firmware do the servers run, and the rollbak?", vocab) == ["rollbak"]
+    r = await retrieve("rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
+                       config=RetrievalConfig(mode="lexical", confidence=False, keyword_weight=0.0), expander=expander)
+    assert r.expansions == [] and r.hits == []
+    strict = expander.expansions("rollbak", min_similarity=0.99)
+    assert strict == []  # nothing that close
+
+
+async def test_an_index_built_without_a_vocabulary_gets_one_from_its_unchanged_pages(index: EdgeIndex,
+                                                                                      tmp_path: Path) -> None:
+    await _ingest(index, PAGES, None)
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)  # every page unchanged: parsed (not embedded) to count its words
+    assert "rollback" in Vocabulary.load(path).terms
+    counts = TermCounts.load(path)
+    assert counts.df["rollback"] == 2 and counts.added == 0
+    await _ingest(index, [*PAGES, Page(id="4", title="Rollback drill", url="https://w/4", space="OPS",
+                                       body="<h2>Drill</h2><p>Practise the rollback monthly.</p>"
+                                            "<h2>When</h2><p>Monthly drills.</p>")], path)
+    assert TermCounts.load(path).df["rollback"] == 3  # counted once more: only the new page was read
+    assert "monthly" in Vocabulary.load(path).terms
+
+
+async def test_a_vocabulary_of_another_embedder_or_an_unreadable_file_turns_expansion_off(
+        index: EdgeIndex, tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)
+
+    class Other(TrigramEmbedder):
+        name = "another-model"
+
+    assert KeywordExpander(path, Other(), Bm25Encoder()).expansions("rollbak", min_similarity=0.1) == []
+    path.write_bytes(b"not a zip")
+    assert KeywordExpander(path, TrigramEmbedder(), Bm25Encoder()).vocabulary() is None
+
+
+async def test_settings_place_the_vocabulary_with_its_index_and_drop_removes_it(tmp_path: Path) -> None:
+    settings = Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path)})
+    assert retrieval_config(settings).keyword_weight == 0.5  # on by default (BENCHMARKS.md)
+    path = vocabulary_path(settings)
+    assert path is not None and path.parent == tmp_path / "vocabulary"
+    assert vocabulary_path(settings, tmp_path / "other") != path  # one per index
+    assert vocabulary_path(settings.replace(keyword_weight=0.0)) is None
+    assert vocabulary_path(settings.replace(sparse_encoder="bge-m3")) is None
+    assert isinstance(make_expander_from(settings, TrigramEmbedder(), Bm25Encoder()), KeywordExpander)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"x")
+    TermCounts.path_for(path).write_bytes(b"x")
+    await drop_index(settings)
+    assert not path.exists() and not TermCounts.path_for(path).exists()
+
+
+async def test_sync_without_word_counts_reads_every_page_once_to_count_them(index: EdgeIndex, tmp_path: Path) -> None:
+    pages = [FakePage(id=p.id, title=p.title, space=p.space, body=p.body, when=BASE_TIME) for p in PAGES]
+    async with FakeConfluence(pages, mode="dc") as fc:
+        store = Store(tmp_path / "evident.db")
+
+        async def sync(vocab: Path | None) -> int:
+            source = ConfluenceSource(ConfluenceClient(fc.url, token=fc.token), spaces=["OPS"])
+            report = await sync_confluence(source=source, index=index, embedder=TrigramEmbedder(),
+                                           sparse=Bm25Encoder(), store=store, options=IngestOptions(),
+                                           vocabulary=vocab)
+            source.close()
+            return report.pages_seen
+
+        assert await sync(None) == 3
+        assert await sync(None) == 0  # incremental, nothing changed (the overlap's page is known)
+        path = tmp_path / "vocab.npz"
+        assert await sync(path) == 3  # no counts yet: every page is read (unchanged ones are not embedded)
+        assert "rollback" in Vocabulary.load(path).terms
+        assert await sync(path) == 0
+        await store.close()
