@@ -134,12 +134,14 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
               help="Conversations run at once (turns within one always run in order).")
 @click.option("--judge/--no-judge", default=True, show_default=True,
               help="LLM-judge relevance when an LLM endpoint is configured (EVIDENT_LLM_MODEL_JUDGE).")
+@click.option("--ragas", is_flag=True, help="Also faithfulness, answer relevancy, context precision and recall "
+                                             "from the judge model (four more judge calls per turn).")
 @_output
 @click.pass_context
 @cli_errors
 def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str,
                  limit_conversations: int | None, by: tuple[str, ...], concurrency: int, judge: bool,
-                 output: Path | None) -> None:
+                 ragas: bool, output: Path | None) -> None:
     """Token F1, gold containment, out-of-scope rate, P@10 and LLM-judge score of whole conversations
     answered turn by turn (history = the system's own answers, never gold)."""
     from pipeline.evaluation.answers import (
@@ -149,6 +151,7 @@ def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str
         summarize_answers,
     )
     from pipeline.evaluation.data import load_conversations
+    from pipeline.evaluation.ragas import RagasJudge
 
     settings: Settings = ctx.obj["settings"]
     convs = load_conversations(questions)[:limit_conversations]
@@ -156,13 +159,55 @@ def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str
 
     async def body(engine: Any) -> dict[str, Any]:
         grader = LLMJudge(engine.llm, engine.prompts) if judge and engine.llm is not None else None
-        results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency)
+        metrics = RagasJudge(engine.llm, engine.prompts, engine.embedder) if ragas and engine.llm is not None else None
+        results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency,
+                                        ragas=metrics)
         config = {**_base_config(settings, questions, documents), "conversations": len(convs),
-                  "history": "system answers", "judge": settings.model_for("judge") if grader else None}
+                  "history": "system answers", "judge": settings.model_for("judge") if grader or metrics else None,
+                  "ragas": metrics is not None}
         return summarize_answers(results, config=config, by=by)
 
     report = _run_with_engine(settings, documents, body)
     click.echo(format_answer_table(report))
+    _write(report, output)
+
+
+@eval_group.command("judge")
+@click.option("--sample", "sample_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              default=Path("tests/data/judge_sample.json"), show_default=True, help="Hand-labelled answers.")
+@_output
+@click.pass_context
+@cli_errors
+def eval_judge(ctx: click.Context, sample_path: Path, output: Path | None) -> None:
+    """How far the judge model (EVIDENT_LLM_MODEL_JUDGE) agrees with people on faithfulness, answer relevancy,
+    context precision and context recall, over a hand-labelled sample."""
+    from pipeline.answer.prompts import PromptLibrary
+    from pipeline.errors import ConfigError
+    from pipeline.evaluation.judge_agreement import agreement, format_agreement, judge_sample, load_sample
+    from pipeline.evaluation.ragas import RagasJudge
+    from pipeline.factory import make_embedder_from, make_llm_from
+
+    settings: Settings = ctx.obj["settings"]
+    sample = load_sample(sample_path)
+    llm = make_llm_from(settings)
+    if llm is None:
+        raise ConfigError("eval judge needs a judge model: set EVIDENT_LLM_BASE_URL (and EVIDENT_LLM_MODEL_JUDGE)")
+
+    async def run() -> dict[str, Any]:
+        embedder = await asyncio.to_thread(make_embedder_from, settings)
+        try:
+            scores = await judge_sample(sample, RagasJudge(llm, PromptLibrary(settings.resolved_prompts_dir), embedder))
+        finally:
+            await llm.close()
+            await asyncio.to_thread(embedder.close)
+        items = [{"id": i.id, "faithfulness": s.faithfulness, "answer_relevancy": s.answer_relevancy,
+                  "context_precision": s.context_precision, "verdicts": list(s.verdicts),
+                  "context_recall": s.context_recall} for i, s in zip(sample, scores, strict=True)]
+        return {**agreement(sample, scores), "config": {"sample": str(sample_path), "judge": settings.model_for("judge"),
+                                                        "embedder": settings.embedder}, "scores": items}
+
+    report = asyncio.run(run())
+    click.echo(format_agreement(report))
     _write(report, output)
 
 

@@ -89,6 +89,33 @@ def test_parse_judge_score(reply: str, score: float | None) -> None:
 # ---------------------------------------------------------------- whole conversations
 
 
+async def test_ragas_metrics_are_reported_per_language_and_source(tmp_path: Path) -> None:
+    from pipeline.evaluation.ragas import RagasJudge
+    from tests.test_ragas import _judge_reply
+
+    def reply(body: dict[str, object]) -> str:
+        judged = _judge_reply(body)  # type: ignore[arg-type]
+        return judged if judged != "?" else scripted_reply(body)  # type: ignore[arg-type]
+
+    convs = load_conversations(write_questions(tmp_path / "q.json", CONVS))
+    async with StubLLMServer(responder=reply) as stub:
+        engine = await open_world(tmp_path, stub.base_url)
+        try:
+            results = await run_answer_eval(convs, engine, langs=("en",),
+                                            ragas=RagasJudge(engine.llm, engine.prompts, engine.embedder))
+        finally:
+            await close_world(engine)
+    assert all(r.ragas is not None for r in results)
+    unknown = results[-1]
+    assert unknown.out_of_scope and unknown.ragas is not None and unknown.ragas.faithfulness is None
+    report = summarize_answers(results, by=("source",))
+    (row,) = report["rows"]
+    assert set(row) == ROW_KEYS | {"faithfulness", "answer_relevancy", "context_precision", "context_recall"}
+    assert row["context_recall"] == 1.0 and row["faithfulness"] is not None
+    assert all("faithfulness" in r for r in report["breakdowns"]["source"])
+    assert "faithful" in format_answer_table(report)
+
+
 async def test_conversations_use_the_systems_own_history(tmp_path: Path) -> None:
     convs = load_conversations(write_questions(tmp_path / "q.json", CONVS))
     async with StubLLMServer(responder=scripted_reply) as stub:

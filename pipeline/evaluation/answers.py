@@ -25,6 +25,7 @@ from pipeline.answer.prompts import PromptLibrary
 from pipeline.errors import RemoteError
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.metrics import first_hit_rank, percentile
+from pipeline.evaluation.ragas import METRICS, RagasJudge, RagasScores
 from pipeline.protocols import LLM, Embedder, Index, SparseEncoder
 from pipeline.runtime.settings import Settings
 
@@ -164,6 +165,7 @@ class AnswerResult:
     judge: float | None
     latency_ms: float
     error: str | None = None
+    ragas: RagasScores | None = None  # faithfulness, answer relevancy, context precision / recall (``--ragas``)
 
 
 async def run_answer_eval(
@@ -174,8 +176,10 @@ async def run_answer_eval(
     judge: LLMJudge | None = None,
     concurrency: int = 1,
     run_id: str = "eval",
+    ragas: RagasJudge | None = None,
 ) -> list[AnswerResult]:
-    """Ask every turn of every conversation in order; conversations run ``concurrency`` at a time."""
+    """Ask every turn of every conversation in order; conversations run ``concurrency`` at a time. ``ragas``
+    scores each answer against the evidence shown to the generator and the gold answer."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(lang: str, conv: Sequence[QATurn]) -> list[AnswerResult]:
@@ -191,9 +195,12 @@ async def run_answer_eval(
                 text = "" if result.error else result.answer.text
                 urls = [h.evidence.url for h in result.answer.evidence][:10]
                 rank = first_hit_rank(urls, turn.gold_urls)
-                score = None
+                score = metrics = None
                 if judge is not None and not result.error:
                     score = await judge.score(turn.completed[lang], turn.answer, text)
+                if ragas is not None and not result.error:
+                    shown = [h.evidence.text for h in result.answer.evidence]
+                    metrics = await ragas.score(turn.completed[lang], text, turn.answer, shown)
                 out.append(AnswerResult(
                     lang=lang, conv_id=turn.conv_id, turn=turn.turn, source=turn.source, q_type=turn.q_type,
                     question=turn.q[lang], completed_question=result.completed_question, answer=text,
@@ -201,7 +208,7 @@ async def run_answer_eval(
                     containment=contains_gold(text, turn.answer, lang), exact=exact_match(text, turn.answer, lang),
                     out_of_scope=bool(result.answer.out_of_scope),
                     p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency,
-                    error=result.error,
+                    error=result.error, ragas=metrics,
                 ))
         return out
 
@@ -227,7 +234,20 @@ def _answer_row(results: Sequence[AnswerResult], **keys: object) -> dict[str, An
         "judge": _mean(judged) if judged else None,
         "latency_ms_p50": round(percentile(lat, 50), 2),
         "latency_ms_p95": round(percentile(lat, 95), 2),
+        **_ragas_means(results),
     }
+
+
+def _ragas_means(results: Sequence[AnswerResult]) -> dict[str, float | None]:
+    """Mean of each RAGAS-style metric over the turns that have it (none: the run did not ask for them)."""
+    scored = [r.ragas for r in results if r.ragas is not None]
+    if not scored:
+        return {}
+    out: dict[str, float | None] = {}
+    for metric in METRICS:
+        values = [v for s in scored if (v := s.get(metric)) is not None]
+        out[metric] = _mean(values) if values else None
+    return out
 
 
 def summarize_answers(results: Sequence[AnswerResult], *, config: dict[str, Any] | None = None,
@@ -261,6 +281,11 @@ def format_answer_table(report: dict[str, Any]) -> str:
         lines.append(f"{r['lang']:<6}{r['n']:>5}{r['exact_match']:>7.3f}{r['f1']:>8.3f}{r['containment']:>9.3f}"
                      f"{r['out_of_scope_rate']:>7.3f}{r['p_at_10']:>7.3f}{judge:>7}"
                      f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}")
+    if any("faithfulness" in r for r in report["rows"]):
+        lines.append(f"\n{'lang':<6}{'faithful':>10}{'relevancy':>11}{'ctx prec':>10}{'ctx rec':>9}")
+        for r in report["rows"]:
+            cells = [("-" if r[m] is None else f"{r[m]:.3f}") for m in METRICS]
+            lines.append(f"{r['lang']:<6}{cells[0]:>10}{cells[1]:>11}{cells[2]:>10}{cells[3]:>9}")
     for dim, rows in (report.get("breakdowns") or {}).items():
         lines.append(f"\nby {dim}:")
         for r in rows:
