@@ -345,6 +345,7 @@ def engine_options(settings: Settings, *, trace: bool = False):  # type: ignore[
         query_strategy=settings.query_strategy,
         context_tokens=settings.llm_context_tokens,
         answer_max_tokens=settings.answer_max_tokens,
+        answer_style=settings.answer_style,
         attribution_method=settings.attribution_method,
         attribution_params=params_from_settings(settings),
         trace=trace,

@@ -167,6 +167,42 @@ async def test_streamed_answer_hands_over_the_raw_text_and_returns_the_cited_ans
     assert r.answer.citations[0].url == RAG_MEETING_URL and r.answer.trace.raw_answer == reply
 
 
+@pytest.mark.parametrize("style", ["persona", "cot"])
+async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(make: Make, style: str) -> None:
+    reasoning = "Reasoning: Source 2 is the October meeting's task table; Alice's row names the list.\n"
+    reply = (reasoning if style == "cot" else "") + "Answer: Alice prepares the evaluation todo list [Source 2]."
+    pieces: list[str] = []
+
+    async def sink(text: str) -> None:
+        pieces.append(text)
+
+    async with StubLLMServer(default_reply=reply) as stub:
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalConfig(final_k=5),
+                       options=EngineOptions(answer_style=style))
+        r = await p.engine.ask("t:style", "What is Alice's todo from the RAG meeting in October?", on_text=sink)
+        explained = await p.engine.explain(r.turn_id)
+        system = _system(_answers(stub)[0])
+    if style == "cot":
+        assert "Reasoning:" in system and pieces == []  # the reasoning is never streamed to a chat
+        assert r.answer.text == "Alice prepares the evaluation todo list [1]."
+        assert r.answer.trace.raw_answer == "Alice prepares the evaluation todo list [Source 2]."
+        assert _answers(stub)[-1]["max_tokens"] > 200  # counterfactuals have room to reason first
+    else:
+        assert "You are Evie" in system and "".join(pieces) == reply
+        assert r.answer.text.startswith("Answer: Alice prepares")  # persona answers are shown as written
+    assert r.answer.citations[0].url == RAG_MEETING_URL and explained.error is None
+
+
+def test_final_answer_takes_the_text_after_the_last_answer_line() -> None:
+    from pipeline.answer.prompts import final_answer
+
+    assert final_answer("Reasoning: x says y.\nAnswer: Yes [Source 1].", "cot") == "Yes [Source 1]."
+    assert final_answer("Reasoning: ...\n**Final answer:** 42", "cot") == "42"
+    assert final_answer("Überlegung: ...\nAntwort: Ja [Source 1].", "cot") == "Ja [Source 1]."
+    assert final_answer("No marker at all", "cot") == "No marker at all"
+    assert final_answer("Answer: kept as is", "plain") == "Answer: kept as is"
+
+
 async def test_out_of_scope_sentence_is_flagged(make: Make) -> None:
     async with StubLLMServer(default_reply=OUT_OF_SCOPE) as stub:
         p = await make(llm_url=stub.base_url)

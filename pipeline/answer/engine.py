@@ -23,7 +23,7 @@ from pipeline.answer.citations import is_out_of_scope, parse_citations
 from pipeline.answer.confidence import adaptive_hits
 from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.followups import suggest_followups
-from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary
+from pipeline.answer.prompts import ANSWER_TEMPLATES, OUT_OF_SCOPE, PromptLibrary, final_answer
 from pipeline.answer.query_builder import (
     PriorTurn,
     QueryPlan,
@@ -75,6 +75,7 @@ class EngineOptions:
     prompt_logprobs: bool = False
     raw_template: str = "raw_chatml"
     confident_k: int = 0  # evidence for the generator when retrieval is sure (0: all); pipeline.answer.confidence
+    answer_style: str = "plain"  # the answer prompt: plain | persona | cot (``pipeline.answer.prompts``)
 
 
 class Engine:
@@ -245,7 +246,8 @@ class Engine:
 
     def _answer_messages(self, question: str, sources: Sequence[str]) -> list[ChatMessage]:
         """Instructions and question first, evidence last, so a server's prefix cache is reused."""
-        return self.prompts.render("answer", question=question, sources=list(sources))
+        return self.prompts.render(ANSWER_TEMPLATES[self.options.answer_style], question=question,
+                                   sources=list(sources))
 
     def _fit(self, question: str, hits: Sequence[Hit]) -> tuple[list[Hit], list[str], list[str]]:
         """Fit ranked evidence into the context window; returns (hits, their prompt texts, dropped ids)."""
@@ -265,13 +267,14 @@ class Engine:
             return ans, ""
         kept, texts, dropped = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
-        if on_text is not None:
+        if on_text is not None and self.options.answer_style != "cot":  # reasoning is never shown, so not streamed
             raw = (await self._stream_llm(messages, on_text)).strip()
         else:
             out = await self._complete_llm(
                 messages, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0
             )
             raw = (out[0] if out else "").strip()
+        raw = final_answer(raw, self.options.answer_style)
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=self.llm.model_for("answer"))
             ans.trace.warning = "the language model returned an empty answer"
@@ -299,9 +302,11 @@ class Engine:
         _, texts, _ = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
         temperature = 0.0 if m == 1 else 0.7
-        return await self._complete_llm(
-            messages, role="counterfactual", max_tokens=max_tokens, temperature=temperature, n=m
-        )
+        if self.options.answer_style == "cot":  # the reasoning comes first: room for it, then the answer
+            max_tokens += self.options.answer_max_tokens
+        out = await self._complete_llm(messages, role="counterfactual", max_tokens=max_tokens,
+                                       temperature=temperature, n=m)
+        return [final_answer(text, self.options.answer_style) for text in out]
 
     async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:
         """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""

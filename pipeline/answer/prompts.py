@@ -22,6 +22,19 @@ from pipeline.models.chat_tokens import neutralize_special_tokens
 from pipeline.types import ChatMessage
 
 OUT_OF_SCOPE = "The desired information cannot be found in the retrieved pool of evidence."
+# EVIDENT_ANSWER_STYLE -> the answer template (``prompts/``): the same rules and inputs, three ways of asking.
+ANSWER_TEMPLATES = {"plain": "answer", "persona": "answer_persona", "cot": "answer_cot"}
+_ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+)?(?:answer|antwort)\s*(?:\*\*)?\s*:\s*(?:\*\*)?\s*",
+                          re.IGNORECASE | re.MULTILINE)
+
+
+def final_answer(text: str, style: str) -> str:
+    """What the user sees of a generation: for ``cot``, the text after the last "Answer:" line (the reasoning
+    before it is dropped; a reply without one is kept whole); other styles unchanged."""
+    if style != "cot":
+        return text
+    marks = list(_ANSWER_LINE.finditer(text))
+    return text[marks[-1].end():].strip() if marks else text.strip()
 
 _VERSION = re.compile(r"\A\s*\{#-?\s*version:\s*([^\s#]+)\s*-?#\}")
 _ROLES = ("system", "user")

@@ -24,6 +24,7 @@ from pipeline.runtime.secret import Secret
 __all__ = ["CONTEXT_ITEMS", "Secret", "Settings"]
 
 CONTEXT_ITEMS = ("title", "heading", "before", "after", "breadcrumb")
+ANSWER_STYLES = ("plain", "persona", "cot")
 # Kept in step with pipeline.attribution.METHODS (a test checks); settings import nothing of the pipeline.
 ATTRIBUTION_METHODS = ("naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior", "sufficiency", "early_stop",
                        "logprob")
@@ -147,20 +148,19 @@ class Settings:
     llm_model: str = _f("gpt-4o-mini", "EVIDENT_LLM_MODEL", "Default model for every role.")
     llm_model_completion: str | None = _f(None, "EVIDENT_LLM_MODEL_COMPLETION", "Model for question completion.")
     llm_model_answer: str | None = _f(None, "EVIDENT_LLM_MODEL_ANSWER", "Model for answers.")
-    llm_model_counterfactual: str | None = _f(None, "EVIDENT_LLM_MODEL_COUNTERFACTUAL",
-                                              "Model for counterfactual answers (attribution).")
+    llm_model_counterfactual: str | None = _f(None, "EVIDENT_LLM_MODEL_COUNTERFACTUAL", "Model for counterfactual answers.")
     llm_model_judge: str | None = _f(None, "EVIDENT_LLM_MODEL_JUDGE", "Model for the LLM judge in evals.")
     llm_timeout_s: float = _f(30.0, "EVIDENT_LLM_TIMEOUT_S", "Per-request timeout.", min=0.1)
     llm_max_retries: int = _f(3, "EVIDENT_LLM_MAX_RETRIES", "Retries on 429/5xx/timeouts.", min=0)
     llm_concurrency: int = _f(16, "EVIDENT_LLM_CONCURRENCY", "Global cap on concurrent LLM requests (>= final_k + 1 lets one explanation run in one wave).", min=1)
     llm_context_tokens: int = _f(8192, "EVIDENT_LLM_CONTEXT_TOKENS", "Model context window for the budget.", min=256)
     answer_max_tokens: int = _f(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.", min=1)
+    answer_style: str = _f("plain", "EVIDENT_ANSWER_STYLE", "Answer prompt: plain | persona (a named assistant) | cot "
+                           "(reasons first; only the answer is shown, never streamed).", choices=ANSWER_STYLES)
     prompts_dir: Path | None = _f(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
-    llm_prompt_logprobs: bool = _f(False, "EVIDENT_LLM_PROMPT_LOGPROBS",
-                                   "The endpoint returns prompt log-probs on /v1/completions (echo + logprobs, "
-                                   "as vLLM and llama.cpp do); enables the logprob attribution method.")
-    llm_raw_template: str = _f("raw_chatml", "EVIDENT_LLM_RAW_TEMPLATE",
-                               "Prompt template that writes the model's chat format out as raw text (logprob).")
+    llm_prompt_logprobs: bool = _f(False, "EVIDENT_LLM_PROMPT_LOGPROBS", "The endpoint returns prompt log-probs on "
+                                   "/v1/completions (echo + logprobs, as vLLM and llama.cpp do); enables the logprob attribution method.")
+    llm_raw_template: str = _f("raw_chatml", "EVIDENT_LLM_RAW_TEMPLATE", "Prompt template that writes the model's chat format out as raw text (logprob).")
     # ---- attribution
     attribution_method: str = _f("cfa_clusters", "EVIDENT_ATTRIBUTION_METHOD",
                                  "Default explain method: naive | cfa | cfa_clusters | page | "
