@@ -131,6 +131,9 @@ async def test_a_vocabulary_of_another_embedder_or_an_unreadable_file_turns_expa
     assert KeywordExpander(path, Other(), Bm25Encoder()).expansions("rollbak", min_similarity=0.1) == []
     path.write_bytes(b"not a zip")
     assert KeywordExpander(path, TrigramEmbedder(), Bm25Encoder()).vocabulary() is None
+    TermCounts.path_for(path).write_bytes(b"PK\x03\x04 damaged")
+    await _ingest(index, PAGES, path)  # unreadable counts and vocabulary: counted afresh from the unchanged pages
+    assert "rollback" in Vocabulary.load(path).terms and TermCounts.load(path).df["rollback"] == 2
 
 
 async def test_settings_place_the_vocabulary_with_its_index_and_drop_removes_it(tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ async def sync_confluence(
     if not keys:
         raise ConfigError("no Confluence spaces to sync: set CONFLUENCE_SPACES")
     report = SyncReport()
-    first_count = vocabulary is not None and not await asyncio.to_thread(TermCounts.path_for(vocabulary).exists)
+    first_count = vocabulary is not None and not (await asyncio.to_thread(TermCounts.load, vocabulary)).df
     full = full or first_count
     for key in keys:
         await _check_space(source, store, key, again=full)

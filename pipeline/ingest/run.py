@@ -274,7 +274,7 @@ async def _split_reported(page: Page, options: IngestOptions, report: IngestRepo
 class _VocabularyRun:
     """The keyword-expansion vocabulary kept up to date by one ingest run (``ingest_pages(vocabulary=...)``):
     the words of the evidence written are counted (BM25 only); while no counts exist yet, unchanged pages are
-    parsed, not embedded, to count theirs (``count_unchanged``; by default while no counts exist yet)."""
+    parsed, not embedded, to count theirs (``count_unchanged``; by default while no readable counts exist)."""
 
     path: Path
     counts: TermCounts
@@ -288,8 +288,8 @@ class _VocabularyRun:
             return None
 
         def load() -> _VocabularyRun:
-            first = not TermCounts.path_for(path).exists()
-            return cls(path, TermCounts.load(path), sparse, first if bootstrap is None else bootstrap, path.exists())
+            counts = TermCounts.load(path)  # empty when there are none yet, or they are unreadable: count afresh
+            return cls(path, counts, sparse, not counts.df if bootstrap is None else bootstrap, path.exists())
 
         return await asyncio.to_thread(load)
 
