@@ -4,7 +4,8 @@
     python benchmarks/retrieval_cv.py --vary continuity_boost=0.25,0.5,1.0 [--set fusion=dbsf]
         [--questions ../shared/confquestions/qa-dev.json] [--documents ../shared/confquestions/documents]
 
-``--vary`` names one ``RetrievalConfig`` field and the values to compare (the first is the baseline);
+``--vary`` names one ``RetrievalConfig`` field (or ``reranker``, e.g. ``reranker=none,sentences:dense``) and the
+values to compare (the first is the baseline);
 ``--set`` fixes other fields. Conversations are split into two halves (alternating by sorted id). For each
 direction the value with the best P@1 (completed + conversational, EN + DE) on the tuning half is picked and
 its P@1 on the held-out half reported next to every value's. Paired per question against the baseline: how
@@ -23,7 +24,7 @@ from typing import Any
 
 from pipeline.answer.retrieve import RetrievalConfig
 from pipeline.evaluation.retrieval import QuestionResult, run_retrieval_eval
-from pipeline.factory import retrieval_config
+from pipeline.factory import make_reranker_from, retrieval_config
 from pipeline.runtime.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,6 +51,8 @@ def cells(results: list[QuestionResult]) -> str:
 
 
 def parse(field: str, raw: str) -> Any:
+    if field == "reranker":
+        return raw
     kind = {f.name: str(f.type) for f in dataclasses.fields(RetrievalConfig)}.get(field)
     if kind is None:
         raise SystemExit(f"unknown RetrievalConfig field {field!r}")
@@ -75,10 +78,13 @@ async def main() -> None:
     convs, index, embedder, sparse, expander = await open_dev(args, settings)
     try:
         base = dataclasses.replace(retrieval_config(settings), **fixed)
-        results = {v: await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse,
-                                               config=dataclasses.replace(base, **{field: v}),
-                                               strategy=settings.query_strategy, expander=expander)
-                   for v in values}
+        results = {}
+        for v in values:  # ``reranker`` names an EVIDENT_RERANKER value; any other field is a RetrievalConfig one
+            config = base if field == "reranker" else dataclasses.replace(base, **{field: v})
+            reranker = make_reranker_from(settings.replace(reranker=str(v)), embedder) if field == "reranker" else None
+            results[v] = await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse, config=config,
+                                                  reranker=reranker, strategy=settings.query_strategy,
+                                                  expander=expander)
     finally:
         await index.close()
     ids = sorted({r.conv_id for r in results[values[0]]})

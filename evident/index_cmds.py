@@ -67,7 +67,7 @@ async def _search(settings: Settings, query: str, k: int, mode: str | None) -> A
         if mode:
             cfg = replace(cfg, mode=mode)  # type: ignore[arg-type]  # click.Choice guarantees the literal
         return await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=cfg,
-                              reranker=make_reranker_from(settings),
+                              reranker=make_reranker_from(settings, embedder),
                               expander=make_expander_from(settings, embedder, sparse))
     finally:
         await index.close()

@@ -271,10 +271,11 @@ def make_destination_index(settings: Settings, target: str, collection: str) -> 
     raise InputError(f"--to {target!r}: use a Qdrant URL (http://host:6333), path:/some/dir or :memory:")
 
 
-def make_reranker_from(settings: Settings) -> Reranker | None:
+def make_reranker_from(settings: Settings, embedder: Embedder | None = None) -> Reranker | None:
+    """The configured reranker (``sentences:dense`` scores with ``embedder``)."""
     from pipeline.models.rerank import make_reranker
 
-    return make_reranker(settings.reranker)
+    return make_reranker(settings.reranker, embedder=embedder)
 
 
 def make_llm_from(settings: Settings) -> LLM | None:
@@ -313,7 +314,7 @@ async def build_engine(settings: Settings, *, index_dir: Path | None = None, tra
             prompts=PromptLibrary(settings.resolved_prompts_dir),
             retrieval=retrieval_config(settings),
             llm=make_llm_from(settings),
-            reranker=make_reranker_from(settings),
+            reranker=make_reranker_from(settings, embedder),
             metrics=metrics,
             options=options,
             expander=make_expander_from(settings, embedder, sparse, index_dir),

@@ -8,7 +8,14 @@ from collections.abc import Sequence
 import pytest
 
 from pipeline.errors import ConfigError, EmbeddingError
-from pipeline.models.rerank import apply_scores, hit_text, make_reranker
+from pipeline.models.rerank import (
+    DenseScorer,
+    SentenceReranker,
+    apply_scores,
+    hit_text,
+    make_reranker,
+    sentences,
+)
 from pipeline.protocols import Reranker
 from pipeline.types import Evidence, Hit
 
@@ -76,7 +83,61 @@ def test_make_reranker_none_and_unknown() -> None:
     assert make_reranker("") is None
     with pytest.raises(ConfigError) as err:
         make_reranker("colbert")
-    assert str(err.value) == "unknown reranker 'colbert': choose none, bge-reranker-v2-m3, st:<cross-encoder>"
+    assert str(err.value) == ("unknown reranker 'colbert': choose none, bge-reranker-v2-m3, st:<cross-encoder>, "
+                              "sentences:<one of those or dense>")
+    for bad in ("sentences:", "sentences:colbert", "sentences:sentences:dense"):
+        with pytest.raises(ConfigError, match="unknown reranker"):
+            make_reranker(bad)
+    with pytest.raises(ConfigError, match="needs the embedder"):
+        make_reranker("sentences:dense")
+
+
+class OverlapScorer:
+    """A ``PairScorer``: the share of the query's words a text contains (deterministic, model-free)."""
+
+    name = "overlap"
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.calls.append(list(texts))
+        words = set(query.lower().replace("?", "").split())
+        return [len(words & set(t.lower().replace(".", " ").replace(":", " ").split())) / len(words) for t in texts]
+
+
+def test_sentence_reranking_scores_evidence_by_its_best_sentence() -> None:
+    long = ("The canary runs for twenty minutes. Error rates are watched. Latency is watched. "
+            "Rollback restores billing quickly.")
+    hits = [hit(0, "billing rollback rollback is a word that appears in many places of this page", score=0.9),
+            Hit(evidence=Evidence(id="ev-1", page_id="p2", title="Runbook", url="u", space="S", kind="passage",
+                                  position=0, text=long, headings=("Rollback",)), score=0.5, rank=2)]
+    scorer = OverlapScorer()
+    out = SentenceReranker(scorer).rerank("rollback restores billing quickly", hits)
+    assert [h.evidence.id for h in out] == ["ev-1", "ev-0"]  # one sentence of ev-1 answers it all
+    assert out[0].score == 1.0
+    (texts,) = scorer.calls
+    assert texts[0] == hit_text(hits[0]) and "Runbook › Rollback: Rollback restores billing quickly." in texts
+    assert len(texts) == 2 + 4  # each whole text, and the 4 sentences of the one with several
+    assert SentenceReranker(scorer).rerank("q", []) == []
+
+
+def test_sentences_split_at_sentence_ends_and_lines_and_are_bounded() -> None:
+    assert sentences("Version 2.1 is out. See v2.1.0 notes.\nNext line! ok? Yes.") == [
+        "Version 2.1 is out.", "See v2.1.0 notes.", "Next line! ok?", "Yes."]  # no split before lower case
+    assert len(sentences(" ".join(f"Sentence {i}." for i in range(40)))) == 12
+
+
+def test_dense_scorer_is_the_embedders_cosine_and_sentences_dense_builds() -> None:
+    from tests.test_keyword_expansion import TrigramEmbedder
+
+    scorer = DenseScorer(TrigramEmbedder())
+    same, other = scorer.score("kestrel rollback", ["kestrel rollback", "unrelated words"])
+    assert same == pytest.approx(1.0) and other < 0.5
+    reranker = make_reranker("sentences:dense", embedder=TrigramEmbedder())
+    assert isinstance(reranker, SentenceReranker) and reranker.name == "sentences:dense:test-trigram-256"
+    out = reranker.rerank("roll back billing", HITS)
+    assert out[0].evidence.id in {"ev-1", "ev-2"} and [h.rank for h in out] == [1, 2, 3, 4]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is not None, reason="FlagEmbedding is installed")
@@ -87,8 +148,9 @@ def test_bge_reranker_without_extra_names_it() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None, reason="st is installed")
 def test_st_reranker_without_extra_names_it() -> None:
-    with pytest.raises(ConfigError, match=r"pip install 'evident-bot\[st\]'"):
-        make_reranker("st:cross-encoder/ms-marco-MiniLM-L-6-v2")
+    for name in ("st:cross-encoder/ms-marco-MiniLM-L-6-v2", "sentences:st:cross-encoder/ms-marco-MiniLM-L-6-v2"):
+        with pytest.raises(ConfigError, match=r"pip install 'evident-bot\[st\]'"):
+            make_reranker(name)
 
 
 def _real(name: str) -> Reranker:

@@ -55,7 +55,7 @@ async def run_ablation(
         try:
             results = await run_retrieval_eval(
                 conversations, index=index, embedder=embedder, sparse=sparse, config=retrieval_config(s),
-                reranker=make_reranker_from(s), langs=langs, query_types=query_types, strategy=strategy,
+                reranker=make_reranker_from(s, embedder), langs=langs, query_types=query_types, strategy=strategy,
                 expander=eval_expander(s, documents_key, embedder, sparse))
         finally:
             await index.close()

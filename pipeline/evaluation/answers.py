@@ -132,7 +132,7 @@ async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, s
         prompts=PromptLibrary(settings.resolved_prompts_dir),
         retrieval=retrieval_config(settings),
         llm=llm if llm is not None else make_llm_from(settings),
-        reranker=make_reranker_from(settings),
+        reranker=make_reranker_from(settings, embedder),
         options=engine_options(settings),
         expander=eval_expander(settings, documents_key, embedder, sparse) if documents_key else None,
     )

