@@ -91,8 +91,7 @@ class Settings:
                                "Dense-side truncation in model tokens (long tables are the slow case).", min=8, max=8192)
     sparse_encoder: str = _f("bm25", "EVIDENT_SPARSE_ENCODER", "Sparse encoder: bm25 | bge-m3.", choices=("bm25", "bge-m3"))
     reranker: str = _f("none", "EVIDENT_RERANKER",
-                       "Cross-encoder: none | bge-reranker-v2-m3 | st:<cross-encoder name or path> | sentences:<one of "
-                       "those, or dense> (each evidence scored by its best sentence).")
+                       "none | bge-reranker-v2-m3 | st:<cross-encoder> | sentences:<either, or dense> (best sentence).")
     # ---- evidence & contextualization
     context_items: tuple[str, ...] = _f(("title", "heading", "before", "after"), "EVIDENT_CONTEXT_ITEMS",
                                         "Context joined to each evidence for indexing (comma list of "
