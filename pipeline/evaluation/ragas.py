@@ -27,6 +27,7 @@ import numpy as np
 
 from pipeline.answer.prompts import OUT_OF_SCOPE, PromptLibrary
 from pipeline.errors import RemoteError
+from pipeline.models.loading import normalise_rows
 from pipeline.protocols import LLM, Embedder
 
 METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_recall")
@@ -120,8 +121,7 @@ class RagasJudge:
         if not asked:
             return None
         vectors = await asyncio.to_thread(self.embedder.embed_queries, [question, *asked[: self.questions]])
-        v = np.asarray(vectors, dtype=np.float32)
-        v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        v = normalise_rows(vectors)
         return float(np.clip(v[1:] @ v[0], 0.0, 1.0).mean())
 
     async def context_verdicts(self, question: str, gold: str, sources: Sequence[str]) -> tuple[int, ...] | None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.hf_embedders import resolve_local_model
-from pipeline.models.loading import require_extra
+from pipeline.models.loading import normalise_rows, require_extra
 from pipeline.protocols import Embedder, Reranker
 from pipeline.types import Hit
 
@@ -122,10 +122,8 @@ class DenseScorer:
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         if not texts:
             return []
-        q = np.asarray(self.embedder.embed_queries([query]), dtype=np.float32)[0]
-        d = np.asarray(self.embedder.embed_documents(list(texts)), dtype=np.float32)
-        q /= max(float(np.linalg.norm(q)), 1e-12)
-        d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+        q = normalise_rows(self.embedder.embed_queries([query]))[0]
+        d = normalise_rows(self.embedder.embed_documents(list(texts)))
         return [float(x) for x in d @ q]
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.models.loading import normalise_rows
 from pipeline.models.sparse import Bm25Encoder, term_id, tokenize
 from pipeline.protocols import Embedder
 from pipeline.types import SparseVector
@@ -127,8 +128,7 @@ def update_vocabulary(path: Path, counts: TermCounts, sparse: Bm25Encoder, embed
     words = counts.candidates(sparse.stopwords)
     new = [w for w in words if w not in old]
     for i in range(0, len(new), BATCH):
-        rows = np.asarray(embedder.embed_queries(new[i:i + BATCH]), dtype=np.float32)
-        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        rows = normalise_rows(embedder.embed_queries(new[i:i + BATCH]))
         old.update(zip(new[i:i + BATCH], rows.astype(np.float16), strict=True))
     vectors = np.stack([old[w] for w in words]) if words else np.zeros((0, embedder.dim), dtype=np.float16)
     vocab = Vocabulary(tuple(words), vectors.astype(np.float16), frozenset(counts.stems), embedder.name)
@@ -189,8 +189,7 @@ class KeywordExpander:
         words = self.unknown_words(query, vocab)
         if not words:
             return []
-        q = np.asarray(self.embedder.embed_queries(words), dtype=np.float32)
-        q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+        q = normalise_rows(self.embedder.embed_queries(words))
         sims = q @ vocab.vectors.astype(np.float32).T
         out = []
         for i, word in enumerate(words):
