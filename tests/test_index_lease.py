@@ -88,6 +88,25 @@ async def test_two_indexes_on_one_directory_take_turns(tmp_path: Path) -> None:
     await first.close()
 
 
+async def test_concurrent_operations_after_a_hand_over_take_the_lease_back_once(tmp_path: Path) -> None:
+    """Two searches at once (confidence runs two) on a handed-over shard: one re-acquires, the other uses it.
+    Before, each opened its own lock fd, and the second waited on the first's lock, its own process's."""
+    embedder = HashEmbedder()
+    index_dir = tmp_path / "index"
+    first, _, _ = await ingest_folder(index_dir, sample_space_dir(), embedder=embedder)
+    first._shared.lease.wait_s = 3.0
+    other = IndexLease(index_dir, command="another process", wait_s=10)
+    await asyncio.to_thread(other.acquire)  # first idles: its watcher hands over
+    assert first.handovers == 1
+    request = SearchRequest(dense=tuple(embedder.embed_queries(["on-call"])[0]), sparse=None, mode="dense", limit=3)
+    searches = asyncio.gather(*(first.search(request) for _ in range(3)))
+    await asyncio.sleep(0.3)  # all three wait for the lease
+    other.release()
+    results = await searches
+    assert [len(hits) for hits in results] == [3, 3, 3]
+    await first.close()
+
+
 HOLDER = textwrap.dedent("""
     import asyncio, sys, time
     sys.path[:0] = [{tests!r}, {repo!r}]

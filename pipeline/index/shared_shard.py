@@ -32,6 +32,7 @@ class SharedShard:
         self._shard: qe.EdgeShard | None = None
         self._load: Callable[[], qe.EdgeShard] | None = None
         self._state = threading.Lock()  # guards _shard open/closed and _busy
+        self._acquiring = threading.Lock()  # one re-acquire at a time: the lease is not thread-safe
         self._busy = 0  # operations in flight; the shard is never handed over while > 0
         self._opened = False
         self._poke = threading.Event()
@@ -112,17 +113,21 @@ class SharedShard:
     # ------------------------------------------------------------------ internals
 
     def _reacquire(self) -> None:
-        self.lease.acquire()
-        with self._state:
-            if self._shard is not None:
-                return
-            try:
-                assert self._load is not None
-                self._shard = self._load()
-            except BaseException:
-                self._shard = None
-                self.lease.release()
-                raise
+        """Take the lease back and reload the shard. Concurrent operations queue here: the first one re-acquires,
+        the others find the lease held (``acquire`` returns at once) and the shard loaded; were they to wait on
+        locks of their own, they would wait for their own process."""
+        with self._acquiring:
+            self.lease.acquire()
+            with self._state:
+                if self._shard is not None:
+                    return
+                try:
+                    assert self._load is not None
+                    self._shard = self._load()
+                except BaseException:
+                    self._shard = None
+                    self.lease.release()
+                    raise
 
     def _watch(self) -> None:
         while not self._stop.is_set():
