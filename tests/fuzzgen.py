@@ -328,7 +328,7 @@ async def run_cases(cases: Iterable[Case], workdir: Path, *, embedder: Embedder,
     connector = LocalFolderConnector([folder])
     try:
         report = await ingest_pages(connector.iter_pages(), index=index, embedder=embedder, sparse=sparse,
-                                    options=options or IngestOptions())
+                                    options=options or IngestOptions(), vocabulary=workdir / "vocabulary.npz")
     except Exception as exc:  # noqa: BLE001 - a crash is what the fuzz suite counts
         result.crashes.append(f"{type(exc).__name__}: {exc}")
         await index.close()

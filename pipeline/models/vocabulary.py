@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)  # what a damaged file raises
 MIN_DOC_FREQ = 2
+MAX_WORD = 40
 MAX_TERMS = 50_000
 BATCH = 256
 
@@ -48,10 +49,12 @@ class TermCounts:
         self.added = 0  # evidence counted since loading
 
     def add(self, texts: Iterable[str], sparse: Bm25Encoder) -> None:
+        """Count ``texts``' words. Only what expansion can use is kept: alphabetic words of 3 to ``MAX_WORD``
+        letters (query words with digits are never expanded), so ids, numbers and hashes cost no memory."""
         for text in texts:
             self.added += 1
-            self.df.update(set(tokenize(text)))
-            self.stems.update(sparse.document_terms(text))
+            self.df.update({t for t in tokenize(text) if 3 <= len(t) <= MAX_WORD and t.isalpha()})
+            self.stems.update(s for s in sparse.document_terms(text) if len(s) <= MAX_WORD and s.isalpha())
 
     def candidates(self, stopwords: frozenset[str]) -> list[str]:
         """The words a query word may be expanded to, most frequent first."""
