@@ -151,7 +151,7 @@ def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str
         summarize_answers,
     )
     from pipeline.evaluation.data import load_conversations
-    from pipeline.evaluation.ragas import RagasJudge
+    from pipeline.evaluation.ragas import METRICS, RagasJudge
 
     settings: Settings = ctx.obj["settings"]
     convs = load_conversations(questions)[:limit_conversations]
@@ -165,7 +165,13 @@ def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str
         config = {**_base_config(settings, questions, documents), "conversations": len(convs),
                   "history": "system answers", "judge": settings.model_for("judge") if grader or metrics else None,
                   "ragas": metrics is not None}
-        return summarize_answers(results, config=config, by=by)
+        report = summarize_answers(results, config=config, by=by)
+        # per turn, for paired comparisons between runs (--output only; the table shows the summary)
+        report["turns"] = [{"lang": r.lang, "conv_id": r.conv_id, "turn": r.turn, "f1": r.f1,
+                            "containment": r.containment, "exact": r.exact, "out_of_scope": r.out_of_scope,
+                            "judge": r.judge, "answer": r.answer,
+                            **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
+        return report
 
     report = _run_with_engine(settings, documents, body)
     click.echo(format_answer_table(report))

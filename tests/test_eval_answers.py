@@ -189,6 +189,9 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
     assert set(row) == ROW_KEYS and row["n"] == 2 and row["judge"] is None
     assert row["p_at_10"] == 1.0
     assert "contain" in result.output
+    assert [(t["conv_id"], t["turn"]) for t in report["turns"]] == [("1", 1), ("1", 2)]  # for paired comparisons
+    assert set(report["turns"][0]) == {"lang", "conv_id", "turn", "f1", "containment", "exact", "out_of_scope",
+                                       "judge", "answer"}
 
 
 async def test_failed_turns_score_zero_and_are_counted(tmp_path: Path) -> None:
