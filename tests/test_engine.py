@@ -183,7 +183,8 @@ async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(mak
         explained = await p.engine.explain(r.turn_id)
         system = _system(_answers(stub)[0])
     if style == "cot":
-        assert "Reasoning:" in system and pieces == []  # the reasoning is never streamed to a chat
+        assert "Reasoning:" in system  # only the answer streams into the chat, never the reasoning
+        assert "".join(pieces) == "Alice prepares the evaluation todo list [Source 2]."
         assert r.answer.text == "Alice prepares the evaluation todo list [1]."
         assert r.answer.trace.raw_answer == "Alice prepares the evaluation todo list [Source 2]."
         assert _answers(stub)[-1]["max_tokens"] > 200  # counterfactuals have room to reason first
@@ -191,6 +192,25 @@ async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(mak
         assert "You are Evie" in system and "".join(pieces) == reply
         assert r.answer.text.startswith("Answer: Alice prepares")  # persona answers are shown as written
     assert r.answer.citations[0].url == RAG_MEETING_URL and explained.error is None
+
+
+async def test_answer_stream_holds_the_reasoning_back_and_streams_the_answer() -> None:
+    from pipeline.answer.prompts import answer_stream
+
+    async def run(pieces: list[str]) -> str:
+        shown: list[str] = []
+
+        async def sink(text: str) -> None:
+            shown.append(text)
+
+        add = answer_stream(sink)
+        for piece in pieces:
+            await add(piece)
+        return "".join(shown)
+
+    assert await run(["Reason", "ing: source 1 says", " so.\nAns", "wer: Ja", " [Source 1]."]) == "Ja [Source 1]."
+    assert await run(["Alice prepares", " the list [Source 2]."]) == "Alice prepares the list [Source 2]."
+    assert await run(["Reasoning: nothing else follows."]) == ""  # no answer line: posted whole at the end
 
 
 def test_final_answer_takes_the_text_after_the_last_answer_line() -> None:

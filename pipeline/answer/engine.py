@@ -23,7 +23,7 @@ from pipeline.answer.citations import is_out_of_scope, parse_citations
 from pipeline.answer.confidence import adaptive_hits
 from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.followups import suggest_followups
-from pipeline.answer.prompts import ANSWER_TEMPLATES, OUT_OF_SCOPE, PromptLibrary, final_answer
+from pipeline.answer.prompts import ANSWER_TEMPLATES, OUT_OF_SCOPE, PromptLibrary, answer_stream, final_answer
 from pipeline.answer.query_builder import (
     PriorTurn,
     QueryPlan,
@@ -267,8 +267,9 @@ class Engine:
             return ans, ""
         kept, texts, dropped = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
-        if on_text is not None and self.options.answer_style != "cot":  # reasoning is never shown, so not streamed
-            raw = (await self._stream_llm(messages, on_text)).strip()
+        if on_text is not None:  # cot: only the answer after the reasoning is streamed
+            sink = answer_stream(on_text) if self.options.answer_style == "cot" else on_text
+            raw = (await self._stream_llm(messages, sink)).strip()
         else:
             out = await self._complete_llm(
                 messages, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0

@@ -10,7 +10,7 @@ keeps template authors (a custom ``EVIDENT_PROMPTS_DIR``) away from Python inter
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,40 @@ OUT_OF_SCOPE = "The desired information cannot be found in the retrieved pool of
 ANSWER_TEMPLATES = {"plain": "answer", "persona": "answer_persona", "cot": "answer_cot"}
 _ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+)?(?:answer|antwort)\s*(?:\*\*)?\s*:\s*(?:\*\*)?\s*",
                           re.IGNORECASE | re.MULTILINE)
+
+
+_REASONING_START = re.compile(r"^\s*(?:\*\*)?(?:reasoning|überlegung|begründung|thinking|thoughts?|step)\b",
+                              re.IGNORECASE)
+
+
+def answer_stream(sink: Callable[[str], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
+    """For ``cot``: a text sink that shows only the answer as it streams. Text is held back while the reply
+    starts with reasoning ("Reasoning: …") and forwarded from its "Answer:" line on; a reply that does not start
+    with reasoning (a model that skips it) is forwarded whole, as with the other styles."""
+    held: list[str] = []
+    state = {"mode": "undecided"}  # undecided -> reasoning -> answer | passthrough
+
+    async def add(text: str) -> None:
+        if state["mode"] in ("answer", "passthrough"):
+            await sink(text)
+            return
+        held.append(text)
+        buffer = "".join(held)
+        if state["mode"] == "undecided":
+            if len(buffer.strip()) < 12 and "\n" not in buffer:
+                return
+            state["mode"] = "reasoning" if _REASONING_START.match(buffer) else "passthrough"
+            if state["mode"] == "passthrough":
+                held.clear()
+                await sink(buffer)
+                return
+        marks = list(_ANSWER_LINE.finditer(buffer))
+        if marks and buffer[marks[-1].end():].strip():
+            state["mode"] = "answer"
+            held.clear()
+            await sink(buffer[marks[-1].end():].lstrip())
+
+    return add
 
 
 def final_answer(text: str, style: str) -> str:

@@ -155,8 +155,8 @@ class Settings:
     llm_concurrency: int = _f(16, "EVIDENT_LLM_CONCURRENCY", "Global cap on concurrent LLM requests (>= final_k + 1 lets one explanation run in one wave).", min=1)
     llm_context_tokens: int = _f(8192, "EVIDENT_LLM_CONTEXT_TOKENS", "Model context window for the budget.", min=256)
     answer_max_tokens: int = _f(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.", min=1)
-    answer_style: str = _f("plain", "EVIDENT_ANSWER_STYLE", "Answer prompt: plain | persona (a named assistant) | cot "
-                           "(reasons first; only the answer is shown, never streamed).", choices=ANSWER_STYLES)
+    answer_style: str = _f("cot", "EVIDENT_ANSWER_STYLE", "Answer prompt: plain | persona (a named assistant) | cot "
+                           "(reasons first; only its answer is shown and streamed; measured best).", choices=ANSWER_STYLES)
     prompts_dir: Path | None = _f(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
     llm_prompt_logprobs: bool = _f(False, "EVIDENT_LLM_PROMPT_LOGPROBS", "The endpoint returns prompt log-probs on "
                                    "/v1/completions (echo + logprobs, as vLLM and llama.cpp do); enables the logprob attribution method.")
