@@ -76,6 +76,10 @@ def vocabulary_path(settings: Settings, index_dir: Path | None = None) -> Path |
     None when expansion is off or the sparse encoder is not BM25."""
     if settings.keyword_weight <= 0 or settings.sparse_encoder.strip() != "bm25":
         return None
+    return _vocabulary_file(settings, index_dir)
+
+
+def _vocabulary_file(settings: Settings, index_dir: Path | None = None) -> Path:
     if settings.qdrant_url:
         name = f"qdrant-{settings.collection}"
     else:
@@ -182,12 +186,11 @@ async def drop_index(settings: Settings, index_dir: Path | None = None) -> None:
     """Delete the configured index (``--rebuild``), whatever embedder built it; it is created again on open.
     Its keyword-expansion vocabulary goes with it."""
     await make_index_from(settings, index_dir).drop()
-    path = vocabulary_path(settings.replace(keyword_weight=max(settings.keyword_weight, 1.0)), index_dir)
-    if path is not None:
-        from pipeline.models.vocabulary import TermCounts
+    from pipeline.models.vocabulary import TermCounts
 
-        for leftover in (path, TermCounts.path_for(path)):
-            await asyncio.to_thread(leftover.unlink, missing_ok=True)
+    path = _vocabulary_file(settings, index_dir)  # whether expansion is on now or not
+    for leftover in (path, TermCounts.path_for(path)):
+        await asyncio.to_thread(leftover.unlink, missing_ok=True)
 
 
 def embedder_recipe(embedder: Embedder, sparse: SparseEncoder) -> dict[str, Any]:
