@@ -11,6 +11,7 @@ import pytest
 from helpers import DEPLOY_URL, HARDWARE_URL, RAG_MEETING_URL, CliData, cli_data_fixture, invoke_cli  # noqa: F401
 
 from connectors.local import sample_space_dir
+from pipeline.evaluation.copies import copy_groups, page_copies, shingles, with_copies
 from pipeline.evaluation.metrics import (
     first_hit_rank,
     hit_at,
@@ -23,7 +24,7 @@ from pipeline.evaluation.metrics import (
 from pipeline.evaluation.retrieval import QuestionResult, summarize
 
 ROW_KEYS = {"query", "lang", "n", "p_at_1", "hit_at_5", "hit_at_10", "mrr_at_10", "ndcg_at_10", "latency_ms_p50",
-            "latency_ms_p95"}
+            "latency_ms_p95", "p_at_1_copies"}
 
 # ---------------------------------------------------------------- metrics
 
@@ -214,3 +215,68 @@ def test_eval_retrieval_bad_questions_file(cli_data: CliData, tmp_path: Path) ->
                         str(sample_space_dir()))
     assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output and "is not JSON" in result.stderr
+
+
+# ---------------------------------------------------------------- copies of the gold page
+
+
+def test_copy_groups_join_near_copies_only() -> None:
+    text = " ".join(f"word{i}" for i in range(200))
+    edited = text.replace("word100", "changed")  # one word of 200 changed: 5 of 196 shingles differ
+    other = " ".join(f"other{i}" for i in range(200))
+    half = " ".join(f"word{i}" for i in range(100))  # the first half only: Jaccard ~0.5
+    groups = copy_groups([("a", shingles(text)), ("b", shingles(f"<p>{edited}</p>")), ("c", shingles(other)),
+                          ("d", shingles(half)), ("e", shingles(""))])
+    assert groups == {"a": frozenset({"b"}), "b": frozenset({"a"})}
+
+
+def test_with_copies_adds_the_copies_of_each_gold_url() -> None:
+    copies = {normalize_url("https://w.example/pages/1/A"): frozenset({"w.example/pages/2"})}
+    gold = with_copies(["https://w.example/pages/1/A%20title"], copies)
+    assert first_hit_rank(["https://w.example/pages/2/A", "https://w.example/pages/1/A"], gold) == 1
+    assert first_hit_rank(["https://w.example/pages/3/B"], gold) is None
+    assert with_copies(["https://w.example/pages/9/C"], copies) == ["https://w.example/pages/9/C"]
+
+
+async def test_page_copies_of_a_folder_with_a_copied_page(tmp_path: Path) -> None:
+    from connectors.local import LocalFolderConnector
+
+    docs = _with_copy(tmp_path)
+    copies = await page_copies(LocalFolderConnector([docs]).iter_pages())
+    assert copies == {normalize_url(RAG_MEETING_URL): frozenset({normalize_url(COPY_URL)}),
+                      normalize_url(COPY_URL): frozenset({normalize_url(RAG_MEETING_URL)})}
+
+
+COPY_URL = "https://acme.example/wiki/spaces/~alice/pages/200002/RAG+meeting+October"
+
+
+def _with_copy(tmp_path: Path) -> Path:
+    """The sample space plus a copy of its RAG meeting page in Alice's personal space (another page id)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for f in sample_space_dir().glob("*.json"):
+        (docs / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+    page = json.loads((docs / "100002-rag-meeting-october.json").read_text(encoding="utf-8"))
+    page.update(id="200002", url=COPY_URL, space="~alice")
+    (docs / "200002-rag-meeting-october-copy.json").write_text(json.dumps(page), encoding="utf-8")
+    return docs
+
+
+def test_eval_retrieval_counts_a_copy_of_the_gold_page_in_the_copies_column(cli_data: CliData,
+                                                                          tmp_path: Path) -> None:
+    """Both copies rank together; the gold names one of them. The page-id P@1 scores whichever came first, the
+    copy-aware one scores both."""
+    docs = _with_copy(tmp_path)
+    turns = [dict(t) for t in QUESTIONS[0]["turns"]]
+    for t in turns:
+        t["a_url"] = [COPY_URL]
+    qa = tmp_path / "qa.json"
+    qa.write_text(json.dumps([{"conv_id": "1", "turns": turns}]), encoding="utf-8")
+    out = tmp_path / "r.json"
+    result = invoke_cli(cli_data.path, "eval", "retrieval", "--questions", str(qa), "--documents", str(docs),
+                        "--lang", "en", "--query", "completed", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text(encoding="utf-8"))["rows"]
+    assert row["p_at_1_copies"] == 1.0
+    assert row["p_at_1"] <= row["p_at_1_copies"]
+    assert "P@1 copies" in result.stdout

@@ -14,6 +14,7 @@ from typing import Any
 
 from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
 from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.evaluation.copies import page_copies, with_copies
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.index_cache import PageSource
 from pipeline.evaluation.metrics import (
@@ -44,6 +45,7 @@ class QuestionResult:
     rank: int | None
     latency_ms: float
     top_urls: list[str] = field(default_factory=list)
+    copy_rank: int | None = None  # rank of the first gold page or near-copy of it (``evaluation.copies``)
 
 
 def _row(results: Sequence[QuestionResult], **keys: object) -> dict[str, Any]:
@@ -58,6 +60,7 @@ def _row(results: Sequence[QuestionResult], **keys: object) -> dict[str, Any]:
         **keys,
         "n": n,
         "p_at_1": mean([p_at_1(x) for x in ranks]),
+        "p_at_1_copies": mean([p_at_1(r.copy_rank) for r in results]),
         "hit_at_5": mean([hit_at(x, 5) for x in ranks]),
         "hit_at_10": mean([hit_at(x, 10) for x in ranks]),
         "mrr_at_10": mean([rr_at(x, 10) for x in ranks]),
@@ -80,7 +83,10 @@ async def run_retrieval_eval(
     strategy: str = "topic",
     strict_urls: bool = False,
     expander: KeywordExpander | None = None,
+    copies: dict[str, frozenset[str]] | None = None,
 ) -> list[QuestionResult]:
+    """Every question of ``conversations`` in each language and query type. ``copies`` (page URL -> near-copies,
+    ``evaluation.copies.page_copies``) adds the copy-aware rank; without it that rank is the page-id rank."""
     out: list[QuestionResult] = []
     for qt in query_types:
         for lang in langs:
@@ -102,9 +108,10 @@ async def run_retrieval_eval(
                                        reranker=reranker, context_pages=pages, expander=expander)
                     latency = (time.perf_counter() - t) * 1000
                     urls = [h.evidence.url for h in r.hits]
+                    rank = first_hit_rank(urls, turn.gold_urls, strict=strict_urls)
+                    copy_rank = first_hit_rank(urls, with_copies(turn.gold_urls, copies)) if copies else rank
                     out.append(QuestionResult(qt, lang, turn.conv_id, turn.turn, turn.source, turn.q_type, query,
-                                              first_hit_rank(urls, turn.gold_urls, strict=strict_urls), latency,
-                                              urls[:3]))
+                                              rank, latency, urls[:3], copy_rank))
                     prior.append(PriorTurn(question=turn.q[lang],
                                            retrieved_titles=tuple(h.evidence.title for h in r.hits[:3]),
                                            retrieved_pages=tuple(h.evidence.page_id for h in r.hits[:3])))
@@ -126,7 +133,8 @@ def summarize(
         if len(qrows) > 1:
             averages.append({"query": q, "lang": "avg",
                              "p_at_1": round(sum(float(r["p_at_1"]) for r in qrows) / len(qrows), 4),
-                             "mrr_at_10": round(sum(float(r["mrr_at_10"]) for r in qrows) / len(qrows), 4)})
+                             "mrr_at_10": round(sum(float(r["mrr_at_10"]) for r in qrows) / len(qrows), 4),
+                             "p_at_1_copies": round(sum(float(r["p_at_1_copies"]) for r in qrows) / len(qrows), 4)})
     if averages:
         report["averages"] = averages
     breakdowns: dict[str, list[dict[str, object]]] = {}
@@ -147,15 +155,16 @@ def summarize(
 
 def format_table(report: dict[str, Any]) -> str:
     lines = [f"{'query':<15}{'lang':<6}{'n':>5}{'P@1':>8}{'hit@5':>8}{'hit@10':>8}{'MRR@10':>8}{'nDCG@10':>9}"
-             f"{'p50 ms':>9}{'p95 ms':>9}"]
+             f"{'p50 ms':>9}{'p95 ms':>9}{'P@1 copies':>12}"]
     for r in report["rows"]:
         lines.append(
             f"{r['query']:<15}{r['lang']:<6}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_5']:>8.3f}"
             f"{r['hit_at_10']:>8.3f}{r['mrr_at_10']:>8.3f}{r.get('ndcg_at_10', 0.0):>9.3f}"
-            f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}"
+            f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}{r.get('p_at_1_copies', r['p_at_1']):>12.3f}"
         )
     for a in report.get("averages", []):
-        lines.append(f"{a['query']:<15}{'avg':<6}{'':>5}{a['p_at_1']:>8.3f}{'':>8}{'':>8}{a['mrr_at_10']:>8.3f}")
+        lines.append(f"{a['query']:<15}{'avg':<6}{'':>5}{a['p_at_1']:>8.3f}{'':>8}{'':>8}{a['mrr_at_10']:>8.3f}"
+                     f"{'':>9}{'':>9}{'':>9}{a.get('p_at_1_copies', a['p_at_1']):>12.3f}")
     for dim, rows in (report.get("breakdowns") or {}).items():
         lines.append(f"\nby {dim}:")
         for r in rows:
@@ -182,7 +191,7 @@ async def retrieval_report(settings: Settings, convs: Sequence[Sequence[QATurn]]
             convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
             reranker=make_reranker_from(settings, embedder), langs=langs, query_types=query_types,
             strategy=strategy, strict_urls=strict_urls,
-            expander=eval_expander(settings, documents_key, embedder, sparse))
+            expander=eval_expander(settings, documents_key, embedder, sparse), copies=await page_copies(pages()))
         return summarize(results, by=by, config=config_dict(
             cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
             context_items=list(settings.context_items), table_indexing=settings.table_indexing,
