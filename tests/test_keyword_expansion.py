@@ -172,3 +172,37 @@ async def test_sync_without_word_counts_reads_every_page_once_to_count_them(inde
         assert "rollback" in Vocabulary.load(path).terms
         assert await sync(path) == 0
         await store.close()
+
+
+async def test_a_sync_over_several_spaces_loads_and_saves_the_word_counts_once(
+        index: EdgeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One load and one save per sync cycle, however many spaces it covers; every space's words are counted."""
+    calls = {"load": 0, "save": 0}
+    real_load, real_save = TermCounts.load.__func__, TermCounts.save  # type: ignore[attr-defined]
+
+    def load(cls: type[TermCounts], path: Path) -> TermCounts:
+        calls["load"] += 1
+        return real_load(cls, path)  # type: ignore[no-any-return]
+
+    def save(self: TermCounts, path: Path) -> None:
+        calls["save"] += 1
+        real_save(self, path)
+
+    monkeypatch.setattr(TermCounts, "load", classmethod(load))
+    monkeypatch.setattr(TermCounts, "save", save)
+    spaces = ["OPS", "DEV", "SEC"]
+    pages = [FakePage(id=f"{i}{p.id}", title=f"{p.title} {key}", space=key, body=p.body, when=BASE_TIME)
+             for i, key in enumerate(spaces) for p in PAGES]
+    pages.append(FakePage(id="99", title="Security notes", space="SEC", when=BASE_TIME,
+                          body="<h2>A</h2><p>Quarantine the laptop.</p><h2>B</h2><p>A quarantine lasts a day.</p>"))
+    path = tmp_path / "vocab.npz"
+    async with FakeConfluence(pages, mode="dc") as fc:
+        store = Store(tmp_path / "evident.db")
+        source = ConfluenceSource(ConfluenceClient(fc.url, token=fc.token), spaces=spaces)
+        report = await sync_confluence(source=source, index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
+                                       store=store, options=IngestOptions(), vocabulary=path)
+        source.close()
+        await store.close()
+    assert report.pages_seen == 10 and report.failed == []
+    assert calls == {"load": 1, "save": 1}
+    assert {"rollback", "quarantine"} <= set(Vocabulary.load(path).terms)

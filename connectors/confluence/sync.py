@@ -18,7 +18,6 @@ shifts offsets and may hide another page), the checkpoint is not advanced at all
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -33,8 +32,7 @@ from connectors.confluence.includes import load_includes, save_includes
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
 from pipeline.errors import ConfigError, RemoteError
-from pipeline.ingest.run import ingest_pages
-from pipeline.models.vocabulary import TermCounts
+from pipeline.ingest.run import VocabularyRun, ingest_pages
 from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder
 from pipeline.types import Page
 
@@ -121,8 +119,23 @@ async def sync_confluence(
     if not keys:
         raise ConfigError("no Confluence spaces to sync: set CONFLUENCE_SPACES")
     report = SyncReport()
-    first_count = vocabulary is not None and not (await asyncio.to_thread(TermCounts.load, vocabulary)).df
-    full = full or first_count
+    words = await VocabularyRun.start(vocabulary, sparse, None)  # loaded once, saved once, for every space
+    full = full or (words is not None and words.bootstrap)
+    try:
+        await _sync_spaces(keys, source=source, index=index, embedder=embedder, sparse=sparse, store=store,
+                           options=options, full=full, progress=progress, report=report, words=words)
+    finally:
+        if words is not None:
+            await words.finish(embedder, report.warnings)
+    report.api_calls = source.client.api_calls - calls0
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: Index, embedder: Embedder,
+                       sparse: SparseEncoder, store: CheckpointStore, options: IngestOptions, full: bool,
+                       progress: bool, report: SyncReport, words: VocabularyRun | None) -> None:
+    """One sync cycle over ``keys`` after its set-up: listings, deletions and moves, then each space."""
     for key in keys:
         await _check_space(source, store, key, again=full)
     source.stats = SourceStats()  # counts are per run
@@ -145,14 +158,11 @@ async def sync_confluence(
                                                     sparse=sparse, store=store, options=options, full=full,
                                                     progress=progress, report=report, moved=moved.get(key, []),
                                                     zone=zone, containers=pages_of[key], elsewhere=elsewhere,
-                                                    vocabulary=(vocabulary, first_count))
+                                                    words=words)
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
     report.unchanged += len(source.stats.known)
-    report.api_calls = source.client.api_calls - calls0
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
@@ -177,7 +187,7 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                       store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
                       report: SyncReport, moved: Sequence[str] = (), zone: int | None = None,
                       containers: set[str] | None = None, elsewhere: dict[str, str] | None = None,
-                      vocabulary: tuple[Path | None, bool] = (None, False)) -> str | None:
+                      words: VocabularyRun | None = None) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
     outside the checkpoint's reckoning); returns the new checkpoint (what it may advance to: never past a
     page that failed in a way a retry can fix)."""
@@ -201,7 +211,7 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                    tracker.wrap(_unindexed(source, key, tracker, index, listed - set(known)), order=False)
                    if since else None)
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
-                             progress=progress, vocabulary=vocabulary[0], count_unchanged=vocabulary[1])
+                             progress=progress, vocabulary=words)
     report.pages_seen += ing.pages_seen
     report.added += ing.added
     report.updated += ing.updated

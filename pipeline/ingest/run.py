@@ -203,11 +203,28 @@ async def ingest_pages(
     sparse: SparseEncoder,
     options: IngestOptions,
     progress: bool = False,
-    vocabulary: Path | None = None,
+    vocabulary: Path | VocabularyRun | None = None,
     count_unchanged: bool | None = None,
 ) -> IngestReport:
     """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal. ``vocabulary``,
-    ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``_VocabularyRun``)."""
+    ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``VocabularyRun``): a path is loaded and
+    saved by this run; a ``VocabularyRun`` belongs to the caller (one for a whole sync), who finishes it."""
+    t0 = time.perf_counter()
+    if isinstance(vocabulary, VocabularyRun):
+        return await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
+                             progress=progress, words=vocabulary)
+    words = await VocabularyRun.start(vocabulary, sparse, count_unchanged)
+    report = await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options, progress=progress,
+                           words=words)
+    if words is not None:
+        await words.finish(embedder, report.warnings)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, embedder: Embedder,
+                  sparse: SparseEncoder, options: IngestOptions, progress: bool,
+                  words: VocabularyRun | None) -> IngestReport:
     t0 = time.perf_counter()
     report = IngestReport()
     kinds: Counter[str] = Counter()
@@ -216,7 +233,6 @@ async def ingest_pages(
     pending: list[_Pending] = []
     pending_n = 0
     bar = _progress_bar(progress)
-    words = await _VocabularyRun.start(vocabulary, sparse, count_unchanged)
 
     async def flush() -> None:
         nonlocal pending, pending_n
@@ -250,8 +266,6 @@ async def ingest_pages(
         bar.close()
     if report.added or report.updated:
         await index.optimize()  # the segments this run filled get their HNSW graph and quantization
-    if words is not None:
-        await words.finish(embedder, report)
     report.evidence_by_kind = dict(sorted(kinds.items()))
     report.seconds = time.perf_counter() - t0
     return report
@@ -271,10 +285,11 @@ async def _split_reported(page: Page, options: IngestOptions, report: IngestRepo
 
 
 @dataclass
-class _VocabularyRun:
-    """The keyword-expansion vocabulary kept up to date by one ingest run (``ingest_pages(vocabulary=...)``):
-    the words of the evidence written are counted (BM25 only); while no counts exist yet, unchanged pages are
-    parsed, not embedded, to count theirs (``count_unchanged``; by default while no readable counts exist)."""
+class VocabularyRun:
+    """The keyword-expansion vocabulary kept up to date by one ingest run or one whole sync (its word counts
+    loaded once at ``start``, written once at ``finish``): the words of the evidence written are counted (BM25
+    only); while no counts exist yet, unchanged pages are parsed, not embedded, to count theirs
+    (``count_unchanged``; by default while no readable counts exist)."""
 
     path: Path
     counts: TermCounts
@@ -283,11 +298,11 @@ class _VocabularyRun:
     existed: bool
 
     @classmethod
-    async def start(cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None) -> _VocabularyRun | None:
+    async def start(cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None) -> VocabularyRun | None:
         if path is None or not isinstance(sparse, Bm25Encoder):
             return None
 
-        def load() -> _VocabularyRun:
+        def load() -> VocabularyRun:
             counts = TermCounts.load(path)  # empty when there are none yet, or they are unreadable: count afresh
             return cls(path, counts, sparse, not counts.df if bootstrap is None else bootstrap, path.exists())
 
@@ -298,15 +313,15 @@ class _VocabularyRun:
         if result is not None:
             self.counts.add((ev.text for ev in result.evidence), self.sparse)
 
-    async def finish(self, embedder: Embedder, report: IngestReport) -> None:
-        """Write the vocabulary when words were counted (or there is none yet); a failure is a warning: search
-        works without expansion."""
+    async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]]) -> None:
+        """Write the vocabulary when words were counted (or there is none yet); a failure is a warning (appended to
+        ``warnings``): search works without expansion."""
         if not (self.counts.added or not self.existed):
             return
         try:
             await asyncio.to_thread(update_vocabulary, self.path, self.counts, self.sparse, embedder)
         except (OSError, EvidentError, ValueError, RuntimeError) as exc:
-            report.warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
+            warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
 
 
 def _progress_bar(enabled: bool) -> Any:
