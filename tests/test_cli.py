@@ -108,6 +108,16 @@ def test_ask_trace_then_explain(data_dir: Path) -> None:
     assert "RAG meeting October" in explained.stdout and "%" in explained.stdout
 
 
+def test_explain_after_an_out_of_scope_answer_says_there_is_nothing_to_explain(data_dir: Path) -> None:
+    """No source produced "cannot be found": no shares over the evidence, exit 0 (not an error)."""
+    asked = invoke(data_dir, "ask", "How do I bake sourdough bread?")
+    assert asked.exit_code == 0, asked.output
+    assert "cannot be found" in asked.stdout
+    explained = invoke(data_dir, "explain")
+    assert explained.exit_code == 0, explained.output
+    assert explained.stdout.startswith("There is nothing to explain") and "Attributed" not in explained.stdout
+
+
 def test_explain_unknown_turn_is_one_line(data_dir: Path) -> None:
     assert_user_error(invoke(data_dir, "explain", "--turn", "9999"), "no turn with id 9999")
 

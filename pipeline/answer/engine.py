@@ -31,7 +31,7 @@ from pipeline.answer.query_builder import (
     clean_question,
     plan_query,
 )
-from pipeline.answer.results import ClusterShare, ExplainResult, TurnResult
+from pipeline.answer.results import NOTHING_TO_EXPLAIN, ClusterShare, ExplainResult, TurnResult
 from pipeline.answer.retrieve import RetrievalConfig, retrieve
 from pipeline.attribution import AttributionResult, attribute
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
@@ -357,6 +357,8 @@ class Engine:
         if not turn.answered:
             return ExplainResult(turn_id, "There is no answer to explain for this turn.", [], False, False,
                                  error="no answer")
+        if turn.out_of_scope:  # nothing in the wiki produced it: shares over the evidence would mean nothing
+            return ExplainResult(turn_id, NOTHING_TO_EXPLAIN, [])
         ids = [r.evidence_id for r in turn.retrieved]
         evidence = await self.index.get(ids)
         if len(evidence) < len(ids):
