@@ -336,3 +336,64 @@ def test_registry_and_settings() -> None:
             "logprob"} <= set(METHODS)
     params = params_from_settings(Settings.load(env={}))
     assert params == {"samples": 1, "temperature": 0.05, "eps": 0.005, "min_samples": 2}
+
+
+# ---------------------------------------------------------------- a table row and its whole table
+
+ROW1 = "Row 1 in Table 1: Member is Alice, and Task is Prepare the evaluation list"
+ROW2 = "Row 2 in Table 1: Member is Bruno, and Task is Collect questions"
+
+
+def table_hits() -> list[Hit]:
+    """Row 1, the whole table (both rows), an unrelated passage: the row's text is shown twice."""
+    def ev(eid: str, kind: str, text: str, position: int, row: int | None = None) -> Evidence:
+        return Evidence(id=eid, page_id="meeting", title="RAG meeting", url="https://wiki.example/meeting",
+                        space="ENG", kind=kind, position=position, text=text,  # type: ignore[arg-type]
+                        table_index=1, row_index=row)
+
+    evidence = [ev("row1", "row", ROW1, 2, 1), ev("table1", "table", f"{ROW1}\n{ROW2}", 1),
+                Evidence(id="lunch", page_id="food", title="Food", url="https://wiki.example/food", space="ENG",
+                         kind="passage", position=0, text=LUNCH[1])]
+    return [Hit(evidence=e, score=1.0, rank=i + 1) for i, e in enumerate(evidence)]
+
+
+def test_removing_a_row_cuts_it_out_of_its_table_too() -> None:
+    from pipeline.attribution.scoring import without
+
+    hits = table_hits()
+    rest = without(hits, [0])
+    assert [h.evidence.id for h in rest] == ["table1", "lunch"]
+    assert rest[0].evidence.text == ROW2 and hits[1].evidence.text == f"{ROW1}\n{ROW2}"  # a copy; the hit is unchanged
+    assert without(hits, [2])[1] is hits[1]  # removing something else leaves the table whole
+    other = Hit(evidence=Evidence(**{**hits[1].evidence.__dict__, "id": "t2", "table_index": 2}), score=1.0, rank=4)
+    assert without([*hits, other], [0])[-1] is other  # another table of the page keeps its lines
+
+
+async def test_the_quoted_row_gets_the_credit_although_its_table_repeats_it() -> None:
+    """An answer quoting row 1: removing the row (and so its line in the table) changes it, nothing else does."""
+    calls: list[list[str]] = []
+
+    async def quote(subset: Sequence[Hit], m: int) -> list[str]:
+        calls.append([h.evidence.text for h in subset])
+        return [ANSWER if any("Alice" in h.evidence.text for h in subset) else NO_ANSWER] * m
+
+    result = await attribute("cfa", question=QUESTION, answer=ANSWER, hits=table_hits(), generate=quote,
+                             embedder=HashEmbedder(), params={})
+    assert ids_of(result, 0) == {"row1"} and result.clusters[0].percent > 90
+    assert not is_flat(result)
+
+
+def test_flat_only_when_no_removal_changed_the_answer() -> None:
+    from pipeline.attribution.types import ClusterAttribution, EvidenceRef
+
+    def clusters(*pairs: tuple[float, float]) -> list[ClusterAttribution]:
+        return [ClusterAttribution(cluster_id=i, members=[EvidenceRef(f"e{i}", "T", "https://w.example", "passage",
+                                                                      i + 1)],
+                                   contribution=1 - sim, percent=pct, counterfactual_answers=["a"], similarities=[sim])
+                for i, (pct, sim) in enumerate(pairs)]
+
+    two_quoted = clusters((17.0, 0.97), (15.2, 0.97), *[(8.475, 1.0)] * 8)  # the demo question's shape
+    assert not is_flat(AttributionResult(method="cfa_clusters", question="q", answer="a", clusters=two_quoted))
+    assert is_flat(AttributionResult(method="naive", question="q", answer="a", clusters=two_quoted))  # by entropy
+    unchanged = clusters((17.0, 0.99), (15.2, 0.99), *[(8.475, 1.0)] * 8)
+    assert is_flat(AttributionResult(method="cfa_clusters", question="q", answer="a", clusters=unchanged))

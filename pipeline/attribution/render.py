@@ -15,6 +15,7 @@ from pipeline.attribution.types import AttributionResult, ClusterAttribution
 
 BAR_WIDTH = 8
 UNCHANGED = 0.98  # mean similarity at/above which a counterfactual answer counts as "the same"
+_NOT_COUNTERFACTUAL = frozenset({"naive", "logprob"})  # their similarities are not answers after a removal
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,22 @@ def explanation_view(result: AttributionResult, *, max_clusters: int = 5) -> Exp
 
 
 def is_flat(result: AttributionResult, *, ratio: float = 1.5, entropy: float = 0.95) -> bool:
-    """True when no source stands out: top share < ratio × uniform, or normalised entropy ≥ ``entropy``."""
-    shares = [c.percent / 100.0 for c in result.clusters if not c.unknown]
+    """True when no source stands out: top share < ratio × uniform; and for counterfactual methods when no removal
+    changed the answer (every similarity ≥ ``UNCHANGED``), for the others when the normalised entropy is ≥
+    ``entropy``. Entropy alone misjudges counterfactuals: two quoted sources at 17 % and 15 % among eight unchanged
+    ones at 8.5 % score 0.97 although the counterfactuals singled both out."""
+    known = [c for c in result.clusters if not c.unknown]
+    shares = [c.percent / 100.0 for c in known]
     k = len(shares)
     if k < 2:
         return False
+    if max(shares) < ratio / k:
+        return True
+    sims = [c.mean_similarity for c in known if c.mean_similarity is not None]
+    if result.method not in _NOT_COUNTERFACTUAL and sims:
+        return min(sims) >= UNCHANGED
     h = -sum(p * math.log(p) for p in shares if p > 0)
-    return max(shares) < ratio / k or h / math.log(k) >= entropy
+    return h / math.log(k) >= entropy
 
 
 def reason(result: AttributionResult, cluster: ClusterAttribution, *, top: bool) -> str:

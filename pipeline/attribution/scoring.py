@@ -6,6 +6,7 @@ import asyncio
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -68,9 +69,27 @@ def evidence_quote(ev: Evidence, limit: int = QUOTE_CHARS) -> str:
 
 
 def without(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
-    """``hits`` minus ``rows``, original order kept."""
+    """``hits`` minus ``rows``, original order kept; a removed table row is also cut out of its whole table's
+    evidence when that is shown too (a verbalized row repeats a line of its table: removing only the row would
+    leave its content in the prompt, and the counterfactual would not see it gone)."""
     drop = set(rows)
-    return [h for i, h in enumerate(hits) if i not in drop]
+    cut = [hits[i].evidence for i in sorted(drop) if 0 <= i < len(hits) and hits[i].evidence.kind == "row"]
+    return [_without_rows(h, cut) for i, h in enumerate(hits) if i not in drop]
+
+
+def _without_rows(hit: Hit, rows: Sequence[Evidence]) -> Hit:
+    """``hit`` with the lines of ``rows`` removed when it is their table (same page and table number)."""
+    ev = hit.evidence
+    if ev.kind != "table" or not rows:
+        return hit
+    text = ev.text
+    for row in rows:
+        if row.page_id == ev.page_id and row.table_index == ev.table_index and row.text:
+            text = text.replace(row.text, "")
+    if text == ev.text:
+        return hit
+    text = "\n".join(line for line in text.splitlines() if line.strip())
+    return replace(hit, evidence=replace(ev, text=text), content="")
 
 
 def only(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
