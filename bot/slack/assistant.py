@@ -11,19 +11,21 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from slack_bolt.context.assistant.thread_context import AssistantThreadContext
 from slack_bolt.context.assistant.thread_context_store.async_store import AsyncAssistantThreadContextStore
 from slack_bolt.middleware.assistant.async_assistant import AsyncAssistant
 from slack_sdk.errors import SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.core.conversations import Question
+from bot.core.contracts import EngineLike
+from bot.core.conversations import Conversations, Question
+from bot.core.dedup import Deduper
+from bot.slack.surface import SlackThread
 from bot.slack.threads import clean_question, conversation_key
 from pipeline.protocols import ConversationStore
-
-if TYPE_CHECKING:
-    from bot.slack.handlers import EvidentBot
 
 log = logging.getLogger("evident.bot")
 
@@ -63,8 +65,24 @@ async def suggested_prompts(store: ConversationStore, spaces: tuple[str, ...] | 
     return (prompts or list(GENERIC_PROMPTS))[:MAX_PROMPTS]
 
 
+class AssistantHost(Protocol):
+    """What the assistant listeners use of the Slack bot (``bot.slack.handlers.EvidentBot``)."""
+
+    engine: EngineLike
+    client: AsyncWebClient
+    core: Conversations
+    dedup: Deduper
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str, event_id: str | None = None) -> Any: ...
+
+    def event_id(self, context: dict[str, Any]) -> str | None: ...
+
+    def thread_surface(self, team: str, channel: str, user: str, question: str, thread_ts: str | None,
+                       context: dict[str, Any], **extra: Any) -> SlackThread: ...
+
+
 class AssistantListeners:
-    def __init__(self, bot: EvidentBot) -> None:
+    def __init__(self, bot: AssistantHost) -> None:
         self.bot = bot
         self.contexts = ThreadContexts(bot.engine.store)
 
