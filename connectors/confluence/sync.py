@@ -157,7 +157,7 @@ async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: 
         report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
                                                     sparse=sparse, store=store, options=options, full=full,
                                                     progress=progress, report=report, moved=moved.get(key, []),
-                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere,
+                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere, versions=known[key],
                                                     words=words)
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
@@ -187,16 +187,17 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                       store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
                       report: SyncReport, moved: Sequence[str] = (), zone: int | None = None,
                       containers: set[str] | None = None, elsewhere: dict[str, str] | None = None,
+                      versions: dict[str, str],
                       words: VocabularyRun | None = None) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
-    outside the checkpoint's reckoning); returns the new checkpoint (what it may advance to: never past a
+    outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller; returns the new checkpoint (what it may advance to: never past a
     page that failed in a way a retry can fix)."""
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()
     includes = await load_includes(store, source.source_key, key)
     listed = containers or set()
-    known = {pid: when for pid, when in (await load_known(store, source.source_key, key)).items() if pid in listed}
+    known = {pid: when for pid, when in versions.items() if pid in listed}
     source.known = known if since else {}
     if source.macros is not None:
         source.macros.includes.clear()  # from here on: the pages of this space
