@@ -397,3 +397,16 @@ def test_flat_only_when_no_removal_changed_the_answer() -> None:
     assert is_flat(AttributionResult(method="naive", question="q", answer="a", clusters=two_quoted))  # by entropy
     unchanged = clusters((17.0, 0.99), (15.2, 0.99), *[(8.475, 1.0)] * 8)
     assert is_flat(AttributionResult(method="cfa_clusters", question="q", answer="a", clusters=unchanged))
+
+
+def test_a_short_row_is_cut_as_a_whole_line_never_inside_other_rows() -> None:
+    """Plain linearization: a row's text can be one word that other rows contain too."""
+    from pipeline.attribution.scoring import without
+
+    def ev(eid: str, kind: str, text: str, row: int | None = None) -> Evidence:
+        return Evidence(id=eid, page_id="p", title="T", url="https://wiki.example/p", space="ENG",
+                        kind=kind, position=0, text=text, table_index=1, row_index=row)  # type: ignore[arg-type]
+
+    hits = [Hit(evidence=ev("r2", "row", "Yes", 2), score=1.0, rank=1),
+            Hit(evidence=ev("t", "table", "Yes sir\nYes\nNo"), score=1.0, rank=2)]
+    assert without(hits, [0])[0].evidence.text == "Yes sir\nNo"

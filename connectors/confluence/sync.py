@@ -157,8 +157,8 @@ async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: 
         report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
                                                     sparse=sparse, store=store, options=options, full=full,
                                                     progress=progress, report=report, moved=moved.get(key, []),
-                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere, versions=known[key],
-                                                    words=words)
+                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere,
+                                                    versions=known[key], words=words)
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
@@ -190,8 +190,8 @@ async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embed
                       versions: dict[str, str],
                       words: VocabularyRun | None = None) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
-    outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller; returns the new checkpoint (what it may advance to: never past a
-    page that failed in a way a retry can fix)."""
+    outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller. Returns
+    the new checkpoint (what it may advance to: never past a page that failed in a way a retry can fix)."""
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()

@@ -78,18 +78,21 @@ def without(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
 
 
 def _without_rows(hit: Hit, rows: Sequence[Evidence]) -> Hit:
-    """``hit`` with the lines of ``rows`` removed when it is their table (same page and table number)."""
+    """``hit`` without the lines of ``rows`` when it is their table (same page and table number). A table's text is
+    its rows, one line each; a row's own line is the last line of its text (markdown rows carry the header first).
+    Whole lines are compared, so a short row ("Yes", plain linearization) never cuts into other rows."""
     ev = hit.evidence
-    if ev.kind != "table" or not rows:
+    if ev.kind != "table":
         return hit
-    text = ev.text
-    for row in rows:
-        if row.page_id == ev.page_id and row.table_index == ev.table_index and row.text:
-            text = text.replace(row.text, "")
-    if text == ev.text:
+    gone = {row.text.splitlines()[-1] for row in rows
+            if row.page_id == ev.page_id and row.table_index == ev.table_index and row.text.strip()}
+    if not gone:
         return hit
-    text = "\n".join(line for line in text.splitlines() if line.strip())
-    return replace(hit, evidence=replace(ev, text=text), content="")
+    lines = ev.text.splitlines()
+    kept = [line for line in lines if line not in gone]
+    if len(kept) == len(lines):
+        return hit
+    return replace(hit, evidence=replace(ev, text="\n".join(kept)), content="")
 
 
 def only(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
