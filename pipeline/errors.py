@@ -13,7 +13,7 @@ Tree::
     ├── EmbeddingError              the embedding model failed or is unavailable
     ├── RemoteError                 a remote service failed (base for LLM / Confluence / Slack)
     │   ├── RateLimitedError        429 / throttled; carries ``retry_after_s``
-    │   ├── TransientError          5xx, timeout, connection reset: safe to retry
+    │   ├── TransientError          5xx, timeout, connection reset: safe to retry (``retry_after_s`` too)
     │   ├── AuthError               wrong key / token / credentials
     │   ├── NotFoundError           unknown model, space, page
     │   └── UnreachableError        DNS / connection refused / wrong base URL
@@ -70,12 +70,15 @@ class StoreError(EvidentError):
 
 
 class RemoteError(EvidentError):
-    """A remote service (LLM endpoint, Confluence, Slack) failed."""
+    """A remote service (LLM endpoint, Confluence, Slack) failed. ``retry_after_s``: the wait the server asked
+    for (``Retry-After`` on a 429 or a 5xx), None when it named none."""
 
-    def __init__(self, message: str, *, service: str = "", status: int | None = None) -> None:
+    def __init__(self, message: str, *, service: str = "", status: int | None = None,
+                 retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.service = service
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 class RateLimitedError(RemoteError):
@@ -84,8 +87,7 @@ class RateLimitedError(RemoteError):
     def __init__(
         self, message: str, *, service: str = "", status: int | None = 429, retry_after_s: float | None = None
     ) -> None:
-        super().__init__(message, service=service, status=status)
-        self.retry_after_s = retry_after_s
+        super().__init__(message, service=service, status=status, retry_after_s=retry_after_s)
 
 
 class TransientError(RemoteError):

@@ -105,8 +105,10 @@ class FakeConnector(_Server):
     def __init__(self) -> None:
         super().__init__()
         self.posted: list[Posted] = []
-        self.throttle: int = 0  # answer this many requests with 429 first
+        self.throttle: int = 0  # answer this many requests with ``throttle_status`` (429) first
+        self.throttle_status = 429
         self.retry_after = "0"
+        self.attempts: list[float] = []  # time.monotonic() of every authorized request, refused ones too
         self.unauthorized: list[str] = []
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()
@@ -119,9 +121,11 @@ class FakeConnector(_Server):
         if request.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":
             self.unauthorized.append(request.path)
             return web.json_response({"error": "unauthorized"}, status=401)
+        self.attempts.append(time.monotonic())
         if self.throttle > 0:
             self.throttle -= 1
-            return web.json_response({"error": "throttled"}, status=429, headers={"Retry-After": self.retry_after})
+            return web.json_response({"error": "throttled"}, status=self.throttle_status,
+                                     headers={"Retry-After": self.retry_after})
         return None
 
     async def _post(self, request: web.Request) -> web.Response:

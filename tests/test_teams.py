@@ -221,6 +221,15 @@ async def test_connector_429_is_retried_after_retry_after(h: Harness) -> None:
     assert "VPN portal" in answer["text"]
 
 
+async def test_connector_503_waits_for_its_retry_after(h: Harness) -> None:
+    h.connector.throttle, h.connector.throttle_status, h.connector.retry_after = 1, 503, "0.6"
+    await h.send.send(h.send.personal("How do I get VPN access?"))
+    (answer,) = await h.answers()
+    assert "VPN portal" in answer["text"]
+    first, second = h.connector.attempts[:2]
+    assert second - first >= 0.6  # the jittered backoff alone waits at most 0.5 s on the first retry
+
+
 async def test_non_activity_bodies_are_400(h: Harness) -> None:
     for body in ([1, 2], {"text": "no type"}):
         status, _ = await h.send.send(body, authorization="")  # type: ignore[arg-type]

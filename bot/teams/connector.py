@@ -1,7 +1,8 @@
 """The Bot Connector REST API (``{serviceUrl}/v3/conversations/...``): send, reply, update, typing.
 
-429 and 5xx are retried with the shared policy (``pipeline.runtime.retry``: ``Retry-After`` honoured); a 401
-refreshes the app token once. Errors are ``pipeline.errors.RemoteError`` subclasses naming the status.
+429 and 5xx are retried through the shared remote-call helper (``pipeline.runtime.remote``: ``Retry-After``
+honoured on both); a 401 refreshes the app token once. Errors are ``pipeline.errors.RemoteError`` subclasses
+naming the status.
 """
 
 from __future__ import annotations
@@ -11,18 +12,10 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from bot.teams.auth import AppTokens
-from pipeline.errors import (
-    AuthError,
-    NotFoundError,
-    RateLimitedError,
-    RemoteError,
-    TransientError,
-    UnreachableError,
-)
-from pipeline.runtime.retry import log_retry, retry_after_wait
+from pipeline.errors import UnreachableError
+from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries, status_error
 
 log = logging.getLogger("evident.teams")
 
@@ -32,8 +25,8 @@ class ConnectorClient:
                  backoff_s: float = 0.5, max_wait_s: float = 30.0) -> None:
         self.http = http
         self.tokens = tokens
-        self.max_retries = max_retries
-        self._wait = retry_after_wait(initial_s=backoff_s, max_s=max_wait_s)
+        self.policy = RetryPolicy(max_retries=max_retries, initial_s=backoff_s, max_s=max_wait_s,
+                                  retry_after_cap_s=max_wait_s)
 
     async def send(self, service_url: str, conversation_id: str, activity: dict[str, Any],
                    reply_to: str | None = None) -> str:
@@ -51,15 +44,8 @@ class ConnectorClient:
 
     async def _call(self, method: str, service_url: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         url = service_url.rstrip("/") + "/" + path
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1), wait=self._wait, reraise=True,
-            retry=retry_if_exception_type((RateLimitedError, TransientError, UnreachableError)),
-            before_sleep=log_retry(log, f"teams {method}", self.max_retries),
-        )
-        async for attempt in retrying:
-            with attempt:
-                return await self._once(method, url, payload)
-        raise AssertionError("unreachable")  # pragma: no cover - tenacity re-raises
+        return await call_with_retries(lambda: self._once(method, url, payload), self.policy,
+                                       CallOptions(log, f"teams {method}"))
 
     async def _once(self, method: str, url: str, payload: dict[str, Any], *, fresh: bool = False) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {await self.tokens.token()}"}
@@ -71,28 +57,11 @@ class ConnectorClient:
             self.tokens.invalidate()
             return await self._once(method, url, payload, fresh=True)
         if resp.status_code >= 400:
-            raise _error(resp)
+            raise status_error(resp.status_code, service="teams", what="Bot Connector answered",
+                               headers=resp.headers)
         try:
             body = resp.json() if resp.content else {}
         except ValueError:
             body = {}
         return body if isinstance(body, dict) else {}
 
-
-def _error(resp: httpx.Response) -> RemoteError:
-    status = resp.status_code
-    what = f"Bot Connector answered HTTP {status}"
-    if status == 429:
-        after = resp.headers.get("Retry-After")
-        try:
-            seconds = float(after) if after else None
-        except ValueError:
-            seconds = None
-        return RateLimitedError(what, service="teams", retry_after_s=seconds)
-    if status >= 500:
-        return TransientError(what, service="teams", status=status)
-    if status in (401, 403):
-        return AuthError(what, service="teams", status=status)
-    if status == 404:
-        return NotFoundError(what, service="teams", status=status)
-    return RemoteError(what, service="teams", status=status)

@@ -17,13 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 from atlassian import Confluence
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from pipeline.errors import (
     AuthError,
@@ -34,7 +32,7 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
-from pipeline.runtime.retry import log_retry, retry_after_wait
+from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries, retry_after_s, retryable
 
 log = logging.getLogger(__name__)
 
@@ -109,21 +107,13 @@ class ConfluenceClient:
                 timeouts += 1
                 if max_timeouts is not None and timeouts >= max_timeouts:
                     return False
-            return _retryable(exc)
+            return retryable(exc)
 
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=retry_after_wait(initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
-                                  retry_after_cap_s=self.max_retry_after_s),
-            retry=retry_if_exception(retry),
-            before_sleep=log_retry(log, "confluence GET", self.max_retries, level=logging.INFO, count=count),
-            sleep=self._sleep,
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                return await self._get_once(path, params)
-        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+        policy = RetryPolicy(max_retries=self.max_retries, initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
+                             retry_after_cap_s=self.max_retry_after_s)
+        return await call_with_retries(lambda: self._get_once(path, params), policy,
+                                       CallOptions(log, "confluence GET", retry=retry, level=logging.INFO,
+                                                   count=count), sleep=self._sleep)
 
     async def _get_once(self, path: str, params: dict[str, Any] | None) -> dict[str, Any]:
         self.api_calls += 1
@@ -281,12 +271,6 @@ def storage_of(item: Any) -> str | None:
     return body if isinstance(body, str) else None
 
 
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, UnreachableError):
-        return exc.status is None  # a wrong base URL answers; retrying cannot help
-    return isinstance(exc, RateLimitedError | TransientError)
-
-
 def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]:
     """Map an HTTP response to its JSON or to an ``pipeline.errors`` exception."""
     status = resp.status_code
@@ -304,10 +288,9 @@ def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]
         return data
     message = _message(resp)
     if status == 429 or (status == 403 and _throttled(resp)):
-        retry_after = _retry_after(resp.headers.get("Retry-After"))
         raise RateLimitedError(
             f"Confluence rate limit on {where} (HTTP {status})", service=SERVICE, status=status,
-            retry_after_s=retry_after,
+            retry_after_s=retry_after_s(resp.headers),
         )
     if status == 401:
         raise AuthError(
@@ -324,7 +307,8 @@ def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]
             )
         raise NotFoundError(f"Confluence: {where} not found (HTTP 404){message}", service=SERVICE, status=status)
     if status >= 500 or status in (408, 502, 503, 504):
-        raise TransientError(f"Confluence server error on {where} (HTTP {status})", service=SERVICE, status=status)
+        raise TransientError(f"Confluence server error on {where} (HTTP {status})", service=SERVICE, status=status,
+                             retry_after_s=retry_after_s(resp.headers))
     raise RemoteError(f"Confluence refused {where} (HTTP {status}){message}", service=SERVICE, status=status)
 
 
@@ -332,25 +316,6 @@ def _throttled(resp: requests.Response) -> bool:
     """Data Center signals rate limiting as 403 with rate-limit headers (or 429)."""
     h = resp.headers
     return "Retry-After" in h or h.get("X-RateLimit-Remaining", "").strip() == "0"
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date); None when absent/garbled."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        from datetime import UTC, datetime
-
-        when = parsedate_to_datetime(value)
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())
-    except (TypeError, ValueError):
-        return None
 
 
 def _is_json(resp: requests.Response) -> bool:

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
-from pipeline.errors import AuthError, RemoteError, TransientError, UnreachableError
-from pipeline.runtime.retry import log_retry, retry_after_wait
+from pipeline.errors import TransientError, UnreachableError
+from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries, status_error
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +47,10 @@ class JiraClient:
         path = "/rest/api/3/search/jql" if self.cloud else "/rest/api/2/search"
         params = {"jql": f"key in ({', '.join(wanted)})", "fields": "summary", "maxResults": str(len(wanted)),
                   "validateQuery": "warn"}  # a key of a missing project must not fail the others
-        retrying = AsyncRetrying(stop=stop_after_attempt(self.max_retries + 1), wait=retry_after_wait(initial_s=0.5),
-                                 retry=retry_if_exception_type(TransientError), reraise=True,
-                                 before_sleep=log_retry(log, "jira search", self.max_retries, level=logging.INFO))
         async with httpx.AsyncClient(timeout=self._timeout_s, auth=self._auth, headers=self._headers) as http:
-            async for attempt in retrying:
-                with attempt:
-                    data = await self._get(http, path, params)
+            data = await call_with_retries(lambda: self._get(http, path, params),
+                                           RetryPolicy(max_retries=self.max_retries),
+                                           CallOptions(log, "jira search", level=logging.INFO))
         issues = data.get("issues")
         return {str(i["key"]): str((i.get("fields") or {}).get("summary") or "")
                 for i in (issues if isinstance(issues, list) else []) if isinstance(i, dict) and i.get("key")}
@@ -67,15 +63,11 @@ class JiraClient:
             raise TransientError("Jira timed out", service="jira") from exc
         except httpx.HTTPError as exc:
             raise UnreachableError(f"cannot reach Jira at JIRA_URL ({type(exc).__name__})", service="jira") from exc
-        if resp.status_code in (401, 403):
-            raise AuthError(f"Jira rejected JIRA_USER / JIRA_TOKEN (HTTP {resp.status_code})", service="jira",
-                            status=resp.status_code)
-        if resp.status_code == 429 or resp.status_code >= 500:
-            raise TransientError(f"Jira answered HTTP {resp.status_code}", service="jira", status=resp.status_code)
         if resp.status_code == 400:  # a key of a project that does not exist: JQL refuses the whole query
             return {"issues": []}
         if resp.status_code >= 300:
-            raise RemoteError(f"Jira answered HTTP {resp.status_code}", service="jira", status=resp.status_code)
+            raise status_error(resp.status_code, service="jira", what="Jira search answered", headers=resp.headers,
+                               auth_hint="JIRA_USER / JIRA_TOKEN")
         try:
             body = resp.json()
         except ValueError as exc:

@@ -1,8 +1,9 @@
 """An OpenAI-compatible chat-completions client with our own retries, a concurrency cap and clear errors.
 
-The SDK's built-in retries are switched off (``max_retries=0``) so this module decides what is retried
-(429 honouring ``Retry-After``, 5xx, timeouts, connection errors), how long to wait (exponential backoff
-with full jitter) and what the caller finally sees (an exception from ``pipeline.errors``). One
+The SDK's built-in retries are switched off (``max_retries=0``) so the shared remote-call helper
+(``pipeline.runtime.remote``) decides what is retried (429 and 5xx honouring ``Retry-After``, timeouts,
+connection errors), how long to wait and what the caller finally sees (an exception from
+``pipeline.errors``). One
 ``asyncio.Semaphore`` per instance bounds in-flight requests across every caller, so attribution's many
 counterfactual calls cannot flood a small local server.
 """
@@ -14,28 +15,20 @@ import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import openai
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from pipeline.errors import (
-    AuthError,
     ConfigError,
     NotFoundError,
-    RateLimitedError,
     RemoteError,
     TransientError,
     UnreachableError,
 )
 from pipeline.models.chat_tokens import neutralize_special_tokens
-from pipeline.runtime.retry import log_retry, retry_after_wait
+from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries, status_error
 from pipeline.types import ChatMessage
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -200,24 +193,19 @@ class OpenAILLM:
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]], *, model: str, wants_n: bool = False,
                             retries: int | None = None) -> T:
-        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors (``pipeline.runtime.retry``)."""
-        budget = self.max_retries if retries is None else retries
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(budget + 1),
-            wait=retry_after_wait(initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
-                                  retry_after_cap_s=self.retry_after_cap_s),
-            retry=retry_if_exception_type((RateLimitedError, TransientError, UnreachableError)),
-            before_sleep=log_retry(log, "LLM request", budget),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                try:
-                    async with self._semaphore:
-                        return await call()
-                except openai.OpenAIError as exc:
-                    raise self._map_error(exc, model=model, wants_n=wants_n) from exc
-        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors (``pipeline.runtime.remote``)."""
+        policy = RetryPolicy(max_retries=self.max_retries if retries is None else retries,
+                             initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
+                             retry_after_cap_s=self.retry_after_cap_s)
+
+        async def once() -> T:
+            try:
+                async with self._semaphore:
+                    return await call()
+            except openai.OpenAIError as exc:
+                raise self._map_error(exc, model=model, wants_n=wants_n) from exc
+
+        return await call_with_retries(once, policy, CallOptions(log, "LLM request"))
 
     def _map_error(self, exc: openai.OpenAIError, *, model: str | None, wants_n: bool = False) -> RemoteError:
         where = self.base_url
@@ -229,22 +217,19 @@ class OpenAILLM:
             return TransientError(f"connection to LLM endpoint {where} failed: {exc}", service=SERVICE)
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
-            if status in (401, 403):
-                return AuthError(f"LLM endpoint rejected the API key ({status})", service=SERVICE, status=status)
             if status == 404:
                 what = f"model '{model}'" if model else "endpoint"
                 return NotFoundError(f"{what} not found at {where}", service=SERVICE, status=status)
-            if status == 429:
-                return RateLimitedError(
-                    f"LLM endpoint {where} is rate limiting", service=SERVICE,
-                    retry_after_s=_retry_after(exc.response.headers),
-                )
-            if status >= 500 or status == 408:
-                return TransientError(f"LLM endpoint {where} returned {status}", service=SERVICE, status=status)
             if status in (400, 422) and wants_n and _N_PARAM.search(_error_text(exc)):
                 return _NRejectedError(_error_text(exc))
-            return RemoteError(f"LLM endpoint {where} returned {status}: {_error_text(exc)[:200]}",
-                               service=SERVICE, status=status)
+            if status in (401, 403):
+                what = "LLM endpoint rejected the API key"
+            elif status == 429 or status >= 500 or status == 408:
+                what = f"LLM endpoint {where} failed"
+            else:
+                what = f"LLM endpoint {where} refused the request: {_error_text(exc)[:200]}"
+            return status_error(status, service=SERVICE, what=what, headers=exc.response.headers,
+                                auth_hint="EVIDENT_LLM_API_KEY")
         return RemoteError(f"LLM request to {where} failed: {type(exc).__name__}", service=SERVICE)
 
 
@@ -297,30 +282,6 @@ def _is_connect_failure(exc: BaseException) -> bool:
             return True
         cur = cur.__cause__ or cur.__context__
     return False
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds from ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date); None when absent."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _chat_payload(model: str, messages: Sequence[ChatMessage], temperature: float,

@@ -18,6 +18,7 @@ vLLM, Ollama, infinity): ``EVIDENT_EMBEDDER=openai:<model>`` with ``EVIDENT_EMBE
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,10 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from pipeline.errors import (
-    AuthError,
     EmbeddingError,
     NotFoundError,
     RateLimitedError,
@@ -36,8 +35,9 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
-from pipeline.runtime.retry import retry_after_wait
+from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries_sync, status_error
 
+log = logging.getLogger(__name__)
 CHARS_PER_TOKEN = 3  # estimate that errs towards fewer tokens per request than the server counts
 
 
@@ -105,12 +105,7 @@ class OpenAIEmbedder:
         self._http = httpx.Client(headers=headers, params=params, timeout=timeout_s,
                                   limits=httpx.Limits(max_connections=max(1, concurrency)))
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="embed-http")
-        self._retry = Retrying(
-            stop=stop_after_attempt(max(0, max_retries) + 1),
-            wait=retry_after_wait(max_s=backoff_max_s),
-            retry=retry_if_exception_type((RateLimitedError, TransientError)),
-            reraise=True,
-        )
+        self._policy = RetryPolicy(max_retries=max(0, max_retries), max_s=backoff_max_s)
         self._lock = threading.Lock()
         self.requests = 0
         try:
@@ -174,7 +169,8 @@ class OpenAIEmbedder:
     def _post_split(self, inputs: list[str]) -> np.ndarray:
         """``_post`` with retries; a batch the server finds too large is halved."""
         try:
-            return self._retry(self._post, inputs)
+            return call_with_retries_sync(lambda: self._post(inputs), self._policy,
+                                          CallOptions(log, "embeddings request", retry=_retryable))
         except _TooLargeError:
             if len(inputs) == 1:
                 raise EmbeddingError(f"the embeddings endpoint rejects even a single input of {len(inputs[0])} "
@@ -223,6 +219,10 @@ class _TooLargeError(RemoteError):
     """The server refused the batch's size (413, or a 400 about it): halve and retry."""
 
 
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, RateLimitedError | TransientError)
+
+
 def _status_error(response: Any, model: str) -> RemoteError:
     status = int(response.status_code)
     try:
@@ -231,26 +231,16 @@ def _status_error(response: Any, model: str) -> RemoteError:
     except (ValueError, AttributeError):
         message = response.text[:200]
     lowered = message.lower()
-    if status in (401, 403):
-        return AuthError(f"the embeddings endpoint rejected EVIDENT_EMBED_API_KEY ({status})",
-                         service="embeddings", status=status)
     if status == 404 or ("model" in lowered and ("not found" in lowered or "does not exist" in lowered)):
         return NotFoundError(f"embedding model {model!r} is unknown at EVIDENT_EMBED_BASE_URL ({status}: {message})",
                              service="embeddings", status=status)
     if status == 413 or (status == 400 and ("batch" in lowered or "too large" in lowered or "too long" in lowered)):
         return _TooLargeError(f"batch too large ({status})", service="embeddings", status=status)
-    if status == 429:
-        return RateLimitedError("the embeddings endpoint is rate limiting (429)", service="embeddings",
-                                retry_after_s=_retry_after(response))
-    if status >= 500:
-        return TransientError(f"the embeddings endpoint failed ({status})", service="embeddings", status=status)
-    return RemoteError(f"the embeddings endpoint refused the request ({status}: {message})",
-                       service="embeddings", status=status)
-
-
-def _retry_after(response: Any) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
+    if status in (401, 403):
+        what = "the embeddings endpoint rejected the API key"
+    elif status == 429 or status >= 500 or status == 408:
+        what = "the embeddings endpoint failed"
+    else:
+        what = f"the embeddings endpoint refused the request: {message}"
+    return status_error(status, service="embeddings", what=what, headers=response.headers,
+                        auth_hint="EVIDENT_EMBED_API_KEY")
