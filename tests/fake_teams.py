@@ -49,15 +49,26 @@ class _Server:
 
 
 class FakeIdentity(_Server):
+    """The Bot Framework's metadata (its key endorsed for ``msteams``, a second one endorsed only for
+    ``webchat``) and the tenant's own Entra ID metadata with a key of its own."""
+
     ISSUER = "https://api.botframework.com"
+    TENANT_ISSUER = f"https://login.microsoftonline.com/{TENANT}/v2.0"
 
     def __init__(self) -> None:
         super().__init__()
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.kid = "test-key-1"
+        self.webchat_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.webchat_kid = "webchat-key"
+        self.tenant_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.tenant_kid = "tenant-key"
         self.token_requests: list[dict[str, str]] = []
+        self.metadata_reads: list[str] = []
         self.app.router.add_get("/openid", self._openid)
         self.app.router.add_get("/jwks", self._jwks)
+        self.app.router.add_get("/tenant/openid", self._tenant_openid)
+        self.app.router.add_get("/tenant/jwks", self._tenant_jwks)
         self.app.router.add_post("/token", self._token)
 
     @property
@@ -65,16 +76,28 @@ class FakeIdentity(_Server):
         return f"{self.url}/openid"
 
     @property
+    def tenant_openid_url(self) -> str:
+        return f"{self.url}/tenant/openid"
+
+    @property
     def token_url(self) -> str:
         return f"{self.url}/token"
 
     async def _openid(self, _request: web.Request) -> web.Response:
+        self.metadata_reads.append("botframework")
         return web.json_response({"issuer": self.ISSUER, "jwks_uri": f"{self.url}/jwks",
                                   "id_token_signing_alg_values_supported": ["RS256"]})
 
     async def _jwks(self, _request: web.Request) -> web.Response:
-        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
-        return web.json_response({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]})
+        return web.json_response({"keys": [_jwk(self.key, self.kid, ["msteams", "skype"]),
+                                           _jwk(self.webchat_key, self.webchat_kid, ["webchat"])]})
+
+    async def _tenant_openid(self, _request: web.Request) -> web.Response:
+        self.metadata_reads.append("tenant")
+        return web.json_response({"issuer": self.TENANT_ISSUER, "jwks_uri": f"{self.url}/tenant/jwks"})
+
+    async def _tenant_jwks(self, _request: web.Request) -> web.Response:
+        return web.json_response({"keys": [_jwk(self.tenant_key, self.tenant_kid, None)]})
 
     async def _token(self, request: web.Request) -> web.Response:
         form = dict(await request.post())
@@ -83,12 +106,24 @@ class FakeIdentity(_Server):
             return web.json_response({"error": "invalid_client"}, status=401)
         return web.json_response({"access_token": ACCESS_TOKEN, "expires_in": 3600, "token_type": "Bearer"})
 
-    def sign(self, service_url: str, *, audience: str = APP_ID, issuer: str | None = None,
-             expires_in: float = 600, key: rsa.RSAPrivateKey | None = None, kid: str | None = None) -> str:
+    def sign(self, service_url: str | None, *, audience: str = APP_ID, issuer: str | None = None,
+             expires_in: float = 600, key: rsa.RSAPrivateKey | None = None, kid: str | None = None,
+             **claims: Any) -> str:
+        """A token; ``service_url=None`` leaves the ``serviceurl`` claim out."""
         now = int(time.time())
-        claims = {"iss": issuer or self.ISSUER, "aud": audience, "iat": now, "nbf": now, "exp": now + int(expires_in),
-                  "serviceurl": service_url}
-        return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": kid or self.kid})
+        body: dict[str, Any] = {"iss": issuer or self.ISSUER, "aud": audience, "iat": now, "nbf": now,
+                                "exp": now + int(expires_in), **claims}
+        if service_url is not None:
+            body["serviceurl"] = service_url
+        return jwt.encode(body, key or self.key, algorithm="RS256", headers={"kid": kid or self.kid})
+
+
+def _jwk(key: rsa.RSAPrivateKey, kid: str, endorsements: list[str] | None) -> dict[str, Any]:
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    out = {**jwk, "kid": kid, "use": "sig", "alg": "RS256"}
+    if endorsements is not None:
+        out["endorsements"] = endorsements
+    return out
 
 
 @dataclass

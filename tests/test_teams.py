@@ -63,6 +63,7 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
         engine.store = store = await Store.open(tmp_path / f"teams-{len(cleanups)}.db")
         settings = Settings.load(env={}, teams_app_id=APP_ID, teams_app_password=APP_PASSWORD,
                                  teams_tenant_id=TENANT, teams_openid_url=identity.openid_url,
+                                 teams_tenant_openid_url=identity.tenant_openid_url,
                                  teams_token_url=identity.token_url, **overrides)
         http = httpx.AsyncClient(timeout=10)
         bot, auth = build_teams(settings, engine, http)
@@ -196,22 +197,53 @@ async def test_redelivered_activity_is_answered_once(h: Harness) -> None:
     assert len(h.engine.asks) == 1
 
 
-@pytest.mark.parametrize("case", ["missing", "wrong-key", "wrong-audience", "expired", "other-service-url", "garbage"])
+UNSIGNED_CASES = ["missing", "wrong-key", "wrong-audience", "expired", "other-service-url", "garbage",
+                  "no-service-url-claim", "key-endorsed-for-another-channel", "no-channel-id-under-an-endorsed-key",
+                  "tenant-issuer-with-the-bot-framework-key", "bot-framework-issuer-with-the-tenant-key",
+                  "tenant-token-of-another-tenant", "untrusted-issuer"]
+
+
+@pytest.mark.parametrize("case", UNSIGNED_CASES)
 async def test_requests_not_signed_by_the_bot_framework_get_401(h: Harness, case: str) -> None:
     act = h.send.personal("How do I get VPN access?")
+    url, ident = act["serviceUrl"], h.identity
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    tenant = {"issuer": ident.TENANT_ISSUER, "key": ident.tenant_key, "kid": ident.tenant_kid}
     kwargs: dict[str, Any] = {
         "missing": {"authorization": ""},
-        "wrong-key": {"token": h.identity.sign(act["serviceUrl"], key=other)},
-        "wrong-audience": {"token": h.identity.sign(act["serviceUrl"], audience="someone-else")},
-        "expired": {"token": h.identity.sign(act["serviceUrl"], expires_in=-3600)},
-        "other-service-url": {"token": h.identity.sign("https://evil.example/")},
+        "wrong-key": {"token": ident.sign(url, key=other)},
+        "wrong-audience": {"token": ident.sign(url, audience="someone-else")},
+        "expired": {"token": ident.sign(url, expires_in=-3600)},
+        "other-service-url": {"token": ident.sign("https://evil.example/")},
         "garbage": {"authorization": "Bearer not.a.jwt"},
+        # a genuine token without the claim, on an activity that points at another host
+        "no-service-url-claim": {"token": ident.sign(None)},
+        "key-endorsed-for-another-channel": {"token": ident.sign(url, key=ident.webchat_key, kid=ident.webchat_kid)},
+        "no-channel-id-under-an-endorsed-key": {"token": ident.sign(url)},
+        "tenant-issuer-with-the-bot-framework-key": {"token": ident.sign(url, issuer=ident.TENANT_ISSUER)},
+        "bot-framework-issuer-with-the-tenant-key": {"token": ident.sign(url, key=ident.tenant_key,
+                                                                         kid=ident.tenant_kid)},
+        "tenant-token-of-another-tenant": {"token": ident.sign(url, tid="tenant-2", **tenant)},
+        "untrusted-issuer": {"token": ident.sign(url, issuer="https://sts.windows.net/tenant-2/")},
     }[case]
+    if case == "no-service-url-claim":
+        act["serviceUrl"] = h.connector.url.replace("127.0.0.1", "localhost") + "/"  # another host, same fake
+    if case == "no-channel-id-under-an-endorsed-key":
+        del act["channelId"]
     status, _ = await h.send.send(act, **kwargs)
     assert status == 401
     await h.settle()
     assert h.engine.asks == [] and h.connector.posted == []
+
+
+async def test_a_single_tenant_bot_accepts_its_tenants_tokens_checked_with_the_tenants_keys(h: Harness) -> None:
+    act = h.send.personal("How do I get VPN access?")
+    ident = h.identity
+    token = ident.sign(act["serviceUrl"], issuer=ident.TENANT_ISSUER, key=ident.tenant_key, kid=ident.tenant_kid,
+                       tid=TENANT)
+    assert (await h.send.send(act, token=token))[0] == 200
+    (answer,) = await h.answers()
+    assert "VPN portal" in answer["text"] and "tenant" in ident.metadata_reads
 
 
 async def test_connector_429_is_retried_after_retry_after(h: Harness) -> None:

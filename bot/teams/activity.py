@@ -39,6 +39,7 @@ class Activity:
     team_id: str = ""
     mentions: tuple[tuple[str, str], ...] = ()  # (mentioned id, the <at> text)
     reactions_added: tuple[str, ...] = ()
+    bot_channel: str = ""  # the Bot Framework ``channelId`` ("msteams"): what signing keys are endorsed for
 
     @classmethod
     def parse(cls, body: dict[str, Any]) -> Activity:
@@ -57,7 +58,7 @@ class Activity:
             text=_s(body.get("text")), name=_s(body.get("name")), reply_to_id=_s(body.get("replyToId")),
             value=_d(body.get("value")), channel_id=_s(_d(data.get("channel")).get("id")),
             team_id=_s(_d(data.get("team")).get("id")),
-            mentions=mentions, reactions_added=reactions,
+            mentions=mentions, reactions_added=reactions, bot_channel=_s(body.get("channelId")),
         )
 
     @property

@@ -52,7 +52,7 @@ def build_teams(settings: Settings, engine: EngineLike, http: httpx.AsyncClient)
     tokens = AppTokens(http, app_id=settings.teams_app_id, password=settings.teams_app_password.reveal(),
                        token_url=token_url(settings))
     auth = ActivityAuth(http, app_id=settings.teams_app_id, openid_url=settings.teams_openid_url,
-                        tenant_id=settings.teams_tenant_id)
+                        tenant_id=settings.teams_tenant_id, tenant_openid=settings.teams_tenant_openid_url)
     return TeamsBot(settings, engine, ConnectorClient(http, tokens)), auth
 
 
@@ -69,7 +69,7 @@ def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = 
             return web.json_response({"error": "not an activity"}, status=400)
         activity = Activity.parse(body)
         try:
-            await auth.verify(request.headers.get("Authorization"), activity.service_url)
+            await auth.verify(request.headers.get("Authorization"), activity.service_url, activity.bot_channel)
         except AuthError as exc:
             log.warning("rejected a Teams request: %s", exc)
             return web.json_response({"error": "unauthorized"}, status=401)

@@ -211,6 +211,10 @@ class Settings:
     teams_openid_url: str = _f("https://login.botframework.com/v1/.well-known/openidconfiguration",
                                "EVIDENT_TEAMS_OPENID_URL", "OpenID metadata whose keys sign incoming activities.",
                                url=True)
+    teams_tenant_openid_url: str | None = _f(None, "EVIDENT_TEAMS_TENANT_OPENID_URL",
+                                             "OpenID metadata whose keys sign the tenant's own Entra ID tokens; "
+                                             "default login.microsoftonline.com/<tenant>/v2.0/.well-known/"
+                                             "openid-configuration.", url=True)
     teams_token_url: str | None = _f(None, "EVIDENT_TEAMS_TOKEN_URL",
                                      "Token endpoint for replies; default the tenant's "
                                      "login.microsoftonline.com/<tenant>/oauth2/v2.0/token.", url=True)
