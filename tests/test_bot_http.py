@@ -456,6 +456,6 @@ async def test_graceful_drain_waits_for_in_flight_answers(make_harness: Factory)
     assert h.bot.in_flight == 1
     assert await h.bot.drain(5) == 0
     assert len(h.slack.of("chat.update")) == 1
-    await h.send.event(h.send.mention("after shutdown?"))
+    assert await h.send.event(h.send.mention("after shutdown?")) == 503  # not acknowledged: Slack redelivers
     await asyncio.sleep(0.02)
     assert len(h.engine.asks) == 1

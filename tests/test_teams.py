@@ -246,6 +246,19 @@ async def test_a_single_tenant_bot_accepts_its_tenants_tokens_checked_with_the_t
     assert "VPN portal" in answer["text"] and "tenant" in ident.metadata_reads
 
 
+async def test_an_activity_arriving_during_the_drain_is_refused_for_redelivery(make_harness: Factory) -> None:
+    h = await make_harness(FakeEngine(delay_s=0.5))
+    await h.send.send(h.send.personal("How do I get VPN access?"))
+    await h.connector.wait_for(lambda: len(h.engine.asks) == 1)
+    draining = asyncio.create_task(h.bot.drain(5))
+    await asyncio.sleep(0.01)
+    status, _ = await h.send.send(h.send.personal("and on Linux?"))
+    assert status == 503  # not 200-and-dropped: the Bot Framework delivers it again
+    assert await draining == 0  # the answer in flight still finished
+    await h.answers()
+    assert [a.question for a in h.engine.asks] == ["How do I get VPN access?"]
+
+
 async def test_connector_429_is_retried_after_retry_after(h: Harness) -> None:
     h.connector.throttle, h.connector.retry_after = 2, "0.2"
     await h.send.send(h.send.personal("How do I get VPN access?"))

@@ -25,9 +25,15 @@ class BackgroundWork:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
 
+    @property
+    def closing(self) -> bool:
+        """A drain has begun: adapters refuse new work (a retryable status) instead of acknowledging it."""
+        return self._closing
+
     def spawn(self, coro: Coroutine[Any, Any, None], name: str,
               event_id: str | None = None) -> asyncio.Task[None] | None:
-        """Run ``coro`` after the ack (once per ``event_id`` across restarts); keep the task referenced."""
+        """Run ``coro`` after the ack (once per ``event_id`` across restarts); keep the task referenced.
+        During a drain nothing new starts (None): adapters check ``closing`` first so the platform redelivers."""
         if self._closing:
             coro.close()
             log.warning("shutting down: dropped %s", name)

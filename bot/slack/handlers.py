@@ -104,10 +104,14 @@ class EvidentBot:
 
     async def _dedupe_events(self, body: dict[str, Any], context: dict[str, Any],
                              next: Callable[[], Awaitable[None]]) -> BoltResponse | None:
-        """Drop Slack's redeliveries (same ``event_id``) seen by this process before any listener runs.
+        """Drop Slack's redeliveries (same ``event_id``) seen by this process before any listener runs, and
+        refuse everything while shutting down (not acknowledged: Slack delivers events again, a button shows
+        that it failed), so nothing is acknowledged and then dropped.
 
         The persistent check (earlier processes) happens in :meth:`spawn`, after the ack.
         """
+        if self.work.closing:
+            return BoltResponse(status=503, body="shutting down", headers={"Retry-After": "5"})
         event_id = body.get("event_id")
         if isinstance(event_id, str) and event_id:
             if not self.dedup.first_in_process(event_id):

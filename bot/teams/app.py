@@ -81,7 +81,10 @@ def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = 
         if metrics is not None:
             metrics.event_received("teams")
         status, payload = bot.on_activity(activity)
-        return web.json_response(payload, status=status) if payload is not None else web.Response(status=status)
+        headers = {"Retry-After": "5"} if status == 503 else None
+        if payload is None:
+            return web.Response(status=status, headers=headers)
+        return web.json_response(payload, status=status, headers=headers)
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post(MESSAGES_PATH, messages)

@@ -52,7 +52,10 @@ class TeamsBot:
         return await self.work.drain(timeout_s)
 
     def on_activity(self, activity: Activity) -> InvokeResponse:
-        """Decide at once what to do; the work itself runs in the background. Returns the HTTP response."""
+        """Decide at once what to do; the work itself runs in the background. Returns the HTTP response:
+        503 while shutting down, so the Bot Framework delivers the activity again instead of it being lost."""
+        if self.work.closing:
+            return 503, {"error": "shutting down"}
         event_id = f"teams:{activity.conversation_id}:{activity.id}" if activity.id else None
         reply = TeamsReply(self.connector, activity)
         if activity.type == "message":
