@@ -242,6 +242,17 @@ class ActivitySender:
         return self._base("message", {"id": chat, "conversationType": "personal", "tenantId": TENANT},
                           user=user, text=text, channelData={"tenant": {"id": TENANT}})
 
+    def group_chat(self, text: str, *, chat: str = "19:group-chat-1@thread.v2", mention: bool = False,
+                   user: str = "aad-user-1") -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if mention:
+            text = f"<at>evident</at> {text}"
+            extra["entities"] = [{"type": "mention", "text": "<at>evident</at>",
+                                  "mentioned": {"id": BOT_ID, "name": "evident"}}]
+        return self._base("message", {"id": chat, "conversationType": "groupChat", "tenantId": TENANT,
+                                      "isGroup": True}, user=user, text=text,
+                          channelData={"tenant": {"id": TENANT}}, **extra)
+
     def reaction(self, conversation_id: str, reply_to: str, kind: str = "surprised") -> dict[str, Any]:
         return self._base("messageReaction", {"id": conversation_id, "tenantId": TENANT}, replyToId=reply_to,
                           reactionsAdded=[{"type": kind}])

@@ -135,6 +135,15 @@ async def test_follow_up_in_the_reply_chain_needs_no_mention(h: Harness) -> None
     assert len(h.engine.asks) == 2
 
 
+async def test_a_group_chat_is_answered_only_when_evident_is_mentioned(h: Harness) -> None:
+    await h.send.send(h.send.group_chat("anyone know the VPN portal?"))  # a fresh chat, no mention
+    await h.send.send(h.send.group_chat("How do I get VPN access?", mention=True))
+    await h.answers()
+    await h.send.send(h.send.group_chat("thanks, and lunch at noon?"))  # after an answer, still no mention
+    await h.settle()
+    assert [a.question for a in h.engine.asks] == ["How do I get VPN access?"]
+
+
 async def test_personal_chat_is_answered_with_the_default_scope(make_harness: Factory) -> None:
     h = await make_harness(channel_spaces=f"{CHANNEL}=ENG", default_spaces="HR")
     await h.send.send(h.send.personal("How many vacation days do I have?"))

@@ -1,7 +1,9 @@
 """What evident does with each Teams activity: route it to the conversation core, answer invokes at once.
 
-message          a question (personal chat: always; channels and group chats: when @mentioned, or a reply in a
-                 reply chain evident already answered in) or the "Why this answer?" button (``value.action``)
+message          a question (personal chat: always; group chats: only when @mentioned, since a group chat is
+                 one running conversation and people talk among themselves there; channels: when @mentioned,
+                 or a reply without a mention in a reply chain evident already answered in, like a Slack
+                 thread) or the "Why this answer?" button (``value.action``)
 messageReaction  an explain reaction (``EVIDENT_TEAMS_EXPLAIN_REACTIONS``) on one of evident's answers
 invoke           ``message/submitAction``: Teams' feedback buttons (👍/👎 with optional text)
 
@@ -82,8 +84,9 @@ class TeamsBot:
                      team=activity.team_id)
         if activity.conversation_type == "personal" or activity.mentions_bot:
             self._spawn(self.core.answer(q, reply), "answer", event_id)
-        else:  # a reply in a channel chain or group chat without a mention (delivered with RSC permissions)
+        elif activity.conversation_type == "channel":  # a reply in a chain without a mention (RSC permissions)
             self._spawn(self.core.follow_up(q, reply, lambda: True), "followup", event_id)
+        # a group chat message without a mention is people talking among themselves: not for evident
 
     async def _explain_message(self, activity: Activity, reply: TeamsReply) -> None:
         turn = await self.core.turn_for(activity.conversation_key, activity.reply_to_id)

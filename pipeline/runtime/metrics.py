@@ -106,7 +106,9 @@ class Metrics:
     def __init__(self, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.questions = Counter("evident_questions_total", "Questions received from Slack or the CLI.", registry=r)
+        self.questions = Counter("evident_questions_total", "Questions the engine answered, from any chat "
+                                 "platform (Slack, Teams) or the CLI; requests per platform: "
+                                 "evident_events_total.", registry=r)
         self.llm_calls = Counter("evident_llm_calls_total", "Requests sent to the LLM endpoint, by role.",
                                  ("role",), registry=r)
         self.llm_errors = Counter("evident_llm_errors_total", "Failed LLM requests, by error kind.", ("kind",),
