@@ -55,6 +55,7 @@ class FakeSlack:
         self.hang_from: dict[str, int] = {}  # method -> calls answered before it stops answering
         self._closing = asyncio.Event()
         self.auth_error: str | None = None
+        self.end_streams = False  # Slack ends every open stream (message_not_in_streaming_state from then on)
         self.socket_acks: list[dict[str, Any]] = []
         self._ws: web.WebSocketResponse | None = None
         self._ws_ready = asyncio.Event()
@@ -229,17 +230,30 @@ class FakeSlack:
                                                 "blocks": [], "streaming": True}
         return {"ok": True, "channel": args["channel"], "ts": ts}
 
+    def _m_chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.messages.pop((args.get("channel", ""), args.get("ts", "")), None) is None:
+            return {"ok": False, "error": "message_not_found"}
+        return {"ok": True}
+
+    def _ended_by_slack(self, msg: dict[str, Any] | None) -> bool:
+        """``end_streams``: Slack ends streams on its own (a time limit), later calls find them ended."""
+        if msg is not None and self.end_streams:
+            msg["streaming"] = False
+        return msg is None or not msg.get("streaming")
+
     def _m_chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
         msg = self.messages.get((args.get("channel", ""), args.get("ts", "")))
-        if msg is None or not msg.get("streaming"):
+        if self._ended_by_slack(msg):
             return {"ok": False, "error": "message_not_in_streaming_state"}
+        assert msg is not None
         msg["text"] += args.get("markdown_text") or ""
         return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
 
     def _m_chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
         msg = self.messages.get((args.get("channel", ""), args.get("ts", "")))
-        if msg is None or not msg.get("streaming"):
+        if self._ended_by_slack(msg):
             return {"ok": False, "error": "message_not_in_streaming_state"}
+        assert msg is not None
         msg["text"] += args.get("markdown_text") or ""
         msg.update(streaming=False, blocks=args.get("blocks") or [])
         return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
@@ -485,6 +499,9 @@ class AskCall:
     history: list[tuple[str, str]] | None
 
 
+LLM_DOWN = "I couldn't reach the language model. Please try again in a moment."
+
+
 class FakeEngine:
     """Deterministic engine: answers with ``answer_for(question)``, optionally slow or failing.
 
@@ -499,6 +516,7 @@ class FakeEngine:
         self.answer_for = answer_for
         self.fail_with: BaseException | None = None
         self.error_text: str | None = None
+        self.stream_fails_after: int | None = None  # the LLM breaks after this many streamed words
         self.asks: list[AskCall] = []
         self.explain_computations: list[int] = []
         self._explained: dict[int, ExplainResult] = {}
@@ -509,7 +527,11 @@ class FakeEngine:
         self.asks.append(AskCall(conversation_key, question, user_id, spaces, history))
         if on_text is not None:  # an LLM streaming: the delay is spread over the words
             words = re.findall(r"\S+\s*", self.answer_for(question).text)
-            for word in words:
+            for i, word in enumerate(words):
+                if i == self.stream_fails_after:  # as the engine does: a failed turn, its error for the user
+                    turn_id = await self.store.add_turn(TurnRecord(conversation_key=conversation_key,
+                                                                   question=question, error=LLM_DOWN))
+                    return TurnResult(turn_id, Answer(text=""), question, False, LLM_DOWN)
                 await asyncio.sleep(self.delay_s / max(1, len(words)))
                 await on_text(word)
         elif self.delay_s:

@@ -75,3 +75,29 @@ def test_out_of_scope_detected(text: str) -> None:
                                   "The desired information cannot be found."])
 def test_out_of_scope_not_detected(text: str) -> None:
     assert not is_out_of_scope(text)
+
+
+async def test_a_streamed_answer_gets_the_final_answers_markers_however_it_is_split() -> None:
+    import random
+
+    from pipeline.answer.citations import CitingStream
+
+    hits = [hit("e1", "A", 1), hit("e2", "B", 2), hit("e3", "A", 3)]
+    rng = random.Random(7)
+    for raw in ("According to the wiki [Source 2], a token [Source 1][Source 3] and (Sources 2, 3). "
+                "See [the guide] [Source 9].", "Yes [1, 2]. Also [Source 3 and Source 2]",
+                "[Source 2] first. (as of 2024) [x", "a  [Source 1]   [Source 2]  b"):
+        want, _ = parse_citations(raw, hits)
+        for _ in range(100):
+            shown: list[str] = []
+
+            async def sink(text: str, shown: list[str] = shown) -> None:
+                shown.append(text)
+
+            stream, i = CitingStream(hits, sink), 0
+            while i < len(raw):
+                j = min(len(raw), i + rng.randint(1, 6))
+                await stream.add(raw[i:j])
+                i = j
+            await stream.flush()
+            assert "".join(shown).strip() == want

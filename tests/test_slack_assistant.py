@@ -26,7 +26,7 @@ def _ask(h: Harness, text: str, thread_ts: str) -> dict[str, Any]:
 async def _answers(h: Harness, n: int) -> list[dict[str, Any]]:
     """Answers streamed into assistant threads, once their stream has stopped (oldest first)."""
     def found() -> list[dict[str, Any]]:
-        done = [m for m in h.slack.messages.values() if "[1]" in m.get("text", "") and m.get("streaming") is False]
+        done = [m for m in h.slack.messages.values() if "|[1]>" in m.get("text", "") and m.get("streaming") is False]
         return sorted(done, key=lambda m: float(m["ts"]))
 
     await h.slack.wait_for(lambda: len(found()) >= n)
@@ -51,7 +51,9 @@ async def test_question_in_a_thread_gets_status_title_and_answer_from_the_viewed
     await h.send.event(_ask(h, "How do I get VPN access?", thread))
     (answer,) = await _answers(h, 1)
     assert answer["channel"] == DM and answer["thread_ts"] == thread
-    assert answer["text"] == "To how do i get vpn access?, open the VPN portal [1] and follow the guide [2]."
+    # streamed with plain [n], then shown as an unstreamed answer is: linked markers
+    assert answer["text"] == ("To how do i get vpn access?, open the VPN portal <https://wiki.example.com/pages/1|[1]>"
+                              " and follow the guide <https://wiki.example.com/pages/2|[2]>.")
     start = h.slack.of("chat.startStream")[0]
     assert start["recipient_user_id"] == "U1" and start["recipient_team_id"] == "T1"
     (stop,) = h.slack.of("chat.stopStream")
@@ -61,7 +63,7 @@ async def test_question_in_a_thread_gets_status_title_and_answer_from_the_viewed
     assert status["status"] == "is searching the wiki…" and status["thread_ts"] == thread
     (title,) = h.slack.of("assistant.threads.setTitle")
     assert title["title"] == "How do I get VPN access?"
-    assert not h.slack.of("chat.update")  # no placeholder to replace
+    assert [u["ts"] for u in h.slack.of("chat.update")] == [answer["ts"]]  # no placeholder, only the stream
     await h.settle()
     assert (await h.engine.store.turn_by_message("D1", answer["ts"])) is not None  # reactions find it
     # the user switches to another channel: the scope follows it (Bolt saves the context through our store)
@@ -76,7 +78,9 @@ async def test_question_in_a_thread_gets_status_title_and_answer_from_the_viewed
 
 async def test_a_workspace_without_streaming_gets_the_answer_whole(h: Harness) -> None:
     h.slack.fail_next("chat.startStream", error="method_not_supported_for_channel_type")
-    await h.send.event(_ask(h, "How do I get VPN access?", f"{time.time():.6f}"))
+    thread = f"{time.time():.6f}"
+    await h.send.event(_started(h, thread))
+    await h.send.event(_ask(h, "How do I get VPN access?", thread))
     await h.slack.wait_for(lambda: any("[1]" in m.get("text", "") for m in h.slack.of("chat.postMessage")))
     await h.settle()
     assert not h.slack.of("chat.appendStream") and not h.slack.of("chat.stopStream")
@@ -84,9 +88,70 @@ async def test_a_workspace_without_streaming_gets_the_answer_whole(h: Harness) -
 
 async def test_without_assistant_status_a_dm_thread_falls_back_to_the_placeholder(h: Harness) -> None:
     h.slack.fail_next("assistant.threads.setStatus", error="not_allowed")
+    await h.send.event(_started(h, "1500000000.000100"))
     await h.send.event(_ask(h, "How do I get VPN access?", "1500000000.000100"))
     (update,) = await h.answered()
     assert "[1]" in update["text"]
+
+
+async def test_a_reply_under_a_top_level_dm_answer_is_a_thread_not_an_assistant_thread(h: Harness) -> None:
+    await h.send.event(h.send.message("How do I get VPN access?", channel=DM, channel_type="im"))
+    (first,) = await h.answered()
+    await h.settle()
+    await h.send.event(_ask(h, "and on Linux?", first["ts"]))  # Bolt hands it to the assistant listener
+    await h.answered(2)
+    await h.settle()
+    assert not h.slack.of("assistant.threads.setStatus") and not h.slack.of("assistant.threads.setTitle")
+    assert not h.slack.of("chat.startStream")
+    assert h.engine.asks[1].key == f"T1:{DM}:{first['ts']}"
+
+
+async def _streamed(h: Harness, thread: str, question: str = "How do I get VPN access?") -> None:
+    await h.send.event(_started(h, thread))
+    await h.send.event(_ask(h, question, thread))
+    await h.slack.wait_calls("chat.startStream")
+
+
+async def test_an_llm_failure_mid_stream_ends_the_stream_saying_so_in_the_same_message(make_harness: Factory) -> None:
+    from fake_slack import LLM_DOWN, FakeEngine
+
+    engine = FakeEngine(delay_s=0.2)
+    engine.stream_fails_after = 3
+    h = await make_harness(engine)
+    await _streamed(h, f"{time.time():.6f}")
+    (stop,) = await h.slack.wait_calls("chat.stopStream")
+    await h.settle()
+    (start,) = h.slack.of("chat.startStream")
+    (message,) = [m for m in h.slack.messages.values() if m["ts"] == stop["ts"]]
+    assert message["streaming"] is False and message["text"].startswith("To how do")
+    assert message["text"].endswith(f":warning: {LLM_DOWN}")
+    assert not [c for c in h.slack.of("chat.postMessage") if LLM_DOWN in c.get("text", "")]  # not a new message
+
+
+async def test_a_stream_slack_ended_is_replaced_by_the_whole_answer_not_left_beside_it(make_harness: Factory) -> None:
+    from fake_slack import FakeEngine
+
+    h = await make_harness(FakeEngine(delay_s=0.3))
+    thread = f"{time.time():.6f}"
+    await _streamed(h, thread)
+    h.slack.end_streams = True  # e.g. its time limit: every later append and stop is refused
+    (update,) = await h.answered()
+    await h.settle()
+    answers = [m for m in h.slack.messages.values() if m.get("thread_ts") == thread and "[1]" in m["text"]]
+    streamed = [m["ts"] for m in h.slack.messages.values() if "streaming" in m]
+    assert [a["ts"] for a in answers] == [update["ts"]] == streamed  # the partial became the answer
+    assert "open the VPN portal" in update["text"]
+
+
+async def test_a_cancelled_answer_ends_its_stream(make_harness: Factory) -> None:
+    from bot.core.messages import RESTARTING
+    from fake_slack import FakeEngine
+
+    h = await make_harness(FakeEngine(delay_s=5))
+    await _streamed(h, f"{time.time():.6f}")
+    assert await h.bot.drain(0.2) == 1  # shutdown gives up on it
+    (stop,) = await h.slack.wait_calls("chat.stopStream")
+    assert RESTARTING.split(".")[0] in stop["markdown_text"]
 
 
 def _cited(question: str) -> Answer:

@@ -6,6 +6,10 @@
   it survives restarts); questions in the thread are answered from that channel's spaces, within the mapping.
 - a message in the thread: the question is answered with a live status ("is searching the wiki…") instead of
   a placeholder message; the thread gets the first question as its title.
+
+Bolt hands this listener every threaded DM message, also replies in a thread under an ordinary DM answer.
+Only threads Slack opened as assistant threads (``assistant_thread_started`` was seen, or the message says
+so) take the assistant path; any other DM thread is answered as a thread (placeholder, then the answer).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from bot.core.conversations import Conversations, Question
 from bot.core.dedup import Deduper
 from bot.slack.surface import SlackThread
 from bot.slack.threads import clean_question, conversation_key
+from pipeline.errors import StoreError
 from pipeline.protocols import ConversationStore
 
 log = logging.getLogger("evident.bot")
@@ -56,6 +61,18 @@ class ThreadContexts(AsyncAssistantThreadContextStore):
     async def find(self, *, channel_id: str, thread_ts: str) -> AssistantThreadContext | None:
         context = (await self.store.conversation_meta(self._key(channel_id, thread_ts))).get("assistant_context")
         return AssistantThreadContext(context) if isinstance(context, dict) and context.get("channel_id") else None
+
+    async def started(self, channel_id: str, thread_ts: str, context: dict[str, str]) -> None:
+        """Remember that Slack opened this thread as an assistant thread, and the channel it looks at (one
+        write: a question right behind the event finds both or neither)."""
+        meta = await self.store.conversation_meta(self._key(channel_id, thread_ts))
+        viewed = {"assistant_context": context} if context.get("channel_id") else {}
+        await self.store.set_conversation_meta(self._key(channel_id, thread_ts),
+                                               {**meta, "assistant_thread": True, **viewed})
+
+    async def is_assistant_thread(self, channel_id: str, thread_ts: str) -> bool:
+        meta = await self.store.conversation_meta(self._key(channel_id, thread_ts))
+        return bool(meta.get("assistant_thread") or meta.get("assistant_context"))
 
 
 async def suggested_prompts(store: ConversationStore, spaces: tuple[str, ...] | None) -> list[dict[str, str]]:
@@ -97,8 +114,7 @@ class AssistantListeners:
         channel, ts = str(thread.get("channel_id") or ""), str(thread.get("thread_ts") or "")
         context = thread.get("context") or {}
         if channel and ts:
-            if context.get("channel_id"):
-                await self.contexts.save(channel_id=channel, thread_ts=ts, context=context)
+            await self.contexts.started(channel, ts, context)
             self.bot.spawn(self._greet(channel, ts, str(context.get("channel_id") or channel)), f"greet:{channel}:{ts}")
 
     async def _greet(self, channel: str, thread_ts: str, scope: str) -> None:
@@ -119,9 +135,23 @@ class AssistantListeners:
         user = str(payload.get("user") or "")
         question = clean_question(str(payload.get("text") or ""), context.get("bot_user_id"))
         team = str(body.get("team_id") or payload.get("team") or context.get("team_id") or "T")
-        surface = self.bot.thread_surface(team, channel, user, question, thread, context, assistant=True)
-        self.bot.spawn(self._answer(Question(user, question, channel, conversation_key(team, channel, thread)),
-                                    surface, thread), f"assistant:{channel}:{ts}", self.bot.event_id(context))
+        q = Question(user, question, channel, conversation_key(team, channel, thread))
+        flagged = isinstance(payload.get("assistant_thread"), dict)
+        self.bot.spawn(self._route(q, team, thread, context, flagged), f"assistant:{channel}:{ts}",
+                       self.bot.event_id(context))
+
+    async def _route(self, q: Question, team: str, thread_ts: str, context: dict[str, Any], flagged: bool) -> None:
+        """An assistant thread's question on the assistant path; any other DM thread's as a thread."""
+        try:
+            assistant = flagged or await self.contexts.is_assistant_thread(q.scope, thread_ts)
+        except StoreError:
+            log.exception("could not tell whether %s is an assistant thread; answering it as a thread", thread_ts)
+            assistant = False
+        surface = self.bot.thread_surface(team, q.scope, q.user, q.text, thread_ts, context, assistant=assistant)
+        if assistant:
+            await self._answer(q, surface, thread_ts)
+        else:
+            await self.bot.core.answer(q, surface)
 
     async def _answer(self, q: Question, surface: Any, thread_ts: str) -> None:
         found = await self.contexts.find(channel_id=surface.channel, thread_ts=thread_ts)

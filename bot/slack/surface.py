@@ -127,25 +127,51 @@ class SlackThread:
         if self.ephemeral:
             await self._respond(rendered.text, rendered)
             return None
-        tail = [b for b in rendered.blocks if b.get("type") != "section"]  # sources, notes, buttons
-        if self.stream is not None and await self.stream.stop(tail):  # the text streamed in already
-            return self.stream.ts
+        if self.stream is not None and self.stream.ts is not None:
+            return await self._finish_stream(self.stream, rendered)
         if self.placeholder is None:  # assistant thread: the reply also clears the status
             return await self._post(rendered)
+        if await self._replace(self.placeholder, rendered):
+            return self.placeholder
+        await self.say("I found an answer but Slack wouldn't let me show it, sorry.")
+        return None
+
+    async def _finish_stream(self, stream: SlackStream, rendered: Rendered) -> str | None:
+        """End the stream with the sources and buttons under the text, then show the same rendering as an
+        unstreamed answer (linked ``[n]`` markers). Where Slack ended the stream first, or streaming failed
+        midway, the partial message is replaced by the whole answer (or removed, and the answer posted)."""
+        assert stream.ts is not None
+        tail = [b for b in rendered.blocks if b.get("type") != "section"]  # sources, notes, buttons
+        if await stream.stop(tail):
+            await self._replace(stream.ts, rendered, quiet=True)
+            return stream.ts
+        if await self._replace(stream.ts, rendered):
+            return stream.ts
+        with contextlib.suppress(SlackClientError):
+            await self.client.chat_delete(channel=self.channel, ts=stream.ts)
+        return await self._post(rendered)
+
+    async def _replace(self, ts: str, rendered: Rendered, *, quiet: bool = False) -> bool:
         try:
-            await self.client.chat_update(channel=self.channel, ts=self.placeholder, text=rendered.text,
-                                          blocks=rendered.blocks)
+            await self.client.chat_update(channel=self.channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
         except SlackClientError as exc:
-            log.error("could not update the answer in %s: %s", self.channel, slack_error(exc))
-            await self.say("I found an answer but Slack wouldn't let me show it, sorry.")
-            return None
-        return self.placeholder
+            log.log(logging.INFO if quiet else logging.ERROR, "could not update the answer in %s: %s",
+                    self.channel, slack_error(exc))
+            return False
+        return True
 
     async def say(self, text: str) -> None:
         message = escape(text)
         if self.ephemeral:
             await self._respond(message)
             return
+        stream = self.stream
+        if stream is not None and stream.ts is not None and not stream.done:
+            # a failure (LLM, cancellation, shutdown) after text streamed in: said in the same message, ended
+            if await stream.stop([], closing=f"\n\n:warning: {message}"):
+                return
+            if await self._replace(stream.ts, Rendered(message, [])):
+                return
         try:
             if self.placeholder:
                 await self.client.chat_update(channel=self.channel, ts=self.placeholder, text=message, blocks=[])
@@ -222,11 +248,12 @@ class SlackStream:
         self.client, self.channel, self.thread_ts, self.team, self.user = client, channel, thread_ts, team, user
         self.ts: str | None = None
         self.failed = False
+        self.done = False  # stopped (or given up on): nothing more goes into it
         self._pending = ""
         self._flushed_at = 0.0
 
     async def add(self, text: str) -> None:
-        if self.failed:
+        if self.failed or self.done:
             return
         self._pending += escape(text)
         now = time.monotonic()
@@ -249,15 +276,16 @@ class SlackStream:
             log.info("answer streaming unavailable in %s (%s): posting it whole", self.channel, slack_error(exc))
             self.failed = True
 
-    async def stop(self, blocks: list[dict[str, Any]]) -> bool:
-        """Flush what is left and stop with ``blocks`` under the text; False when the stream failed."""
-        if self.ts is None or self.failed:
+    async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "") -> bool:
+        """Flush what is left (plus ``closing``) and stop with ``blocks`` under the text; False when the stream
+        had failed or Slack had ended it (``message_not_in_streaming_state``). Either way it is done."""
+        if self.ts is None or self.failed or self.done:
             return False
+        self.done = True
         try:
-            await self.client.chat_stopStream(channel=self.channel, ts=self.ts, markdown_text=self._pending or None,
-                                              blocks=blocks or None)
+            await self.client.chat_stopStream(channel=self.channel, ts=self.ts,
+                                              markdown_text=(self._pending + closing) or None, blocks=blocks or None)
             return True
         except SlackClientError as exc:
             log.warning("could not finish the answer stream in %s: %s", self.channel, slack_error(exc))
             return False
-

@@ -8,7 +8,7 @@ markers naming no shown source (hallucinated numbers) are removed from the text.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.types import Citation, Hit
@@ -22,51 +22,97 @@ _MARKER = rf"(?:\[\s*{_NUM_LIST}\s*\]|\(\s*{_NUM_LIST_WORD}\s*\))"
 _GROUP = re.compile(rf"([ \t]*)({_MARKER}(?:[ \t]*{_MARKER})*)", re.IGNORECASE)
 _MARKER_RE = re.compile(_MARKER, re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
+TextSink = Callable[[str], Awaitable[None]]
 
 
 def _page_key(hit: Hit) -> str:
     return hit.evidence.url or hit.evidence.page_id
 
 
-def parse_citations(answer_text: str, sources: Sequence[Hit]) -> tuple[str, list[Citation]]:
-    """Rewrite markers to page numbers ``[k]`` and return (clean text, citations in number order)."""
-    page_number: dict[str, int] = {}
-    citations: dict[str, dict[str, object]] = {}
+class PageNumbers:
+    """Source numbers (1-based, as the generator saw them) to page numbers in order of first citation."""
 
-    def cite(n: int) -> int | None:
-        if not 1 <= n <= len(sources):
+    def __init__(self, sources: Sequence[Hit]) -> None:
+        self.sources = sources
+        self.page_number: dict[str, int] = {}
+        self.cited: dict[str, tuple[Hit, list[str]]] = {}
+
+    def cite(self, n: int) -> int | None:
+        if not 1 <= n <= len(self.sources):
             return None
-        hit = sources[n - 1]
+        hit = self.sources[n - 1]
         key = _page_key(hit)
-        if key not in page_number:
-            page_number[key] = len(page_number) + 1
-            citations[key] = {"hit": hit, "ids": []}
-        ids = citations[key]["ids"]
-        assert isinstance(ids, list)
+        if key not in self.page_number:
+            self.page_number[key] = len(self.page_number) + 1
+            self.cited[key] = (hit, [])
+        ids = self.cited[key][1]
         if hit.evidence.id not in ids:
             ids.append(hit.evidence.id)
-        return page_number[key]
+        return self.page_number[key]
 
-    def rewrite(m: re.Match[str]) -> str:
+    def rewrite(self, m: re.Match[str]) -> str:
+        """A run of markers as ``[k]`` page markers; "" when it names no shown source."""
         numbers: list[int] = []
         for marker in _MARKER_RE.findall(m.group(2)):
             for d in _DIGITS.findall(marker):
-                k = cite(int(d))
+                k = self.cite(int(d))
                 if k is not None and k not in numbers:
                     numbers.append(k)
         if not numbers:
             return ""
         return m.group(1) + "".join(f"[{k}]" for k in numbers)
 
-    text = _GROUP.sub(rewrite, answer_text).strip()
-    out: list[Citation] = []
-    for key, number in page_number.items():
-        hit = citations[key]["hit"]
-        ids = citations[key]["ids"]
-        assert isinstance(hit, Hit) and isinstance(ids, list)
-        ev = hit.evidence
-        out.append(Citation(number=number, url=ev.url, title=ev.title, space=ev.space, evidence_ids=tuple(ids)))
-    return text, out
+    def citations(self) -> list[Citation]:
+        out: list[Citation] = []
+        for key, number in self.page_number.items():
+            hit, ids = self.cited[key]
+            ev = hit.evidence
+            out.append(Citation(number=number, url=ev.url, title=ev.title, space=ev.space, evidence_ids=tuple(ids)))
+        return out
+
+
+def parse_citations(answer_text: str, sources: Sequence[Hit]) -> tuple[str, list[Citation]]:
+    """Rewrite markers to page numbers ``[k]`` and return (clean text, citations in number order)."""
+    numbers = PageNumbers(sources)
+    text = _GROUP.sub(numbers.rewrite, answer_text).strip()
+    return text, numbers.citations()
+
+
+MAX_MARKER_CHARS = 60  # held text longer than this is not a marker in the making: it is let through
+_OPEN_TAIL = re.compile(r"[ \t]*[\[(][\sA-Za-z0-9,;&]*\Z")  # "[", "[Sour", "[Source 1, ", "(Sources 2 and"
+_RUN_TAIL = re.compile(rf"[ \t]*{_MARKER}(?:[ \t]*{_MARKER})*[ \t]*\Z", re.IGNORECASE)
+_BLANK_TAIL = re.compile(r"[ \t]+\Z")  # blanks before a marker go with it when it names no source
+
+
+class CitingStream:
+    """Streamed answer text with the page markers ``parse_citations`` gives the final answer (``[Source 3]``
+    -> ``[1]``, numbers in order of first citation, unknown sources dropped). A marker run still open at the
+    end of a piece (an unclosed ``[`` or ``(``, or markers that the next piece may continue) is held back
+    until it is complete, so a run split across pieces is rewritten whole; ``flush`` lets the rest out."""
+
+    def __init__(self, sources: Sequence[Hit], sink: TextSink) -> None:
+        self.numbers = PageNumbers(sources)
+        self.sink = sink
+        self._held = ""
+
+    async def add(self, piece: str) -> None:
+        buffer = self._held + piece
+        cut = len(buffer)
+        for tail in (_BLANK_TAIL, _OPEN_TAIL, _RUN_TAIL):
+            m = tail.search(buffer[:cut])
+            if m and len(buffer) - m.start() <= MAX_MARKER_CHARS:
+                cut = m.start()
+        self._held = buffer[cut:]
+        await self._emit(buffer[:cut])
+
+    async def flush(self) -> None:
+        held, self._held = self._held, ""
+        await self._emit(held)
+
+    async def _emit(self, text: str) -> None:
+        out = _GROUP.sub(self.numbers.rewrite, text) if text else ""
+        if out:
+            await self.sink(out)
 
 
 _NORMALISE = re.compile(r"[^\w]+")

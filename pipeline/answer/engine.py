@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from pipeline.answer.budget import fit_evidence
-from pipeline.answer.citations import is_out_of_scope, parse_citations
+from pipeline.answer.citations import CitingStream, is_out_of_scope, parse_citations
 from pipeline.answer.confidence import adaptive_hits
 from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.followups import suggest_followups
@@ -267,9 +267,11 @@ class Engine:
             return ans, ""
         kept, texts, dropped = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
-        if on_text is not None:  # cot: only the answer after the reasoning is streamed
-            sink = answer_stream(on_text) if self.options.answer_style == "cot" else on_text
+        if on_text is not None:  # cot: only the answer after the reasoning is streamed; markers as shown at the end
+            citing = CitingStream(kept, on_text)
+            sink = answer_stream(citing.add) if self.options.answer_style == "cot" else citing.add
             raw = (await self._stream_llm(messages, sink)).strip()
+            await citing.flush()
         else:
             out = await self._complete_llm(
                 messages, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0
