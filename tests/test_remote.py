@@ -7,7 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.errors import AuthError, NotFoundError, RateLimitedError, RemoteError, TransientError, UnreachableError
+from pipeline.errors import (
+    AuthError,
+    NotFoundError,
+    RateLimitedError,
+    RemoteError,
+    TransientError,
+    UnreachableError,
+)
 from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries, retry_after_s, status_error
 
 

@@ -121,7 +121,7 @@ async def test_an_llm_failure_mid_stream_ends_the_stream_saying_so_in_the_same_m
     await _streamed(h, f"{time.time():.6f}")
     (stop,) = await h.slack.wait_calls("chat.stopStream")
     await h.settle()
-    (start,) = h.slack.of("chat.startStream")
+    assert len(h.slack.of("chat.startStream")) == 1
     (message,) = [m for m in h.slack.messages.values() if m["ts"] == stop["ts"]]
     assert message["streaming"] is False and message["text"].startswith("To how do")
     assert message["text"].endswith(f":warning: {LLM_DOWN}")
@@ -144,8 +144,9 @@ async def test_a_stream_slack_ended_is_replaced_by_the_whole_answer_not_left_bes
 
 
 async def test_a_cancelled_answer_ends_its_stream(make_harness: Factory) -> None:
-    from bot.core.messages import RESTARTING
     from fake_slack import FakeEngine
+
+    from bot.core.messages import RESTARTING
 
     h = await make_harness(FakeEngine(delay_s=5))
     await _streamed(h, f"{time.time():.6f}")
