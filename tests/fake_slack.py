@@ -230,6 +230,16 @@ class FakeSlack:
                                                 "blocks": [], "streaming": True}
         return {"ok": True, "channel": args["channel"], "ts": ts}
 
+    def _m_chat_getPermalink(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = args.get("channel", ""), args.get("message_ts", "")
+        msg = self.messages.get((channel, ts))
+        if msg is None:
+            return {"ok": False, "error": "message_not_found"}
+        link = f"https://fake.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        if msg.get("thread_ts") and msg["thread_ts"] != ts:
+            link += f"?thread_ts={msg['thread_ts']}&cid={channel}"
+        return {"ok": True, "channel": channel, "permalink": link}
+
     def _m_chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
         if self.messages.pop((args.get("channel", ""), args.get("ts", "")), None) is None:
             return {"ok": False, "error": "message_not_found"}

@@ -200,5 +200,24 @@ async def test_app_home_shows_index_status_recent_questions_and_admin_feedback(m
     assert "How do I get VPN &lt;!channel&gt; access?" in by_user["U1"] and "<!channel>" not in by_user["U1"]
     assert "Feedback" not in by_user["U1"]
     assert "*Feedback* (admins): 0 👍 · 1 👎" in by_user["UADMIN"]
-    assert f"https://slack.com/archives/C1/p{update['ts'].replace('.', '')}" in by_user["UADMIN"]
+    # Slack's own permalink: the answer is a reply in its thread
+    link = f"https://fake.slack.com/archives/C1/p{update['ts'].replace('.', '')}?thread_ts="
+    assert link in by_user["UADMIN"] and "https://slack.com/archives" not in by_user["UADMIN"]
+
+
+async def test_app_home_links_no_answer_in_someone_elses_dm(make_harness: Factory) -> None:
+    h = await make_harness(admin_users="UADMIN")
+    await h.send.event(h.send.message("How do I get VPN access?", channel=DM, channel_type="im"))
+    (update,) = await h.answered()
+    await h.settle()
+    turn_id = int(next(e for b in update["blocks"] if b["type"] == "actions" for e in b["elements"])["value"])
+    await h.send.block_action("evident_feedback", f"down:{turn_id}", user="U1", channel=DM,
+                              action_type="feedback_buttons")
+    await h.settle()
+    await h.send.event({"type": "app_home_opened", "user": "UADMIN", "channel": "D9", "tab": "home",
+                        "event_ts": h.send.new_ts()})
+    (view,) = await h.slack.wait_calls("views.publish")
+    text = _home_text(view["view"])
+    assert "How do I get VPN access? _(in a DM)_" in text and "archives/D1" not in text
+    assert not h.slack.of("chat.getPermalink")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -25,7 +25,7 @@ from bot.core.scope import Scope
 from bot.core.work import BackgroundWork
 from bot.slack.assistant import AssistantListeners
 from bot.slack.blocks import ASK_ACTION_PREFIX, EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
-from bot.slack.home import home_view
+from bot.slack.home import home_view, in_a_dm
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
     DM_MAIN,
@@ -37,6 +37,7 @@ from bot.slack.threads import (
 )
 from pipeline.errors import EvidentError, StoreError
 from pipeline.runtime.settings import Settings
+from pipeline.store_reports import RatedTurn
 from pipeline.turns import Turn
 
 log = logging.getLogger("evident.bot")
@@ -238,12 +239,30 @@ class EvidentBot:
             log.warning("App Home: index unavailable: %s", exc)
             evidence = None
         try:
+            feedback = await store.feedback_summary() if user in self.settings.admin_users else None
             view = home_view(evidence=evidence, spaces=await store.sync_status(), last_sync=await store.last_sync(),
-                             recent=await store.recent_questions(user),
-                             feedback=await store.feedback_summary() if user in self.settings.admin_users else None)
+                             recent=await store.recent_questions(user), feedback=feedback,
+                             links=await self._permalinks(feedback.worst if feedback else ()))
             await self.client.views_publish(user_id=user, view=view)
         except (StoreError, SlackClientError) as exc:
             log.error("could not publish the App Home of %s: %s", user, exc)
+
+    async def _permalinks(self, turns: Iterable[RatedTurn]) -> dict[int, str]:
+        """Slack's own permalinks (thread replies carry their ``thread_ts``) for answers outside DMs: a DM's
+        link would open only for the person who asked."""
+        links: dict[int, str] = {}
+        for t in turns:
+            channel = channel_of_key(t.conversation_key)
+            if not channel or not t.message_ref or in_a_dm(t.conversation_key):
+                continue
+            try:
+                resp = await self.client.chat_getPermalink(channel=channel, message_ts=t.message_ref)
+            except SlackClientError as exc:
+                log.info("no permalink for turn %s: %s", t.turn_id, exc)
+                continue
+            if isinstance(resp.get("permalink"), str):
+                links[t.turn_id] = str(resp["permalink"])
+        return links
 
     async def on_feedback_button(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any],
                                  action: dict[str, Any]) -> None:

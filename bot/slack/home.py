@@ -6,6 +6,7 @@ fresh from the index and the store, and every piece of stored text is escaped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from slack_sdk.models.blocks import ContextBlock, DividerBlock, HeaderBlock, MarkdownTextObject, SectionBlock
@@ -25,16 +26,16 @@ def _context(text: str) -> dict[str, Any]:
     return ContextBlock(elements=[MarkdownTextObject(text=text[:3000])]).to_dict()
 
 
-def _permalink(conversation_key: str, message_ref: str | None) -> str | None:
-    channel = channel_of_key(conversation_key)
-    if not channel or not message_ref:
-        return None
-    return f"https://slack.com/archives/{channel}/p{message_ref.replace('.', '')}"
+def in_a_dm(conversation_key: str) -> bool:
+    """A question asked in a DM: its link would open only for the asker, never for an admin."""
+    return channel_of_key(conversation_key).startswith("D")
 
 
 def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tuple[int, str, str]],
-              feedback: FeedbackSummary | None, last_sync: SyncRun | None = None) -> dict[str, Any]:
-    """The Home tab. ``feedback`` is shown only when given (admins)."""
+              feedback: FeedbackSummary | None, last_sync: SyncRun | None = None,
+              links: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """The Home tab. ``feedback`` is shown only when given (admins), each rated answer linked where ``links``
+    (turn id -> Slack permalink, from ``chat.getPermalink``) has one; answers in DMs say so instead."""
     blocks: list[dict[str, Any]] = [HeaderBlock(text="evident").to_dict()]
     indexed = "unavailable" if evidence is None else f"{evidence:,} evidence indexed"
     blocks.append(_section(f"*Wiki index:* {indexed}"))
@@ -60,7 +61,9 @@ def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tup
         blocks.append(DividerBlock().to_dict())
         blocks.append(_section(f"*Feedback* (admins): {feedback.up} 👍 · {feedback.down} 👎"))
         for t in feedback.worst[:MAX_SHOWN]:
-            link = _permalink(t.conversation_key, t.message_ref)
+            link = (links or {}).get(t.turn_id)
             label = f"<{link}|{escape(t.question[:120])}>" if link else escape(t.question[:120])
+            if in_a_dm(t.conversation_key):
+                label += " _(in a DM)_"
             blocks.append(_context(f"{t.down} 👎 · {t.up} 👍 — {label}"))
     return {"type": "home", "blocks": blocks}
