@@ -33,7 +33,7 @@ from pipeline.factory import ingest_options, make_embedder_from, make_sparse_fro
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
 from pipeline.protocols import Embedder
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 from tests.stub_llm import StubLLMServer
 
 SAMPLE = "https://acme.example/wiki/spaces/ACME/pages/"

@@ -29,14 +29,14 @@ from pipeline.evaluation.answers import eval_engine, temp_store_path
 from pipeline.evaluation.attribution_eval import select_questions
 from pipeline.evaluation.data import load_conversations
 from pipeline.evaluation.index_cache import open_eval_index
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 
 async def main(args: argparse.Namespace) -> None:
     from evident.eval_cmds import page_source
 
     settings = Settings.load()
-    if settings.llm_base_url:
+    if settings.llm.base_url:
         sys.exit("unset EVIDENT_LLM_BASE_URL: this benchmark needs retrieval only")
     documents: Path = args.documents  # resolved before the loop starts (no blocking I/O in here)
     index, embedder, sparse, _ = await open_eval_index(settings, str(documents), page_source(documents))
@@ -65,7 +65,7 @@ async def main(args: argparse.Namespace) -> None:
                     closest.append((distance, engine._cluster_text(hits[i].evidence),
                                     engine._cluster_text(hits[j].evidence)))
             for eps in eps_values:
-                groups = cluster_embeddings(vectors, eps=eps, min_samples=settings.attribution_min_pts)
+                groups = cluster_embeddings(vectors, eps=eps, min_samples=settings.attribution.min_pts)
                 clusters[eps].append(len(groups))
                 merged_answers[eps] += any(len(g) > 1 for g in groups)
                 for group in groups:
@@ -79,7 +79,7 @@ async def main(args: argparse.Namespace) -> None:
         await index.close()
 
     answers = len(clusters[eps_values[0]])
-    print(f"embedder {settings.embedder}, final_k {settings.final_k}, {answers} answers "
+    print(f"embedder {settings.models.embedder}, final_k {settings.retrieval.final_k}, {answers} answers "
           f"({len(questions)} sampled questions, {'+'.join(langs)})")
     for name, values in (("same-page pairs", same_page), ("cross-page pairs", cross_page)):
         if values:

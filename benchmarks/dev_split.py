@@ -9,7 +9,7 @@ from typing import Any
 from connectors.local import LocalFolderConnector
 from pipeline.evaluation.data import QATurn, load_conversations
 from pipeline.evaluation.index_cache import eval_expander, open_eval_index
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -37,7 +37,7 @@ from pipeline.factory import build_engine, ingest_options, make_embedder_from, m
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
 from pipeline.runtime.metrics import Metrics
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 from pipeline.types import ChatMessage
 from tests.stub_llm import StubLLMServer
 
@@ -122,7 +122,7 @@ def pct(values: Sequence[float], p: float) -> float:
 async def build_sample_index(settings: Settings) -> float:
     embedder = make_embedder_from(settings)
     sparse = make_sparse_from(settings, embedder)
-    index = EdgeIndex(settings.resolved_index_dir)
+    index = EdgeIndex(settings.core.resolved_index_dir)
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     t = time.perf_counter()
     try:

@@ -22,7 +22,7 @@ from pipeline.evaluation.answers import contains_gold
 from pipeline.evaluation.data import load_conversations
 from pipeline.evaluation.index_cache import open_eval_index
 from pipeline.factory import retrieval_config
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -28,7 +28,7 @@ from fuzzgen import iter_cases, run_cases
 from helpers import HashEmbedder
 
 from pipeline.factory import ingest_options, make_embedder_from, make_sparse_from
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 HANG_S = 60.0
 

@@ -46,7 +46,7 @@ from pipeline.ingest.run import IngestReport, ingest_pages, page_to_evidence
 from pipeline.models.embed_cache import CachedEmbedder
 from pipeline.models.embedders import make_embedder
 from pipeline.protocols import Embedder, SparseEncoder
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 from pipeline.types import IndexPoint, Page, SparseVector
 
 CONFQ = Path(__file__).resolve().parent.parent.parent / "shared" / "confquestions"
@@ -194,15 +194,15 @@ class Stack:
     def __init__(self, settings: Settings, *, shared_model: Any | None = None) -> None:
         t = time.perf_counter()
         model = shared_model or make_embedder(
-            settings.embedder, batch_size=settings.embed_batch_size, max_tokens=settings.embed_max_tokens,
-            runtime=settings.embed_runtime, device=settings.embed_device, precision=settings.embed_precision,
-            threads=settings.embed_threads,
+            settings.models.embedder, batch_size=settings.models.embed_batch_size, max_tokens=settings.models.embed_max_tokens,
+            runtime=settings.models.embed_runtime, device=settings.models.embed_device, precision=settings.models.embed_precision,
+            threads=settings.models.embed_threads,
         )
         self.model_load_s = 0.0 if shared_model is not None else time.perf_counter() - t
         self.settings = settings
         self.model = model
         self.timed_model = TimedEmbedder(model)
-        self.embedder = CachedEmbedder(self.timed_model, Path(settings.data_dir) / "cache")  # type: ignore[arg-type]
+        self.embedder = CachedEmbedder(self.timed_model, Path(settings.core.data_dir) / "cache")  # type: ignore[arg-type]
         self.sparse = TimedSparse(make_sparse_from(settings, self.embedder))
 
     def reset_clocks(self) -> None:
@@ -329,12 +329,12 @@ async def run_sweep(args: argparse.Namespace, work: Path) -> list[dict[str, Any]
     for n in args.sweep:
         settings = Settings.load(env={"EVIDENT_EMBED_MAX_TOKENS": str(n)}, data_dir=work / f"sweep-{n}")
         s = Stack(settings)
-        idx = await open_index(work / f"sweep-{n}" / "index", s.embedder)
+        idx = await open_index(work / f"sweep-{n}" / "index", s.models.embedder)
         try:
             r = await s.ingest(f"max_tokens={n}", subset, idx)
         finally:
             await idx.close()
-            s.embedder.close()
+            s.models.embedder.close()
         row = r.row()
         sweep.append({"max_tokens": n, "pages": row["pages"], "evidence": row["evidence"], "wall_s": row["wall_s"],
                       "model_load_s": row["model_load_s"],

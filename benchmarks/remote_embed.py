@@ -29,15 +29,15 @@ from pipeline.ingest.run import ingest_pages
 from pipeline.models.embedders import make_embedder
 from pipeline.models.openai_embedder import RemoteEmbedding
 from pipeline.models.sparse import Bm25Encoder
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 CONFQ = Path(__file__).resolve().parent.parent.parent / "shared" / "confquestions"
 
 
 async def one(server: FakeEmbeddingsServer, documents: Path, concurrency: int, work: Path) -> dict[str, float]:
     settings = Settings.load(env={}, data_dir=work)
-    emb = make_embedder("openai:fake-embed", batch_size=settings.embed_batch_size,
-                        max_tokens=settings.embed_max_tokens,
+    emb = make_embedder("openai:fake-embed", batch_size=settings.models.embed_batch_size,
+                        max_tokens=settings.models.embed_max_tokens,
                         remote=RemoteEmbedding(base_url=server.base_url, concurrency=concurrency))
     index = EdgeIndex(work / "index")
     await index.open(dense_dim=emb.dim, embedder=emb.name)

@@ -4,7 +4,7 @@
     python benchmarks/retrieval_cv.py --vary continuity_boost=0.25,0.5,1.0 [--set fusion=dbsf]
         [--questions ../shared/confquestions/qa-dev.json] [--documents ../shared/confquestions/documents]
 
-``--vary`` names one ``RetrievalConfig`` field (or ``reranker``, e.g. ``reranker=none,sentences:dense``) and the
+``--vary`` names one ``RetrievalSettings`` field (or ``reranker``, e.g. ``reranker=none,sentences:dense``) and the
 values to compare (the first is the baseline);
 ``--set`` fixes other fields. Conversations are split into two halves (alternating by sorted id). For each
 direction the value with the best P@1 (completed + conversational, EN + DE) on the tuning half is picked and
@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.answer.retrieve import RetrievalConfig
+from pipeline.answer.settings import RetrievalSettings
 from pipeline.evaluation.retrieval import QuestionResult, run_retrieval_eval
 from pipeline.factory import make_reranker_from, retrieval_config
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dev_split import add_dev_arguments, open_dev
@@ -53,9 +53,9 @@ def cells(results: list[QuestionResult]) -> str:
 def parse(field: str, raw: str) -> Any:
     if field == "reranker":
         return raw
-    kind = {f.name: str(f.type) for f in dataclasses.fields(RetrievalConfig)}.get(field)
+    kind = {f.name: str(f.type) for f in dataclasses.fields(RetrievalSettings)}.get(field)
     if kind is None:
-        raise SystemExit(f"unknown RetrievalConfig field {field!r}")
+        raise SystemExit(f"unknown RetrievalSettings field {field!r}")
     if kind.startswith("int"):
         return int(raw)
     if kind.startswith("float"):
@@ -79,11 +79,11 @@ async def main() -> None:
     try:
         base = dataclasses.replace(retrieval_config(settings), **fixed)
         results = {}
-        for v in values:  # ``reranker`` names an EVIDENT_RERANKER value; any other field is a RetrievalConfig one
+        for v in values:  # ``reranker`` names an EVIDENT_RERANKER value; any other field is a RetrievalSettings one
             config = base if field == "reranker" else dataclasses.replace(base, **{field: v})
             reranker = make_reranker_from(settings.replace(reranker=str(v)), embedder) if field == "reranker" else None
             results[v] = await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse, config=config,
-                                                  reranker=reranker, strategy=settings.query_strategy,
+                                                  reranker=reranker, strategy=settings.answer.query_strategy,
                                                   expander=expander)
     finally:
         await index.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
 from pipeline.factory import retrieval_config
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dev_split import add_dev_arguments, open_dev

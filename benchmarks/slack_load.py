@@ -40,7 +40,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.app import build_bot
 from bot.slack.transports import HttpTransport
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 from pipeline.store import Store
 
 

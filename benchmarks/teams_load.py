@@ -34,7 +34,7 @@ from fake_slack import FakeEngine
 from fake_teams import APP_ID, APP_PASSWORD, TENANT, ActivitySender, FakeConnector, FakeIdentity
 
 from bot.teams.app import build_teams, build_web_app
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 from pipeline.store import Store
 
 

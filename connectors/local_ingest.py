@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from connectors.local import LocalFolderConnector
+from connectors.settings import ConnectorSettings
 from pipeline.errors import InputError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
 from pipeline.ingest.run import IngestReport, ingest_pages
 from pipeline.protocols import Index, SourceConnector
-from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 from pipeline.types import Page
 
@@ -31,7 +31,7 @@ class FolderReport:
     deleted: list[str] = field(default_factory=list)
 
 
-async def ingest_source(settings: Settings, source: SourceConnector, *, progress: bool = False,
+async def ingest_source(settings: ConnectorSettings, source: SourceConnector, *, progress: bool = False,
                         rebuild: bool = False, then: Callable[[Index], Awaitable[None]] | None = None) -> IngestReport:
     """Index every page ``source`` yields, then run ``then`` with the still open index. The first page is read
     before the model loads, so bad input fails at once, not after seconds; "no pages found" names the first
@@ -70,12 +70,12 @@ async def ingest_source(settings: Settings, source: SourceConnector, *, progress
         await index.close()
 
 
-async def ingest_folders(settings: Settings, paths: Sequence[Path], *, space: str | None = None,
+async def ingest_folders(settings: ConnectorSettings, paths: Sequence[Path], *, space: str | None = None,
                          progress: bool = False, rebuild: bool = False,
                          base_url: str | None = None) -> FolderReport:
     """Index every page under ``paths`` and remove the pages of those folders whose files are gone."""
     source = LocalFolderConnector([Path(p) for p in paths], space=space,
-                                  base_url=base_url or settings.local_base_url)
+                                  base_url=base_url or settings.local.base_url)
     deleted: list[str] = []
     store = make_store(settings)
 

@@ -12,7 +12,7 @@ import click
 
 from bot.core.messages import certainty_note
 from evident.common import cli_errors, echo_error, index_dir_option, load_settings, run
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 DEMO_QUESTION = "What is Alice's todo from the RAG meeting in October?"
 

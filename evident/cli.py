@@ -15,11 +15,11 @@ from evident.eval_cmds import eval_group
 from evident.index_cmds import index_group, ingest, search
 from evident.ops_cmds import backup, restore
 from evident.serve_cmd import serve
+from evident.settings import Settings
 from evident.sync_cmd import sync
 from evident.teams_cmds import teams_group
 from pipeline.errors import EvidentError
 from pipeline.runtime.redact import Redactor
-from pipeline.runtime.settings import Settings
 
 
 @click.group()
@@ -37,7 +37,7 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     from evident.logging_setup import setup_logging
 
     secrets = Redactor.from_settings(settings)
-    setup_logging(settings.log_level, json_lines=settings.log_format == "json", verbose=verbose, redactor=secrets)
+    setup_logging(settings.core.log_level, json_lines=settings.core.log_format == "json", verbose=verbose, redactor=secrets)
     ctx.obj = {"settings": settings, "redactor": secrets}
 
 

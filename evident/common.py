@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 import click
 
+from evident.settings import Settings
 from pipeline.errors import EvidentError
 from pipeline.runtime.redact import Redactor
-from pipeline.runtime.settings import Settings
 
 T = TypeVar("T")
 

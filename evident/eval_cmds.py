@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from evident.common import cli_errors, load_settings
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 T = TypeVar("T")
 
@@ -52,17 +52,15 @@ def _run_with_engine(settings: Settings, documents: Path, body: Callable[[Any], 
 
 
 def _base_config(settings: Settings, questions: Path, documents: Path) -> dict[str, Any]:
-    from pipeline.attribution import params_from_settings
-
     return {
         "questions_file": str(questions),
         "documents": str(documents),
-        "embedder": settings.embedder,
-        "retrieval_mode": settings.retrieval_mode,
-        "final_k": settings.final_k,
-        "reranker": settings.reranker,
-        "llm": settings.model_for("answer") if settings.llm_base_url else "extractive (no LLM endpoint)",
-        "attribution_params": params_from_settings(settings),
+        "embedder": settings.models.embedder,
+        "retrieval_mode": settings.retrieval.mode,
+        "final_k": settings.retrieval.final_k,
+        "reranker": settings.models.reranker,
+        "llm": settings.llm.model_for("answer") if settings.llm.base_url else "extractive (no LLM endpoint)",
+        "attribution_params": settings.attribution.params(),
     }
 
 
@@ -106,7 +104,7 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
     langs = ("en", "de") if lang == "both" else (lang,)
     qtypes = ("completed", "conversational", "raw") if query_type == "all" else (query_type,)
     settings = load_settings(ctx)
-    strategy_name = strategy or settings.query_strategy
+    strategy_name = strategy or settings.answer.query_strategy
     if mode:
         settings = settings.replace(retrieval_mode=mode)
     settings = settings.replace(final_k=k)
@@ -163,7 +161,7 @@ def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str
         results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency,
                                         ragas=metrics)
         config = {**_base_config(settings, questions, documents), "conversations": len(convs),
-                  "history": "system answers", "judge": settings.model_for("judge") if grader or metrics else None,
+                  "history": "system answers", "judge": settings.llm.model_for("judge") if grader or metrics else None,
                   "ragas": metrics is not None}
         report = summarize_answers(results, config=config, by=by)
         # per turn, for paired comparisons between runs (--output only; the table shows the summary)
@@ -202,15 +200,15 @@ def eval_judge(ctx: click.Context, sample_path: Path, output: Path | None) -> No
     async def run() -> dict[str, Any]:
         embedder = await asyncio.to_thread(make_embedder_from, settings)
         try:
-            scores = await judge_sample(sample, RagasJudge(llm, PromptLibrary(settings.resolved_prompts_dir), embedder))
+            scores = await judge_sample(sample, RagasJudge(llm, PromptLibrary(settings.answer.resolved_prompts_dir), embedder))
         finally:
             await llm.close()
             await asyncio.to_thread(embedder.close)
         items = [{"id": i.id, "faithfulness": s.faithfulness, "answer_relevancy": s.answer_relevancy,
                   "context_precision": s.context_precision, "verdicts": list(s.verdicts),
                   "context_recall": s.context_recall} for i, s in zip(sample, scores, strict=True)]
-        return {**agreement(sample, scores), "config": {"sample": str(sample_path), "judge": settings.model_for("judge"),
-                                                        "embedder": settings.embedder}, "scores": items}
+        return {**agreement(sample, scores), "config": {"sample": str(sample_path), "judge": settings.llm.model_for("judge"),
+                                                        "embedder": settings.models.embedder}, "scores": items}
 
     report = asyncio.run(run())
     click.echo(format_agreement(report))
@@ -249,7 +247,7 @@ def eval_attribution(ctx: click.Context, questions: Path, documents: Path, metho
     convs = load_conversations(questions)
     langs = ("en", "de") if lang == "both" else (lang,)
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
-    check_methods(names, prompt_logprobs=bool(settings.llm_base_url and settings.llm_prompt_logprobs))
+    check_methods(names, prompt_logprobs=bool(settings.llm.base_url and settings.llm.prompt_logprobs))
     # ^ before the (slow) index build
 
     async def body(engine: Any) -> dict[str, Any]:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from evident.common import cli_errors, echo_page_problems, index_dir_option, load_settings, run
+from evident.settings import Settings
 from pipeline.errors import InputError
-from pipeline.runtime.settings import Settings
 
 
 @click.command()
@@ -50,7 +49,7 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
     click.echo(
         f"pages {report.pages_seen} (added {report.added}, updated {report.updated}, unchanged "
         f"{report.unchanged}, deleted {len(done.deleted)}, failed {len(report.failed) + len(failures)}{partial}) · "
-        f"evidence {report.evidence} ({kinds}) · {report.seconds:.1f} s · index {settings.resolved_index_dir}"
+        f"evidence {report.evidence} ({kinds}) · {report.seconds:.1f} s · index {settings.core.resolved_index_dir}"
     )
     echo_page_problems([*failures, *report.failed], report.partial, report.warnings)
     if report.failed or failures or report.partial:
@@ -59,13 +58,11 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
 
 async def _search(settings: Settings, query: str, k: int, mode: str | None) -> Any:
     from pipeline.answer.retrieve import retrieve
-    from pipeline.factory import make_expander_from, make_reranker_from, open_stack, retrieval_config
+    from pipeline.factory import make_expander_from, make_reranker_from, open_stack
 
     embedder, sparse, index = await open_stack(settings, require_index=True)
     try:
-        cfg = replace(retrieval_config(settings), final_k=k)
-        if mode:
-            cfg = replace(cfg, mode=mode)  # type: ignore[arg-type]  # click.Choice guarantees the literal
+        cfg = settings.replace(final_k=k, **({"retrieval_mode": mode} if mode else {})).retrieval
         return await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=cfg,
                               reranker=make_reranker_from(settings, embedder),
                               expander=make_expander_from(settings, embedder, sparse))
@@ -145,8 +142,8 @@ def index_migrate(ctx: click.Context, target: str, collection: str | None, force
     from pipeline.index.migrate import migrate_index
 
     settings = load_settings(ctx, index_dir=index_dir)
-    dest = make_destination_index(settings, target, collection or settings.collection)
-    report = run(migrate_index(settings.resolved_index_dir, dest, batch=batch, force=force, verify=verify,
+    dest = make_destination_index(settings, target, collection or settings.index.collection)
+    report = run(migrate_index(settings.core.resolved_index_dir, dest, batch=batch, force=force, verify=verify,
                                progress=lambda m: click.echo(m, err=True)))
     click.echo(report.summary())
     if not all(report.verified):

@@ -48,9 +48,9 @@ def restore(ctx: click.Context, src: Path, force: bool, index_dir: Path | None) 
 
     settings = load_settings(ctx, index_dir=index_dir)
     manifest = run(restore_data(settings, src, force=force))
-    where = f"store {settings.resolved_store_path}"
-    if manifest.index and not settings.qdrant_url:
-        where += f", index {settings.resolved_index_dir}"
+    where = f"store {settings.core.resolved_store_path}"
+    if manifest.index and not settings.index.qdrant_url:
+        where += f", index {settings.core.resolved_index_dir}"
     click.echo(f"restored backup of {manifest.created_at}: {where}")
     if manifest.qdrant_snapshot:
         click.echo(f"note: restore Qdrant snapshot {manifest.qdrant_snapshot.get('name')} of collection "

@@ -25,5 +25,5 @@ def teams_package(ctx: click.Context, out: Path, app_id: str | None) -> None:
     from bot.teams.package import build_package
 
     settings = load_settings(ctx)
-    path = build_package(app_id or settings.teams_app_id or "", out)
+    path = build_package(app_id or settings.teams.app_id or "", out)
     click.echo(f"wrote {path}: upload it in Teams (Apps → Manage your apps → Upload an app) or the admin center")

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from pipeline.errors import IndexError_, InputError, StoreError
 from pipeline.index.lease import IndexLease
-from pipeline.runtime.settings import Settings
+from pipeline.settings import PipelineSettings
 
 MANIFEST = "manifest.json"
 STORE_FILE = "evident.db"
@@ -240,40 +240,40 @@ def restore(src: Path, *, store_path: Path, index_dir: Path | None = None, force
 # ---------------------------------------------------------------- from settings, holding the index lease
 
 
-async def backup_data(settings: Settings, dest: Path) -> Manifest:
+async def backup_data(settings: PipelineSettings, dest: Path) -> Manifest:
     """Back up the configured store and embedded index (or snapshot the Qdrant server collection)."""
     from pipeline.factory import make_qdrant_client
 
     qdrant = None
     index_dir: Path | None = None
-    if settings.qdrant_url:
+    if settings.index.qdrant_url:
         qdrant = make_qdrant_client(settings)
-    elif settings.resolved_index_dir.is_dir():
-        index_dir = settings.resolved_index_dir
+    elif settings.core.resolved_index_dir.is_dir():
+        index_dir = settings.core.resolved_index_dir
     try:
         async with _index_lease(settings, index_dir, "evident backup"):
-            return await asyncio.to_thread(backup, dest, store_path=settings.resolved_store_path,
-                                           index_dir=index_dir, qdrant=qdrant, collection=settings.collection)
+            return await asyncio.to_thread(backup, dest, store_path=settings.core.resolved_store_path,
+                                           index_dir=index_dir, qdrant=qdrant, collection=settings.index.collection)
     finally:
         if qdrant is not None:
             qdrant.close()
 
 
-async def restore_data(settings: Settings, src: Path, *, force: bool) -> Manifest:
+async def restore_data(settings: PipelineSettings, src: Path, *, force: bool) -> Manifest:
     """Restore a backup into the configured store and embedded index (after verifying it)."""
-    index_dir = None if settings.qdrant_url else settings.resolved_index_dir
+    index_dir = None if settings.index.qdrant_url else settings.core.resolved_index_dir
     async with _index_lease(settings, index_dir, "evident restore"):
-        return await asyncio.to_thread(restore, src, store_path=settings.resolved_store_path,
+        return await asyncio.to_thread(restore, src, store_path=settings.core.resolved_store_path,
                                        index_dir=index_dir, force=force)
 
 
 @contextlib.asynccontextmanager
-async def _index_lease(settings: Settings, index_dir: Path | None, command: str) -> AsyncIterator[None]:
+async def _index_lease(settings: PipelineSettings, index_dir: Path | None, command: str) -> AsyncIterator[None]:
     """Hold the embedded index's lease: a running `evident serve` hands its shard over meanwhile."""
     if index_dir is None:
         yield
         return
-    lease = IndexLease(index_dir, command=command, wait_s=settings.index_wait_s)
+    lease = IndexLease(index_dir, command=command, wait_s=settings.index.index_wait_s)
     await asyncio.to_thread(lease.acquire)
     try:
         yield

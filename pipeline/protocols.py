@@ -76,6 +76,14 @@ class Index(Protocol):
 
     async def stats(self) -> dict[str, object]: ...
 
+    async def ready(self) -> None:
+        """A readiness check: returns when searches can be answered now (a busy embedded worker building
+        segments counts, for a while), raises ``IndexError_`` when they cannot."""
+
+    def export_points(self, batch: int = 256, *, page_ids: Sequence[str] | None = None) -> AsyncIterator[IndexPoint]:
+        """Every live point (of ``page_ids``, default all) with its vectors, a page's points consecutive: what
+        another index's ``replace_page`` takes (``evident index migrate``)."""
+
     async def close(self) -> None: ...
 
     async def drop(self) -> None:
@@ -110,6 +118,9 @@ class LLM(Protocol):
         """One completion, each piece of text handed to ``on_text`` as it arrives; the whole text."""
 
     def model_for(self, role: str) -> str: ...
+
+    async def ping(self) -> None:
+        """A readiness check: the endpoint answers and accepts the key (raises the matching ``RemoteError``)."""
 
     async def close(self) -> None:
         """Close the HTTP client."""

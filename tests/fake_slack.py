@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import hmac
 import inspect
@@ -576,3 +577,42 @@ class FakeEngine:
         r = ExplainResult(turn_id, "VPN access 52%, Remote work guide 48%", clusters)
         self._explained[turn_id] = r
         return r
+
+
+class EventsServer:
+    """Bolt behind ``POST /slack/events`` on 127.0.0.1 (a free port), mounted as `evident serve` mounts it."""
+
+    def __init__(self, app: Any) -> None:
+        from bot.slack.transports import events_route
+
+        web_app = web.Application()
+        events_route(app)(web_app)
+        self._runner = web.AppRunner(web_app, access_log=None)
+        self.port = 0
+
+    async def start(self) -> EventsServer:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+
+def run_bot(settings: Any, engine: Any, *, client: Any, stop: asyncio.Event | None = None,
+            host: str = "127.0.0.1", drain_timeout_s: float | None = None, routes: Any = None,
+            checks: dict[str, Any] | None = None, metrics: Any = None) -> Any:
+    """Slack alone, as `evident serve` runs it: ``serve_platforms`` with the health routes on the shared server
+    (``EVIDENT_HTTP_PORT``), draining for ``EVIDENT_SHUTDOWN_TIMEOUT_S`` unless told otherwise."""
+    from bot.core.health import add_health_routes
+    from bot.slack.platform import SlackPlatform
+    from evident.serve import serve_platforms
+    from pipeline.runtime.metrics import Metrics
+
+    platform = SlackPlatform(settings.slack, settings.chat, engine, client=client, metrics=metrics)
+    checks = {} if checks is None else checks
+    health = functools.partial(add_health_routes, checks=checks, metrics=metrics or Metrics())
+    drain = settings.chat.shutdown_timeout_s if drain_timeout_s is None else drain_timeout_s
+    return serve_platforms([platform], stop or asyncio.Event(), port=settings.serve.http_port, host=host,
+                           routes=routes or health, checks=checks, drain_timeout_s=drain)

@@ -19,14 +19,17 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from connectors.local import LocalFolderConnector, sample_space_dir
+from evident.settings import Settings
 from pipeline.answer.engine import Engine, EngineOptions
 from pipeline.answer.prompts import PromptLibrary
-from pipeline.answer.retrieve import RetrievalConfig
+from pipeline.answer.settings import RetrievalSettings
+from pipeline.factory import engine_options
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import IngestOptions, IngestReport, ingest_pages
 from pipeline.models.llm import OpenAILLM
@@ -151,11 +154,24 @@ def make_llm(base_url: str, *, max_retries: int = 2, timeout_s: float = 5.0) -> 
                      timeout_s=timeout_s, backoff_base_s=0.01, backoff_max_s=0.05)
 
 
+def production_settings(**flat: Any) -> Settings:
+    """Production's defaults (no environment, no file) with ``flat`` settings changed (``final_k=5``)."""
+    return Settings.load(env={}, **flat)
+
+
+def options(**flat: Any) -> EngineOptions:
+    """The engine options production builds, with ``flat`` settings changed (``answer_style="cot"``)."""
+    return engine_options(production_settings(**flat))
+
+
 def make_engine(index: EdgeIndex, embedder: HashEmbedder, store_path: Path, *, llm: OpenAILLM | None = None,
-                options: EngineOptions | None = None, retrieval: RetrievalConfig | None = None) -> EngineParts:
+                options: EngineOptions | None = None, retrieval: RetrievalSettings | None = None) -> EngineParts:
+    """The engine as production composes it (its defaults: ``production_settings()``) over test parts."""
     store = Store(store_path)
+    defaults = production_settings()
     engine = Engine(index=index, embedder=embedder, sparse=Bm25Encoder(), store=store, prompts=PromptLibrary(),
-                    retrieval=retrieval or RetrievalConfig(), llm=llm, options=options)
+                    retrieval=retrieval or defaults.retrieval, llm=llm,
+                    options=options or engine_options(defaults))
     return EngineParts(engine, index, store, embedder, llm)
 
 

@@ -12,17 +12,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
+from evident.settings import Settings
 from pipeline.attribution import (
     METHODS,
     AttributionResult,
     attribute,
     cited_positions,
     is_flat,
-    params_from_settings,
 )
 from pipeline.attribution.cluster import cluster_embeddings
 from pipeline.errors import ConfigError, InputError, TransientError
-from pipeline.runtime.settings import Settings
 from pipeline.types import Evidence, Hit
 
 QUESTION = "How often does the VPN password rotate?"
@@ -334,7 +333,7 @@ def test_cluster_embeddings() -> None:
 def test_registry_and_settings() -> None:
     assert {"naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior", "sufficiency", "early_stop",
             "logprob"} <= set(METHODS)
-    params = params_from_settings(Settings.load(env={}))
+    params = Settings.load(env={}).attribution.params()
     assert params == {"samples": 1, "temperature": 0.05, "eps": 0.005, "min_samples": 2}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_slack import SIGNING_SECRET, EventSender, FakeSlack
+from fake_slack import SIGNING_SECRET, EventSender, EventsServer, FakeSlack
 from helpers import RAG_MEETING_URL, EngineParts, make_engine, make_llm, open_copy, sample_index_fixture  # noqa: F401
 from slack_sdk.web.async_client import AsyncWebClient
 from stub_llm import StubLLMServer
@@ -18,8 +18,7 @@ from stub_llm import StubLLMServer
 from bot.slack.app import build_bot
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.handlers import EvidentBot
-from bot.slack.transports import HttpTransport
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 BOT_TOKEN = "xoxb-test-token-e2e"
 QUESTION = "When is the next RAG meeting in November?"
@@ -80,15 +79,13 @@ async def make_harness(sample_index_template: Path, tmp_path: Path) -> AsyncIter
         parts = make_engine(index, embedder, tmp_path / "evident.db", llm=make_llm(llm_url, max_retries=0))
         settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_signing_secret=SIGNING_SECRET,
                                  slack_transport="http", http_port=0)
-        bot = build_bot(settings, parts.engine, client=AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url))
-        transport = HttpTransport(bot.app, host="127.0.0.1", port=0)
-        await transport.start()
+        bot = build_bot(settings.slack, settings.chat, parts.engine, client=AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url))
+        transport = await EventsServer(bot.app).start()
         sender = await EventSender(f"http://127.0.0.1:{transport.port}/slack/events").__aenter__()
 
         async def cleanup() -> None:
             await bot.drain(5)
             await sender.__aexit__()
-            await transport.stop_accepting()
             await transport.close()
             await slack.stop()
             await parts.close()

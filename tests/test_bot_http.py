@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_slack import BOT_USER, SIGNING_SECRET, EventSender, FakeEngine, FakeSlack
+from fake_slack import BOT_USER, SIGNING_SECRET, EventSender, EventsServer, FakeEngine, FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.app import build_bot
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.handlers import EvidentBot
-from bot.slack.transports import HttpTransport
+from evident.settings import Settings
 from pipeline.errors import TransientError
-from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 from pipeline.types import Answer, Citation
 
@@ -72,15 +71,13 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
         settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_signing_secret=SIGNING_SECRET,
                                  slack_transport="http", http_port=0, **{"followup_suggestions": False, **overrides})
         client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url)
-        bot = build_bot(settings, engine, client=client)
-        transport = HttpTransport(bot.app, host="127.0.0.1", port=0)
-        await transport.start()
+        bot = build_bot(settings.slack, settings.chat, engine, client=client)
+        transport = await EventsServer(bot.app).start()
         sender = await EventSender(f"http://127.0.0.1:{transport.port}/slack/events").__aenter__()
 
         async def cleanup() -> None:
             await bot.drain(5)
             await sender.__aexit__()
-            await transport.stop_accepting()
             await transport.close()
             await slack.stop()
             await store.close()

@@ -1,4 +1,5 @@
-"""``run_bot``: Socket Mode over a real local websocket, the HTTP transport, fail-fast start-up, shutdown."""
+"""Slack as `evident serve` runs it (``serve_platforms`` with a ``SlackPlatform``): Socket Mode over a real local
+websocket, the HTTP transport on the shared server, fail-fast start-up, shutdown."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from fake_slack import SIGNING_SECRET, EventSender, FakeEngine, FakeSlack
+from fake_slack import SIGNING_SECRET, EventSender, FakeEngine, FakeSlack, run_bot
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.app import build_app
-from bot.slack.transports import run_bot
+from bot.slack.app import build_bot
+from evident.settings import Settings
 from pipeline.errors import AuthError, ConfigError, UnreachableError
-from pipeline.runtime.settings import Settings
 
 BOT_TOKEN = "xoxb-serve-test"
 APP_TOKEN = "xapp-1-serve-test"
@@ -40,7 +40,7 @@ def _envelope(envelope_id: str, kind: str, payload: dict[str, Any]) -> dict[str,
 
 
 async def test_socket_mode_end_to_end_and_graceful_shutdown(slack: FakeSlack) -> None:
-    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     engine = FakeEngine(delay_s=0.2)
     stop = asyncio.Event()
     runner = asyncio.create_task(run_bot(settings, engine, client=_client(slack), stop=stop))
@@ -126,13 +126,14 @@ async def test_shutdown_that_gives_up_on_an_answer_tells_the_thread(slack: FakeS
 
 async def test_run_bot_fails_fast_on_missing_tokens(slack: FakeSlack) -> None:
     with pytest.raises(ConfigError, match="SLACK_APP_TOKEN missing: needed for Socket Mode"):
-        await run_bot(Settings.load(env={}, slack_bot_token=BOT_TOKEN), FakeEngine(), client=_client(slack))
+        await run_bot(Settings.load(env={}, slack_bot_token=BOT_TOKEN, http_port=0), FakeEngine(),
+                      client=_client(slack))
     assert slack.calls == []  # no network before the configuration is complete
 
 
 async def test_run_bot_reports_rejected_token(slack: FakeSlack) -> None:
     slack.auth_error = "invalid_auth"
-    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     with pytest.raises(AuthError, match=r"Slack rejected SLACK_BOT_TOKEN \(auth.test: invalid_auth\)") as err:
         await run_bot(settings, FakeEngine(), client=_client(slack))
     assert BOT_TOKEN not in str(err.value)
@@ -140,7 +141,7 @@ async def test_run_bot_reports_rejected_token(slack: FakeSlack) -> None:
 
 async def test_run_bot_stops_at_a_rejected_app_token_without_a_connect_loop(slack: FakeSlack) -> None:
     slack.fail_next("apps.connections.open", error="invalid_auth")
-    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     with pytest.raises(AuthError, match=r"Slack rejected SLACK_APP_TOKEN \(apps.connections.open: invalid_auth\)") as err:
         await asyncio.wait_for(run_bot(settings, FakeEngine(), client=_client(slack)), 10)
     assert APP_TOKEN not in str(err.value)
@@ -149,7 +150,7 @@ async def test_run_bot_stops_at_a_rejected_app_token_without_a_connect_loop(slac
 
 async def test_stop_while_socket_mode_is_still_connecting_is_honoured(slack: FakeSlack) -> None:
     slack.hang_from["apps.connections.open"] = 1  # the start-up check passes, the connect itself never answers
-    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     stop = asyncio.Event()
     runner = asyncio.create_task(run_bot(settings, FakeEngine(), client=_client(slack), stop=stop))
     await slack.wait_for(lambda: len(slack.of("apps.connections.open")) >= 2)
@@ -160,7 +161,7 @@ async def test_stop_while_socket_mode_is_still_connecting_is_honoured(slack: Fak
 
 
 async def test_socket_mode_link_is_a_readiness_check(slack: FakeSlack) -> None:
-    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     checks: dict[str, Any] = {}
     stop = asyncio.Event()
     runner = asyncio.create_task(run_bot(settings, FakeEngine(), client=_client(slack), stop=stop, checks=checks))
@@ -182,7 +183,7 @@ async def test_run_bot_reports_unreachable_slack() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     client = AsyncWebClient(token=BOT_TOKEN, base_url=f"http://127.0.0.1:{port}/api/", retry_handlers=[])
     with pytest.raises(UnreachableError, match=r"cannot reach Slack for auth\.test"):
         await run_bot(settings, FakeEngine(), client=client)
@@ -190,8 +191,8 @@ async def test_run_bot_reports_unreachable_slack() -> None:
 
 async def test_build_app_accepts_a_client_and_adds_rate_limit_retries(slack: FakeSlack) -> None:
     client = _client(slack)
-    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN)
-    app = build_app(settings, FakeEngine(), client=client)
+    settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
+    app = build_bot(settings.slack, settings.chat, FakeEngine(), client=client).app
     assert app.client is client
     assert "AsyncRateLimitErrorRetryHandler" in {type(h).__name__ for h in client.retry_handlers}
 

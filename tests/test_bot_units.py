@@ -15,8 +15,8 @@ from bot.slack.blocks import link_markers, render_answer, render_explanation, sp
 from bot.slack.mrkdwn import bar, escape, link
 from bot.slack.threads import clean_question, conversation_key, thread_of_key
 from bot.slack.transports import check_tokens
+from evident.settings import Settings
 from pipeline.errors import ConfigError, EmbeddingError, RateLimitedError, TransientError
-from pipeline.runtime.settings import Settings
 from pipeline.types import Answer, Citation
 
 CIT = [Citation(1, "https://w.example/p/1", "Page <one>", "ENG", ("e",)),
@@ -173,13 +173,13 @@ def test_conversation_helpers() -> None:
 ])
 def test_check_tokens_fails_fast_with_clear_message(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        check_tokens(Settings.load(env=env))
+        check_tokens(Settings.load(env=env).slack)
 
 
 def test_check_tokens_accepts_complete_configs() -> None:
-    check_tokens(Settings.load(env={"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"}))
+    check_tokens(Settings.load(env={"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"}).slack)
     check_tokens(Settings.load(env={"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s",
-                                    "EVIDENT_SLACK_TRANSPORT": "http"}))
+                                    "EVIDENT_SLACK_TRANSPORT": "http"}).slack)
 
 
 def test_user_messages_are_short_and_specific() -> None:

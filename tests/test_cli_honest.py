@@ -114,8 +114,8 @@ def test_empty_index_is_named(tmp_path: Path) -> None:
     from pipeline.index.edge import EdgeIndex
 
     async def make_empty() -> None:
+        from evident.settings import Settings
         from pipeline.factory import make_embedder_from
-        from pipeline.runtime.settings import Settings
 
         embedder = make_embedder_from(Settings.load(env={}, data_dir=tmp_path))
         index = EdgeIndex(tmp_path / "index")

@@ -31,10 +31,10 @@ def test_only_a_sure_retrieval_narrows_the_context() -> None:
 
 
 async def test_the_engine_reports_the_confidence_of_each_turn(sample_index_template: Path, tmp_path: Path) -> None:
-    from pipeline.answer.engine import EngineOptions
+    from helpers import options
 
     index, embedder = await open_copy(sample_index_template, tmp_path / "index")
-    parts = make_engine(index, embedder, tmp_path / "evident.db", options=EngineOptions(confident_k=2))
+    parts = make_engine(index, embedder, tmp_path / "evident.db", options=options(confident_k=2))
     try:
         result = await parts.engine.ask("c1", "What is Alice's todo from the RAG meeting in October?")
         assert result.retrieval is not None and result.retrieval.confidence in ("high", "medium", "low")

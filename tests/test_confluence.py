@@ -19,12 +19,12 @@ from connectors.confluence.cql import pages_cql, parse_utc, quote, since_bound, 
 from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.sync import SyncReport, _Tracker, sync_confluence
 from connectors.factory import make_confluence_source
+from evident.settings import Settings
 from pipeline.errors import AuthError, IndexError_, NotFoundError, RateLimitedError, UnreachableError
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import IngestOptions
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.protocols import SourceConnector
-from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 from pipeline.types import IndexPoint
 from tests.fake_confluence import (

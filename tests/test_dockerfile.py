@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.runtime.settings import Settings
+from evident.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
@@ -129,9 +128,9 @@ def test_compose_wires_the_services_without_literal_secrets() -> None:
 
 
 def test_env_example_lists_known_settings_with_empty_secrets() -> None:
-    fields = dataclasses.fields(Settings)
-    known = {f.metadata["env"] for f in fields}
-    secret_vars = {f.metadata["env"] for f in fields if f.metadata.get("secret")}
+    fields = [(area.env_name(f), area.is_secret(f)) for area in Settings.areas().values() for f in area.model_fields]
+    known = {env for env, _ in fields}
+    secret_vars = {env for env, secret in fields if secret}
     values: dict[str, str] = {}
     for line in ENV_EXAMPLE.read_text().splitlines():
         if line.strip() and not line.lstrip().startswith("#"):

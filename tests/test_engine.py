@@ -21,12 +21,15 @@ from helpers import (
     open_copy,
     sample_index_fixture,  # noqa: F401
 )
+from helpers import (
+    options as engine_options_for,
+)
 from stub_llm import StubLLMServer
 
 from pipeline.answer.engine import EngineOptions
 from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.answer.query_builder import MAX_QUESTION_CHARS
-from pipeline.answer.retrieve import RetrievalConfig
+from pipeline.answer.settings import RetrievalSettings
 
 REPHRASED = "Who is the primary on-call engineer in weeks 5 to 6?"
 
@@ -56,7 +59,7 @@ async def make(sample_index_template: Path, tmp_path: Path) -> AsyncIterator[Mak
     made: list[EngineParts] = []
 
     async def factory(*, llm_url: str | None = None, options: EngineOptions | None = None,
-                      retrieval: RetrievalConfig | None = None, max_retries: int = 2) -> EngineParts:
+                      retrieval: RetrievalSettings | None = None, max_retries: int = 2) -> EngineParts:
         index, embedder = await open_copy(sample_index_template, tmp_path / f"index{len(made)}")
         llm = make_llm(llm_url, max_retries=max_retries) if llm_url else None
         parts = make_engine(index, embedder, tmp_path / "evident.db", llm=llm, options=options, retrieval=retrieval)
@@ -139,7 +142,7 @@ async def test_no_llm_answers_extractively_and_builds_followup_queries(make: Mak
 async def test_source_markers_become_page_links_and_bogus_ones_are_dropped(make: Make) -> None:
     reply = "Alice prepares the evaluation todo list [Source 2]. It was agreed in October [Source 9]."
     async with StubLLMServer(default_reply=reply) as stub:
-        p = await make(llm_url=stub.base_url, retrieval=RetrievalConfig(final_k=5))
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5))
         r = await p.engine.ask("t:c", "What is Alice's todo from the RAG meeting in October?")
     assert r.error is None and not r.answer.out_of_scope
     assert len(r.answer.evidence) == 5
@@ -159,7 +162,7 @@ async def test_streamed_answer_shows_the_markers_of_the_final_answer_as_it_is_ge
 
     async with StubLLMServer(default_reply=reply) as stub:
         stub.fail_next("429", retry_after=0.01)  # retried: nothing was shown yet
-        p = await make(llm_url=stub.base_url, retrieval=RetrievalConfig(final_k=5))
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5))
         r = await p.engine.ask("t:s", "What is Alice's todo from the RAG meeting in October?", on_text=sink)
         assert stub.requests[-1]["stream"] is True
     assert len(pieces) > 5 and "".join(pieces).strip() == r.answer.text  # [Source 2] streams as [1], [Source 9] never
@@ -177,8 +180,8 @@ async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(mak
         pieces.append(text)
 
     async with StubLLMServer(default_reply=reply) as stub:
-        p = await make(llm_url=stub.base_url, retrieval=RetrievalConfig(final_k=5),
-                       options=EngineOptions(answer_style=style))
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5),
+                       options=engine_options_for(answer_style=style))
         r = await p.engine.ask("t:style", "What is Alice's todo from the RAG meeting in October?", on_text=sink)
         explained = await p.engine.explain(r.turn_id)
         system = _system(_answers(stub)[0])
@@ -334,7 +337,7 @@ async def test_budget_never_splits_a_table_row_and_records_dropped_evidence(tmp_
     async with StubLLMServer(default_reply="host-001 belongs to owner 1 [Source 1].") as stub:
         llm = make_llm(stub.base_url)
         p = make_engine(index, embedder, tmp_path / "s.db", llm=llm,
-                        options=EngineOptions(context_tokens=900, answer_max_tokens=100))
+                        options=engine_options_for(llm_context_tokens=900, answer_max_tokens=100))
         try:
             r = await p.engine.ask("t:b", "Which giant fleet table lists the owner of every host?")
         finally:

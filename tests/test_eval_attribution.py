@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from evident.settings import Settings
 from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.evaluation.answers import eval_engine
 from pipeline.evaluation.attribution_eval import (
@@ -32,7 +33,6 @@ from pipeline.factory import ingest_options
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
 from pipeline.models.sparse import Bm25Encoder
-from pipeline.runtime.settings import Settings
 from tests.stub_llm import StubLLMServer
 
 WIKI = "https://wiki.example/pages"

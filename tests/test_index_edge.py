@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from evident.settings import Settings
 from pipeline.errors import ConfigError, IndexError_, IndexMismatchError
 from pipeline.factory import make_index_from
 from pipeline.index.edge import MANIFEST_FILE, EdgeIndex
 from pipeline.index.edge_layout import EdgeLayout
 from pipeline.index.edge_pages import PAGES_FILE, PageTable
-from pipeline.index.edge_worker import ProcessEdgeIndex, index_ready
-from pipeline.runtime.settings import Settings
+from pipeline.index.edge_worker import ProcessEdgeIndex
 from pipeline.types import SearchRequest, SparseVector
 from tests.index_contract import (
     DIM,
@@ -233,7 +233,7 @@ def test_serving_processes_get_the_index_in_a_worker(tmp_path: Path, setting: st
     settings = Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_PROCESS": setting})
     index = make_index_from(settings, serving=serving)
     assert isinstance(index, ProcessEdgeIndex if in_worker else EdgeIndex)
-    assert index.path == settings.resolved_index_dir
+    assert index.path == settings.core.resolved_index_dir
 
 
 def test_index_process_setting_is_validated(tmp_path: Path) -> None:
@@ -247,7 +247,7 @@ async def test_readiness_does_not_queue_behind_a_segment_build_in_the_worker(tmp
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)
     try:
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
-        await index_ready(idx)  # idle: a real count
+        await idx.ready()  # idle: a real count
         assert idx.pid is not None and idx.busy is None
         os.kill(idx.pid, signal.SIGSTOP)
         try:
@@ -257,7 +257,7 @@ async def test_readiness_does_not_queue_behind_a_segment_build_in_the_worker(tmp
                     break
                 await asyncio.sleep(0.01)
             assert idx.busy is not None and idx.busy[0] == "optimize"
-            await asyncio.wait_for(index_ready(idx), timeout=2)  # does not wait for the worker
+            await asyncio.wait_for(idx.ready(), timeout=2)  # does not wait for the worker
             counting = asyncio.create_task(idx.count())
             await asyncio.sleep(0.2)
             assert not counting.done()  # a real request would have waited

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from connectors.confluence import ConfluenceClient, ConfluenceSource, sync_confluence
-from pipeline.answer.retrieve import RetrievalConfig, retrieve
-from pipeline.factory import drop_index, make_expander_from, retrieval_config, vocabulary_path
+from evident.settings import Settings
+from pipeline.answer.retrieve import retrieve
+from pipeline.answer.settings import RetrievalSettings
+from pipeline.factory import drop_index, make_expander_from, vocabulary_path
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import IngestOptions, ingest_pages
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.models.vocabulary import KeywordExpander, TermCounts, Vocabulary
-from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 from pipeline.types import Page
 from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
@@ -80,12 +81,12 @@ async def test_ingest_keeps_the_vocabulary_and_an_unknown_word_finds_its_page(in
     assert {"rollback", "firmware", "canary", "server"} <= set(vocab.terms)  # in two or more evidence
     assert "quarter" not in vocab.terms  # in one evidence only: not a target
     expander = KeywordExpander(path, TrigramEmbedder(), Bm25Encoder())
-    lexical = RetrievalConfig(mode="lexical", final_k=3, confidence=False)
+    lexical = RetrievalSettings(mode="lexical", final_k=3, confidence=False)
     plain = await retrieve("how do I rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
                            config=lexical)
     assert plain.hits == []  # BM25 alone: "rollbak" matches nothing
     r = await retrieve("how do I rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
-                       config=RetrievalConfig(mode="lexical", final_k=3, confidence=False, keyword_weight=0.5,
+                       config=RetrievalSettings(mode="lexical", final_k=3, confidence=False, keyword_weight=0.5,
                                               keyword_min_similarity=0.5), expander=expander)
     assert [(w, t) for w, t, _ in r.expansions] == [("rollbak", "rollback")]
     assert r.hits and r.hits[0].evidence.page_id == "1" and "expand" in r.timings_ms
@@ -99,7 +100,7 @@ async def test_known_words_and_weight_zero_are_not_expanded(index: EdgeIndex, tm
     assert vocab is not None
     assert expander.unknown_words("Which firmware do the servers run, and the rollbak?", vocab) == ["rollbak"]
     r = await retrieve("rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
-                       config=RetrievalConfig(mode="lexical", confidence=False, keyword_weight=0.0), expander=expander)
+                       config=RetrievalSettings(mode="lexical", confidence=False, keyword_weight=0.0), expander=expander)
     assert r.expansions == [] and r.hits == []
     strict = expander.expansions("rollbak", min_similarity=0.99)
     assert strict == []  # nothing that close
@@ -138,7 +139,7 @@ async def test_a_vocabulary_of_another_embedder_or_an_unreadable_file_turns_expa
 
 async def test_settings_place_the_vocabulary_with_its_index_and_drop_removes_it(tmp_path: Path) -> None:
     settings = Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path)})
-    assert retrieval_config(settings).keyword_weight == 0.5  # on by default (BENCHMARKS.md)
+    assert settings.retrieval.keyword_weight == 0.5  # on by default (BENCHMARKS.md)
     path = vocabulary_path(settings)
     assert path is not None and path.parent == tmp_path / "vocabulary"
     assert vocabulary_path(settings, tmp_path / "other") != path  # one per index

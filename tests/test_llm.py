@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from evident.settings import Settings
 from pipeline.errors import (
     AuthError,
     ConfigError,
@@ -21,7 +22,6 @@ from pipeline.errors import (
 from pipeline.factory import make_llm_from
 from pipeline.models.llm import OpenAILLM
 from pipeline.protocols import LLM
-from pipeline.runtime.settings import Settings
 from pipeline.types import ChatMessage
 from tests.stub_llm import StubLLMServer
 

@@ -10,9 +10,9 @@ from pdf_maker import minimal_pdf, word_document
 
 from connectors.local import LocalFolderConnector
 from connectors.local_ingest import ingest_folders
+from evident.settings import Settings
 from pipeline.factory import open_stack
 from pipeline.ingest.run import IngestOptions, page_to_evidence
-from pipeline.runtime.settings import Settings
 
 RUNBOOK_MD = """# Deploy runbook
 

@@ -22,7 +22,8 @@ from click.testing import CliRunner, Result
 
 from connectors.local import LocalFolderConnector, sample_space_dir
 from evident.cli import main
-from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.answer.retrieve import retrieve
+from pipeline.answer.settings import RetrievalSettings
 from pipeline.backup import copy_sparse
 from pipeline.index.edge import EdgeIndex
 from pipeline.index.migrate import same_ranking
@@ -76,7 +77,7 @@ async def _state(index: EdgeIndex | QdrantServerIndex) -> tuple[int, dict[str, s
     legs = []
     for q in QUERIES:
         for mode in ("lexical", "dense"):
-            cfg = RetrievalConfig(final_k=5, mode=mode)  # type: ignore[arg-type]
+            cfg = RetrievalSettings(final_k=5, mode=mode)  # type: ignore[arg-type]
             r = await retrieve(q, index=index, embedder=BowEmbedder(), sparse=Bm25Encoder(), config=cfg)
             legs.append(r.hits)
     return await index.count(), await index.page_hashes(), legs

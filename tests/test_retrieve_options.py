@@ -1,4 +1,4 @@
-"""Named retrieval options: page-level aggregation and language-aware fusion weights."""
+"""Named retrieval options: adaptive k and graph (hub) reranking."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from evident.settings import Settings
 from pipeline.answer.hub import centrality, hub_rerank
-from pipeline.answer.retrieve import aggregate_pages, query_language, steepest_cut
-from pipeline.factory import retrieval_config
+from pipeline.answer.retrieve import steepest_cut
 from pipeline.models.sparse import Bm25Encoder
-from pipeline.runtime.settings import Settings
 from pipeline.types import Evidence, Hit
 
 
@@ -19,26 +18,6 @@ def _hit(eid: str, page: str, score: float, rank: int) -> Hit:
     ev = Evidence(id=eid, page_id=page, title=page, url=f"https://w/{page}", space="S", kind="passage",
                   position=0, text=eid)
     return Hit(evidence=ev, score=score, rank=rank)
-
-
-def test_page_aggregation_promotes_page_with_several_matches() -> None:
-    hits = [_hit("a1", "A", 0.030, 1), _hit("b1", "B", 0.029, 2), _hit("b2", "B", 0.020, 3),
-            _hit("c1", "C", 0.010, 4)]
-    out = aggregate_pages(hits, 0.5)
-    assert [h.evidence.id for h in out] == ["b1", "b2", "a1", "c1"]  # b2: 0.020 + 0.5*0.029 > 0.030
-    assert [h.rank for h in out] == [1, 2, 3, 4]
-    assert abs(out[0].score - (0.029 + 0.5 * 0.020)) < 1e-12
-
-
-def test_page_aggregation_zero_weight_keeps_order() -> None:
-    hits = [_hit("a1", "A", 0.030, 1), _hit("b1", "B", 0.029, 2), _hit("b2", "B", 0.020, 3)]
-    assert [h.evidence.id for h in aggregate_pages(hits, 0.0)] == ["a1", "b1", "b2"]
-
-
-def test_query_language() -> None:
-    assert query_language("Welche TPM Version wurde für den Dell genutzt?") == "german"
-    assert query_language("Und was ist mit TPM?") == "german"
-    assert query_language("What was the TPM version of the Dell?") == "english"
 
 
 def test_steepest_cut_keeps_the_hits_before_the_largest_drop() -> None:
@@ -52,8 +31,8 @@ def test_steepest_cut_keeps_the_hits_before_the_largest_drop() -> None:
 
 def test_adaptive_k_setting(tmp_path: Path) -> None:
     env = {"EVIDENT_DATA_DIR": str(tmp_path)}
-    assert retrieval_config(Settings.load(env=env)).adaptive_min_k == 0  # off: always EVIDENT_FINAL_K
-    assert retrieval_config(Settings.load(env={**env, "EVIDENT_ADAPTIVE_K": "2"})).adaptive_min_k == 2
+    assert Settings.load(env=env).retrieval.adaptive_min_k == 0  # off: always EVIDENT_FINAL_K
+    assert Settings.load(env={**env, "EVIDENT_ADAPTIVE_K": "2"}).retrieval.adaptive_min_k == 2
 
 
 def test_hub_centrality_is_the_mean_similarity_to_the_others() -> None:

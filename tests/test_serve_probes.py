@@ -9,10 +9,10 @@ import pytest
 from stub_llm import StubLLMServer
 
 from connectors.local import sample_space_dir
-from evident.serve_cmd import probe_credentials
+from evident.serve import probe_credentials
+from evident.settings import Settings
 from pipeline.errors import AuthError
 from pipeline.models.llm import OpenAILLM
-from pipeline.runtime.settings import Settings
 from tests.fake_confluence import FakeConfluence, synthetic_pages
 
 

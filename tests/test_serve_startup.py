@@ -12,16 +12,15 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from fake_slack import EventSender, FakeEngine, FakeSlack
+from fake_slack import EventSender, FakeEngine, FakeSlack, run_bot
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.lifecycle import Stopped
-from bot.slack.transports import run_bot
-from evident.serve_cmd import start_engine
+from evident.serve import start_engine
+from evident.settings import Settings
 from pipeline.errors import AuthError, TransientError, UnreachableError
 from pipeline.index.qdrant import QdrantServerIndex
 from pipeline.runtime.metrics import Metrics
-from pipeline.runtime.settings import Settings
 from tests.test_processes import base_env, free_port
 
 BOT_TOKEN, APP_TOKEN = "xoxb-start-test", "xapp-1-start-test"
@@ -66,10 +65,11 @@ async def test_an_unreachable_index_is_retried_until_a_stop(tmp_path: Path, capl
     stop = asyncio.Event()
     starting = asyncio.create_task(start_engine(settings, Metrics(), stop))
     for _ in range(400):
-        if caplog.text.count("not ready: cannot reach Qdrant") >= 2:  # retried, with backoff
+        if caplog.text.count("cannot reach Qdrant") >= 2:  # retried, with backoff
             break
         await asyncio.sleep(0.05)
-    assert caplog.text.count("not ready: cannot reach Qdrant") >= 2, caplog.text
+    assert caplog.text.count("cannot reach Qdrant") >= 2, caplog.text
+    assert "not ready: opening the index and models failed (UnreachableError: cannot reach Qdrant" in caplog.text
     assert not starting.done()
     t0 = asyncio.get_running_loop().time()
     stop.set()  # what SIGTERM does
@@ -123,7 +123,7 @@ async def test_socket_mode_counts_events_and_reconnects_and_drains_by_the_settin
     slack = await FakeSlack().start()
     try:
         settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN,
-                                 shutdown_timeout_s=0.3)
+                                 shutdown_timeout_s=0.3, http_port=0)
         metrics, stop = Metrics(), asyncio.Event()
         client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url)
         runner = asyncio.create_task(run_bot(settings, FakeEngine(delay_s=30), client=client, stop=stop,

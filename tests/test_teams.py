@@ -11,17 +11,16 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from fake_slack import FakeEngine
 from fake_teams import APP_ID, APP_PASSWORD, BOT_ID, TENANT, ActivitySender, FakeConnector, FakeIdentity
 
 from bot.teams.activity import Activity
-from bot.teams.app import build_teams, build_web_app
+from bot.teams.app import TeamsPlatform
 from bot.teams.handlers import TeamsBot
 from bot.teams.render import answer_activity, escape
+from evident.settings import Settings
 from pipeline.answer.results import TurnResult
-from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 from pipeline.types import Answer, Citation
 
@@ -64,27 +63,22 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
         settings = Settings.load(env={}, teams_app_id=APP_ID, teams_app_password=APP_PASSWORD,
                                  teams_tenant_id=TENANT, teams_openid_url=identity.openid_url,
                                  teams_tenant_openid_url=identity.tenant_openid_url,
-                                 teams_token_url=identity.token_url, **overrides)
-        http = httpx.AsyncClient(timeout=10)
-        bot, auth = build_teams(settings, engine, http)
-        runner = web.AppRunner(build_web_app(bot, auth), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        endpoint = f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages"
+                                 teams_token_url=identity.token_url, teams_port=0, **overrides)
+        platform = TeamsPlatform(settings.teams, settings.chat, engine, host="127.0.0.1")
+        await platform.start()
+        endpoint = f"http://127.0.0.1:{platform.port}/api/messages"
         sender = await ActivitySender(endpoint, identity, connector.url + "/").__aenter__()
 
         async def cleanup() -> None:
-            await bot.drain(5)
+            await platform.drain(5)
             await sender.__aexit__()
-            await runner.cleanup()
-            await http.aclose()
+            await platform.close()
             await connector.close()
             await identity.close()
             await store.close()
 
         cleanups.append(cleanup)
-        return Harness(identity, connector, engine, bot, sender, store)
+        return Harness(identity, connector, engine, platform.bot, sender, store)
 
     yield factory
     for c in cleanups:
@@ -326,33 +320,37 @@ def _cards(h: Harness) -> list[dict[str, Any]]:
             for a in p.activity.get("attachments") or [] if a.get("contentType", "").endswith("adaptive")]
 
 
-async def test_run_teams_serves_health_routes_and_drains_on_stop(tmp_path: Path) -> None:
-    from bot.teams.app import run_teams
+async def test_teams_alone_serves_health_on_the_http_port_and_drains_on_stop(tmp_path: Path) -> None:
+    """As `evident serve` runs Teams alone: /api/messages on EVIDENT_TEAMS_PORT, /healthz /readyz /livez /metrics on
+    EVIDENT_HTTP_PORT (as docs/deploy.md says), a stop waits for the answer in flight."""
+    import functools
+
+    from bot.core.health import add_health_routes
+    from evident.serve import serve_platforms
+    from pipeline.runtime.metrics import Metrics
 
     identity, connector = await FakeIdentity().start(), await FakeConnector().start()
     engine = FakeEngine(delay_s=0.3)
     engine.store = store = await Store.open(tmp_path / "serve.db")
     settings = Settings.load(env={}, teams_app_id=APP_ID, teams_app_password=APP_PASSWORD, teams_tenant_id=TENANT,
-                             teams_openid_url=identity.openid_url, teams_token_url=identity.token_url, teams_port=0)
-    stop, listening, ports = asyncio.Event(), asyncio.Event(), []
-
-    def started(port: int) -> None:
-        ports.append(port)
-        listening.set()
-
-    def health(app: web.Application) -> None:
-        async def healthz(_request: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
-        app.router.add_get("/healthz", healthz)
-
-    task = asyncio.create_task(run_teams(settings, engine, stop, host="127.0.0.1", routes=health, started=started))
+                             teams_openid_url=identity.openid_url, teams_token_url=identity.token_url, teams_port=0,
+                             http_port=0)
+    platform = TeamsPlatform(settings.teams, settings.chat, engine, host="127.0.0.1")
+    stop, ports, checks = asyncio.Event(), [], {}
+    health = functools.partial(add_health_routes, checks=checks, metrics=Metrics())
+    task = asyncio.create_task(serve_platforms([platform], stop, port=0, host="127.0.0.1", routes=health,
+                                               checks=checks, started=ports.append, drain_timeout_s=10))
     try:
-        await asyncio.wait_for(listening.wait(), 10)
-        async with ActivitySender(f"http://127.0.0.1:{ports[0]}/api/messages", identity, connector.url + "/") as send:
+        await connector.wait_for(lambda: bool(ports) and platform.port != 0)
+        async with ActivitySender(f"http://127.0.0.1:{platform.port}/api/messages", identity,
+                                  connector.url + "/") as send:
             assert (await send.send(send.personal("How do I get VPN access?")))[0] == 200
-            async with httpx.AsyncClient() as c:
-                assert (await c.get(f"http://127.0.0.1:{ports[0]}/healthz")).status_code == 200
+        async with httpx.AsyncClient() as c:
+            for path in ("/healthz", "/readyz", "/livez", "/metrics"):
+                assert (await c.get(f"http://127.0.0.1:{ports[0]}{path}")).status_code == 200, path
+            assert (await c.get(f"http://127.0.0.1:{platform.port}/healthz")).status_code == 404
+            ready = (await c.get(f"http://127.0.0.1:{ports[0]}/readyz")).json()
+        assert ready["checks"]["teams"]["ok"] is True
         await asyncio.sleep(0.05)
         stop.set()  # the answer is still being computed: shutdown waits for it
         await asyncio.wait_for(task, 10)
@@ -365,17 +363,18 @@ async def test_run_teams_serves_health_routes_and_drains_on_stop(tmp_path: Path)
 
 
 def test_serve_needs_a_platform_and_complete_teams_settings() -> None:
-    from bot.teams.app import check_teams_settings
-    from evident.serve_cmd import platforms
+    from evident.platforms import configured
     from pipeline.errors import ConfigError
 
     with pytest.raises(ConfigError, match="nothing to serve"):
-        platforms(Settings.load(env={}))
-    assert platforms(Settings.load(env={"TEAMS_APP_ID": APP_ID, "SLACK_BOT_TOKEN": "xoxb-1"})) == ("slack", "teams")
+        configured(Settings.load(env={}))
+    both = Settings.load(env={"TEAMS_APP_ID": APP_ID, "TEAMS_APP_PASSWORD": "x", "TEAMS_TENANT_ID": TENANT,
+                              "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"})
+    assert [r.name for r in configured(both)] == ["slack", "teams"]
     with pytest.raises(ConfigError, match="TEAMS_APP_PASSWORD"):
-        check_teams_settings(Settings.load(env={"TEAMS_APP_ID": APP_ID}))
+        configured(Settings.load(env={"TEAMS_APP_ID": APP_ID}))
     with pytest.raises(ConfigError, match="TEAMS_TENANT_ID"):
-        check_teams_settings(Settings.load(env={"TEAMS_APP_ID": APP_ID, "TEAMS_APP_PASSWORD": "x"}))
+        configured(Settings.load(env={"TEAMS_APP_ID": APP_ID, "TEAMS_APP_PASSWORD": "x"}))
 
 
 def test_app_package_has_the_bot_id_scopes_and_icons(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ from bot.core.contracts import EngineLike, ExplainResultLike, TurnResultLike
 from bot.core.dedup import SeenSet
 from bot.core.messages import EXPLAIN_FAILED, GENERIC, NOTHING_TO_EXPLAIN, RESTARTING, user_message
 from bot.core.ratelimit import UserRateLimiter
-from bot.core.scope import NO_SPACE, NOT_CONNECTED
+from bot.core.scope import NO_SPACE, NOT_CONNECTED, Scope
+from bot.core.settings import ChatSettings
 from pipeline.errors import StoreError
 from pipeline.turns import Turn
 
@@ -94,6 +95,13 @@ class Conversations:
         self.spaces_for = spaces_for
         self.suggest = suggest  # follow-up question suggestions under answers
         self._explained = SeenSet()
+
+    @classmethod
+    def from_settings(cls, engine: EngineLike, chat: ChatSettings,
+                      limiter: UserRateLimiter | None = None) -> Conversations:
+        """The core every platform adapter uses, built from the conversation settings."""
+        return cls(engine, limiter or UserRateLimiter(chat.user_rate_per_min),
+                   Scope(chat.channel_spaces, chat.default_spaces), suggest=chat.followup_suggestions)
 
     # ------------------------------------------------------------------ questions
 

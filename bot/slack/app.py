@@ -12,19 +12,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.contracts import EngineLike
 from bot.core.ratelimit import UserRateLimiter
+from bot.core.settings import ChatSettings
 from bot.slack.handlers import EvidentBot
-from pipeline.runtime.settings import Settings
+from bot.slack.settings import SlackSettings
 
 
-def make_client(settings: Settings, *, base_url: str | None = None,
+def make_client(slack: SlackSettings, *, base_url: str | None = None,
                 session: aiohttp.ClientSession | None = None) -> AsyncWebClient:
     """The Web API client with retries for connection errors and for 429 (honours Retry-After).
 
     Pass a long-lived ``session`` in servers: without one the SDK opens a new connection (and TLS
     handshake) for every call.
     """
-    url = base_url or settings.slack_api_url or AsyncWebClient.BASE_URL
-    client = AsyncWebClient(token=settings.slack_bot_token.reveal() or None, timeout=30,
+    url = base_url or slack.api_url or AsyncWebClient.BASE_URL
+    client = AsyncWebClient(token=slack.bot_token.get_secret_value() or None, timeout=30,
                             base_url=url if url.endswith("/") else url + "/", session=session)
     ensure_retry_handlers(client)
     return client
@@ -40,7 +41,7 @@ def ensure_retry_handlers(client: AsyncWebClient) -> AsyncWebClient:
     return client
 
 
-def build_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient | None = None,
+def build_bot(slack: SlackSettings, chat: ChatSettings, engine: EngineLike, *, client: AsyncWebClient | None = None,
               request_verification_enabled: bool | None = None,
               limiter: UserRateLimiter | None = None) -> EvidentBot:
     """The bot with its Bolt app attached as ``bot.app``.
@@ -48,8 +49,8 @@ def build_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient 
     ``request_verification_enabled`` defaults to "a signing secret is configured": the HTTP transport
     requires one (see :func:`bot.slack.transports.check_tokens`), Socket Mode does not use it.
     """
-    client = ensure_retry_handlers(client or make_client(settings))
-    secret = settings.slack_signing_secret.reveal()
+    client = ensure_retry_handlers(client or make_client(slack))
+    secret = slack.signing_secret.get_secret_value()
     verify = bool(secret) if request_verification_enabled is None else request_verification_enabled
     app = AsyncApp(
         name="evident",
@@ -58,13 +59,6 @@ def build_bot(settings: Settings, engine: EngineLike, *, client: AsyncWebClient 
         request_verification_enabled=verify,
         process_before_response=False,
     )
-    bot = EvidentBot(settings, engine, client, limiter=limiter)
+    bot = EvidentBot(slack, chat, engine, client, limiter=limiter)
     bot.register(app)
     return bot
-
-
-def build_app(settings: Settings, engine: EngineLike, *, client: AsyncWebClient | None = None,
-              request_verification_enabled: bool | None = None) -> AsyncApp:
-    """The Bolt app alone; use :func:`build_bot` when you also need graceful draining."""
-    return build_bot(settings, engine, client=client,
-                     request_verification_enabled=request_verification_enabled).app

@@ -21,11 +21,12 @@ from bot.core.contracts import EngineLike
 from bot.core.conversations import Conversations, Question
 from bot.core.dedup import Deduper
 from bot.core.ratelimit import UserRateLimiter
-from bot.core.scope import Scope
+from bot.core.settings import ChatSettings
 from bot.core.work import BackgroundWork
 from bot.slack.assistant import AssistantListeners
 from bot.slack.blocks import ASK_ACTION_PREFIX, EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
 from bot.slack.home import home_view, in_a_dm
+from bot.slack.settings import SlackSettings
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
     DM_MAIN,
@@ -36,7 +37,6 @@ from bot.slack.threads import (
     thread_of_key,
 )
 from pipeline.errors import EvidentError, StoreError
-from pipeline.runtime.settings import Settings
 from pipeline.store_reports import RatedTurn
 from pipeline.turns import Turn
 
@@ -57,16 +57,14 @@ class EvidentBot:
 
     app: AsyncApp  # set by register()
 
-    def __init__(self, settings: Settings, engine: EngineLike, client: AsyncWebClient, *,
+    def __init__(self, slack: SlackSettings, chat: ChatSettings, engine: EngineLike, client: AsyncWebClient, *,
                  limiter: UserRateLimiter | None = None) -> None:
-        self.settings = settings
+        self.settings = slack
         self.engine = engine
         self.client = client
         self.dedup = Deduper(engine.store)
-        self.limiter = limiter or UserRateLimiter(settings.user_rate_per_min)
         self.work = BackgroundWork(self.dedup)
-        self.core = Conversations(engine, self.limiter, Scope(settings.channel_spaces, settings.default_spaces),
-                                  suggest=settings.followup_suggestions)
+        self.core = Conversations.from_settings(engine, chat, limiter)
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str,
               event_id: str | None = None) -> asyncio.Task[None] | None:

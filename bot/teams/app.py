@@ -1,63 +1,61 @@
-"""The Teams messaging endpoint (``POST /api/messages``) and how `evident serve` runs it.
+"""The Teams messaging endpoint (``POST /api/messages``) as a ``bot.core.platform.Platform``.
 
 Each request is authenticated (``bot.teams.auth``), parsed, handed to ``TeamsBot`` and answered at once:
 200 for activities (the answer follows through the Bot Connector), the invoke response for invokes, 401 for a
-request that is not from the Bot Framework, 400 for a body that is not an activity.
+request that is not from the Bot Framework, 400 for a body that is not an activity, 503 while shutting down.
+The endpoint listens on ``EVIDENT_TEAMS_PORT``; health and metrics stay on the shared ``EVIDENT_HTTP_PORT``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
 
 import httpx
 from aiohttp import web
 
 from bot.core.contracts import EngineLike
-from bot.core.health import Check
+from bot.core.settings import ChatSettings
 from bot.teams.activity import Activity
 from bot.teams.auth import ActivityAuth, AppTokens
 from bot.teams.connector import ConnectorClient
 from bot.teams.handlers import TeamsBot
+from bot.teams.settings import TeamsSettings
 from pipeline.errors import AuthError, ConfigError, UnreachableError
 from pipeline.runtime.metrics import Metrics
-from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.teams")
 
 MESSAGES_PATH = "/api/messages"
 MAX_BODY_BYTES = 1_000_000
-Routes = Callable[[web.Application], None]
 
 
-def check_teams_settings(settings: Settings) -> None:
-    if not settings.teams_app_id:
+def check_teams_settings(teams: TeamsSettings) -> None:
+    if not teams.app_id:
         raise ConfigError("TEAMS_APP_ID missing: the Azure Bot's Microsoft App ID")
-    if not settings.teams_app_password.reveal():
+    if not teams.app_password.get_secret_value():
         raise ConfigError("TEAMS_APP_PASSWORD missing: a client secret of the bot's app registration")
-    if not (settings.teams_tenant_id or settings.teams_token_url):
+    if not (teams.tenant_id or teams.token_url):
         raise ConfigError("TEAMS_TENANT_ID missing: the tenant of the (single-tenant) bot registration")
 
 
-def token_url(settings: Settings) -> str:
-    return settings.teams_token_url or f"https://login.microsoftonline.com/{settings.teams_tenant_id}/oauth2/v2.0/token"
+def token_url(teams: TeamsSettings) -> str:
+    return teams.token_url or f"https://login.microsoftonline.com/{teams.tenant_id}/oauth2/v2.0/token"
 
 
-def build_teams(settings: Settings, engine: EngineLike, http: httpx.AsyncClient) -> tuple[TeamsBot, ActivityAuth]:
-    check_teams_settings(settings)
-    assert settings.teams_app_id is not None
-    tokens = AppTokens(http, app_id=settings.teams_app_id, password=settings.teams_app_password.reveal(),
-                       token_url=token_url(settings))
-    auth = ActivityAuth(http, app_id=settings.teams_app_id, openid_url=settings.teams_openid_url,
-                        tenant_id=settings.teams_tenant_id, tenant_openid=settings.teams_tenant_openid_url)
-    return TeamsBot(settings, engine, ConnectorClient(http, tokens)), auth
+def build_teams(teams: TeamsSettings, chat: ChatSettings, engine: EngineLike,
+                http: httpx.AsyncClient) -> tuple[TeamsBot, ActivityAuth]:
+    check_teams_settings(teams)
+    assert teams.app_id is not None and teams.openid_url is not None
+    tokens = AppTokens(http, app_id=teams.app_id, password=teams.app_password.get_secret_value(),
+                       token_url=token_url(teams))
+    auth = ActivityAuth(http, app_id=teams.app_id, openid_url=teams.openid_url, tenant_id=teams.tenant_id,
+                        tenant_openid=teams.tenant_openid_url)
+    return TeamsBot(teams, chat, engine, ConnectorClient(http, tokens)), auth
 
 
-def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = None,
-                  metrics: Metrics | None = None) -> web.Application:
+def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, metrics: Metrics | None = None) -> web.Application:
     async def messages(request: web.Request) -> web.Response:
         if (request.content_length or 0) > MAX_BODY_BYTES:
             return web.json_response({"error": "activity too large"}, status=413)
@@ -88,50 +86,55 @@ def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, routes: Routes | None = 
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post(MESSAGES_PATH, messages)
-    if routes is not None:
-        routes(app)
     return app
 
 
-async def run_teams(settings: Settings, engine: EngineLike, stop: asyncio.Event, *, host: str = "0.0.0.0",
-                    drain_timeout_s: float | None = None, routes: Routes | None = None,
-                    started: Callable[[int], None] | None = None, checks: dict[str, Check] | None = None,
-                    metrics: Metrics | None = None) -> None:
-    """Serve the Teams endpoint on ``EVIDENT_TEAMS_PORT`` until ``stop`` is set; answers still running
-    ``drain_timeout_s`` later (default ``EVIDENT_SHUTDOWN_TIMEOUT_S``) are cancelled and their chats told so."""
-    drain = settings.shutdown_timeout_s if drain_timeout_s is None else drain_timeout_s
-    async with httpx.AsyncClient(timeout=30.0) as http:
-        bot, auth = build_teams(settings, engine, http)
-        runner = web.AppRunner(build_web_app(bot, auth, routes=routes, metrics=metrics), handle_signals=False,
-                               access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, settings.teams_port)
+class TeamsPlatform:
+    """The messaging endpoint on a port of its own; replies through the Bot Connector."""
+
+    name = "teams"
+
+    def __init__(self, teams: TeamsSettings, chat: ChatSettings, engine: EngineLike, *,
+                 metrics: Metrics | None = None, host: str = "0.0.0.0") -> None:
+        self.settings = teams
+        self.host = host
+        self._http = httpx.AsyncClient(timeout=30.0)
+        self.bot, auth = build_teams(teams, chat, engine, self._http)
+        self._runner = web.AppRunner(build_web_app(self.bot, auth, metrics=metrics), handle_signals=False,
+                                     access_log=None)
+        self._site: web.TCPSite | None = None
+        self.port = teams.port
+
+    def mount(self, app: web.Application) -> None:
+        return None  # /api/messages has its own port (EVIDENT_TEAMS_PORT)
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.settings.port)
         try:
             await site.start()
         except OSError as exc:
-            await runner.cleanup()
-            raise ConfigError(f"cannot listen on {host}:{settings.teams_port} (EVIDENT_TEAMS_PORT): "
+            raise ConfigError(f"cannot listen on {self.host}:{self.settings.port} (EVIDENT_TEAMS_PORT): "
                               f"{exc.strerror or exc}") from None
-        port = int(runner.addresses[0][1]) if runner.addresses else settings.teams_port
-        log.info("Teams endpoint listening on %s:%s%s", host, port, MESSAGES_PATH)
-        listening = True
+        self._site = site
+        if self._runner.addresses:
+            self.port = int(self._runner.addresses[0][1])
+        log.info("Teams endpoint listening on %s:%s%s", self.host, self.port, MESSAGES_PATH)
 
-        async def teams_listening() -> None:
-            if not listening:
-                raise ConnectionError("the Teams endpoint is not accepting activities")
+    async def ready(self) -> None:
+        if self._site is None or self.bot.work.closing:
+            raise ConnectionError("the Teams endpoint is not accepting activities")
 
-        if checks is not None:
-            checks["teams"] = teams_listening
-        if started is not None:
-            started(port)
-        try:
-            await stop.wait()
-        finally:
-            listening = False
-            log.info("Teams: shutting down, %d answer(s) in flight", bot.in_flight)
-            with contextlib.suppress(Exception):
+    async def stop_accepting(self) -> None:
+        site, self._site = self._site, None
+        if site is not None:
+            with contextlib.suppress(RuntimeError):
                 await site.stop()
-            cancelled = await bot.drain(drain)
-            if cancelled:
-                log.warning("Teams: cancelled %d answer(s) still running", cancelled)
-            await runner.cleanup()
+
+    async def drain(self, timeout_s: float) -> int:
+        log.info("Teams: shutting down, %d answer(s) in flight", self.bot.in_flight)
+        return await self.bot.drain(timeout_s)
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+        await self._http.aclose()

@@ -21,13 +21,13 @@ from bot.core.contracts import EngineLike
 from bot.core.conversations import Conversations, Question
 from bot.core.dedup import Deduper
 from bot.core.ratelimit import UserRateLimiter
-from bot.core.scope import Scope
+from bot.core.settings import ChatSettings
 from bot.core.work import BackgroundWork
 from bot.teams.activity import Activity
 from bot.teams.connector import ConnectorClient
 from bot.teams.render import EXPLAIN_ACTION
+from bot.teams.settings import TeamsSettings
 from bot.teams.surface import TeamsReply
-from pipeline.runtime.settings import Settings
 
 log = logging.getLogger("evident.teams")
 
@@ -36,15 +36,12 @@ InvokeResponse = tuple[int, dict[str, Any] | None]
 
 
 class TeamsBot:
-    def __init__(self, settings: Settings, engine: EngineLike, connector: ConnectorClient,
+    def __init__(self, teams: TeamsSettings, chat: ChatSettings, engine: EngineLike, connector: ConnectorClient,
                  *, limiter: UserRateLimiter | None = None) -> None:
-        self.settings = settings
         self.connector = connector
-        self.limiter = limiter or UserRateLimiter(settings.user_rate_per_min)
         self.work = BackgroundWork(Deduper(engine.store))
-        self.core = Conversations(engine, self.limiter, Scope(settings.channel_spaces, settings.default_spaces),
-                                  suggest=settings.followup_suggestions)
-        self.explain_reactions = {r.strip().lower() for r in settings.teams_explain_reactions}
+        self.core = Conversations.from_settings(engine, chat, limiter)
+        self.explain_reactions = {r.strip().lower() for r in teams.explain_reactions}
 
     @property
     def in_flight(self) -> int:

@@ -7,10 +7,10 @@ from typing import Protocol
 
 from connectors.confluence.sync import SyncReport, sync_confluence
 from connectors.factory import make_confluence_source
+from connectors.settings import ConnectorSettings
 from pipeline.errors import ConfigError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
 from pipeline.protocols import Embedder, Index, SparseEncoder
-from pipeline.runtime.settings import Settings
 from pipeline.store import Store
 
 
@@ -27,16 +27,16 @@ class EngineParts(Protocol):
     def store(self) -> Store: ...
 
 
-def check_sync_settings(settings: Settings, spaces: Sequence[str] | None) -> None:
-    if not settings.confluence_url:
+def check_sync_settings(settings: ConnectorSettings, spaces: Sequence[str] | None) -> None:
+    if not settings.confluence.url:
         raise ConfigError("CONFLUENCE_URL missing: set it (Cloud: https://<site>.atlassian.net/wiki)")
-    if not settings.confluence_token:
+    if not settings.confluence.token:
         raise ConfigError("CONFLUENCE_TOKEN missing: a Cloud API token (with CONFLUENCE_USER) or a Data Center PAT")
-    if not (spaces or settings.confluence_spaces):
+    if not (spaces or settings.confluence.spaces):
         raise ConfigError("no spaces to sync: set CONFLUENCE_SPACES or pass --space KEY")
 
 
-async def run_sync(settings: Settings, *, spaces: Sequence[str] | None, full: bool, progress: bool,
+async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None, full: bool, progress: bool,
                    engine: EngineParts | None = None, rebuild: bool = False) -> SyncReport:
     """One sync. Reuses the engine's index, embedder and store when given, else opens (and closes) its own."""
     check_sync_settings(settings, spaces)

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pipeline.answer.budget import fit_evidence
@@ -32,7 +32,8 @@ from pipeline.answer.query_builder import (
     plan_query,
 )
 from pipeline.answer.results import NOTHING_TO_EXPLAIN, ClusterShare, ExplainResult, TurnResult
-from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.answer.retrieve import retrieve
+from pipeline.answer.settings import RetrievalSettings
 from pipeline.attribution import AttributionResult, attribute
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
 from pipeline.attribution.render import render_text
@@ -60,22 +61,25 @@ TextSink = Callable[[str], Awaitable[None]]
 
 @dataclass(frozen=True)
 class EngineOptions:
-    query_strategy: str = "topic"
-    history_turns: int = 6
-    context_tokens: int = 8192
-    answer_max_tokens: int = 200
-    attribution_method: str = "cfa_clusters"
-    attribution_params: dict[str, float | int] = field(default_factory=dict)
-    trace: bool = False
+    """What the engine does, built from the settings areas by ``pipeline.factory.engine_options`` (no defaults
+    here: every default is declared once, in its settings area)."""
+
+    query_strategy: str
+    history_turns: int
+    context_tokens: int
+    answer_max_tokens: int
+    attribution_method: str
+    attribution_params: dict[str, float | int]
+    trace: bool
     # The text each evidence's dense vector was built from at ingest. Attribution clusters on the same
     # text, so the embedding cache returns the indexed vectors instead of re-embedding at explain time.
-    dense_context_items: tuple[str, ...] | None = None
-    context_item_max_chars: int = 300
+    dense_context_items: tuple[str, ...] | None
+    context_item_max_chars: int
     # The LLM endpoint can teacher-force (prompt log-probs); the logprob attribution method needs it.
-    prompt_logprobs: bool = False
-    raw_template: str = "raw_chatml"
-    confident_k: int = 0  # evidence for the generator when retrieval is sure (0: all); pipeline.answer.confidence
-    answer_style: str = "plain"  # the answer prompt: plain | persona | cot (``pipeline.answer.prompts``)
+    prompt_logprobs: bool
+    raw_template: str
+    confident_k: int  # evidence for the generator when retrieval is sure (0: all); pipeline.answer.confidence
+    answer_style: str  # the answer prompt: plain | persona | cot (``pipeline.answer.prompts``)
 
 
 class Engine:
@@ -87,10 +91,10 @@ class Engine:
         sparse: SparseEncoder,
         store: Store,
         prompts: PromptLibrary,
-        retrieval: RetrievalConfig,
+        retrieval: RetrievalSettings,
+        options: EngineOptions,
         llm: LLM | None = None,
         reranker: Reranker | None = None,
-        options: EngineOptions | None = None,
         metrics: Metrics | None = None,
         expander: KeywordExpander | None = None,
     ) -> None:
@@ -103,7 +107,7 @@ class Engine:
         self.llm = llm
         self.reranker = reranker
         self.expander = expander
-        self.options = options or EngineOptions()
+        self.options = options
         self.metrics = metrics or Metrics()  # `evident serve` passes the one it exports on /metrics
 
     # ------------------------------------------------------------------ lifecycle

@@ -1,7 +1,7 @@
 """Which evidence produced an answer: counterfactual attribution (RAGonite, WSDM 2025) and variants."""
 
 from pipeline.attribution.methods import METHODS, Method, attribute, cited_positions
-from pipeline.attribution.params import AttributionParams, Generate, Score, params_from_settings, parse_params
+from pipeline.attribution.params import AttributionParams, Generate, Score, parse_params
 from pipeline.attribution.render import ExplanationView, SourceShare, explanation_view, is_flat, render_text
 from pipeline.attribution.types import AttributionResult, ClusterAttribution, EvidenceRef
 
@@ -20,7 +20,6 @@ __all__ = [
     "cited_positions",
     "explanation_view",
     "is_flat",
-    "params_from_settings",
     "parse_params",
     "render_text",
 ]

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.runtime.settings import Settings
 from pipeline.types import Hit
 
 Generate = Callable[[Sequence[Hit], int], Awaitable[list[str]]]
@@ -93,13 +92,3 @@ def parse_params(params: Mapping[str, Any] | None) -> AttributionParams:
         if not ok:
             raise ConfigError(f"attribution: {message}")
     return p
-
-
-def params_from_settings(settings: Settings) -> dict[str, Any]:
-    """The attribution params that ``Settings`` configures."""
-    return {
-        "samples": settings.attribution_samples,
-        "temperature": settings.attribution_temperature,
-        "eps": settings.attribution_eps,
-        "min_samples": settings.attribution_min_pts,
-    }

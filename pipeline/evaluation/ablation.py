@@ -8,7 +8,7 @@ from typing import Any
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.index_cache import PageSource, eval_expander, open_eval_index
 from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
-from pipeline.runtime.settings import Settings
+from pipeline.settings import PipelineSettings
 
 PAPER = {
     "context": {"none": 0.398, "+title": 0.483, "+heading": 0.448, "+before": 0.453, "+after": 0.460, "all": 0.528},
@@ -18,7 +18,7 @@ PAPER = {
 }
 
 
-def variants(kind: str, settings: Settings) -> list[tuple[str, Settings]]:
+def variants(kind: str, settings: PipelineSettings) -> list[tuple[str, PipelineSettings]]:
     if kind == "context":
         return [
             ("none", settings.replace(context_items=())),
@@ -39,7 +39,7 @@ def variants(kind: str, settings: Settings) -> list[tuple[str, Settings]]:
 
 async def run_ablation(
     kind: str,
-    settings: Settings,
+    settings: PipelineSettings,
     documents_key: str,
     pages: PageSource,
     conversations: Sequence[Sequence[QATurn]],
@@ -47,14 +47,14 @@ async def run_ablation(
     query_types: Sequence[str],
     strategy: str,
 ) -> dict[str, Any]:
-    from pipeline.factory import make_reranker_from, retrieval_config
+    from pipeline.factory import make_reranker_from
 
     rows: list[dict[str, Any]] = []
     for name, s in variants(kind, settings):
         index, embedder, sparse, _ = await open_eval_index(s, documents_key, pages, progress=False)
         try:
             results = await run_retrieval_eval(
-                conversations, index=index, embedder=embedder, sparse=sparse, config=retrieval_config(s),
+                conversations, index=index, embedder=embedder, sparse=sparse, config=s.retrieval,
                 reranker=make_reranker_from(s, embedder), langs=langs, query_types=query_types, strategy=strategy,
                 expander=eval_expander(s, documents_key, embedder, sparse))
         finally:

@@ -27,7 +27,7 @@ from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.metrics import first_hit_rank, percentile
 from pipeline.evaluation.ragas import METRICS, RagasJudge, RagasScores
 from pipeline.protocols import LLM, Embedder, Index, SparseEncoder
-from pipeline.runtime.settings import Settings
+from pipeline.settings import PipelineSettings
 
 if TYPE_CHECKING:
     from pipeline.answer.engine import Engine
@@ -115,13 +115,13 @@ class LLMJudge:
 # ---------------------------------------------------------------- engine for evals
 
 
-async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, sparse: SparseEncoder,
+async def eval_engine(settings: PipelineSettings, *, index: Index, embedder: Embedder, sparse: SparseEncoder,
                       store_path: Path, llm: LLM | None = None, documents_key: str | None = None) -> Engine:
     """The production composition over the eval index, with a throwaway store so evals never mix
     their turns into the bot's history (``documents_key``: the eval index's, for its keyword expander)."""
     from pipeline.answer.engine import Engine
     from pipeline.evaluation.index_cache import eval_expander
-    from pipeline.factory import engine_options, make_llm_from, make_reranker_from, retrieval_config
+    from pipeline.factory import engine_options, make_llm_from, make_reranker_from
     from pipeline.store import Store
 
     return Engine(
@@ -129,8 +129,8 @@ async def eval_engine(settings: Settings, *, index: Index, embedder: Embedder, s
         embedder=embedder,
         sparse=sparse,
         store=await Store.open(store_path),
-        prompts=PromptLibrary(settings.resolved_prompts_dir),
-        retrieval=retrieval_config(settings),
+        prompts=PromptLibrary(settings.answer.resolved_prompts_dir),
+        retrieval=settings.retrieval,
         llm=llm if llm is not None else make_llm_from(settings),
         reranker=make_reranker_from(settings, embedder),
         options=engine_options(settings),

@@ -9,14 +9,14 @@ from pathlib import Path
 from pipeline.ingest.run import IngestReport, ingest_pages
 from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import Embedder, Index, SparseEncoder
-from pipeline.runtime.settings import Settings
+from pipeline.settings import PipelineSettings
 from pipeline.types import Page
 
 PageSource = Callable[[], AsyncIterable[Page]]
 
 
 async def open_eval_index(
-    settings: Settings, documents_key: str, pages: PageSource, *, progress: bool = True
+    settings: PipelineSettings, documents_key: str, pages: PageSource, *, progress: bool = True
 ) -> tuple[Index, Embedder, SparseEncoder, IngestReport]:
     """Open (building or updating as needed) the embedded eval index for this configuration."""
     from pipeline.factory import (
@@ -38,16 +38,16 @@ async def open_eval_index(
     return index, embedder, sparse, report
 
 
-def eval_index_dir(settings: Settings, documents_key: str, embedder: Embedder, sparse: SparseEncoder) -> Path:
+def eval_index_dir(settings: PipelineSettings, documents_key: str, embedder: Embedder, sparse: SparseEncoder) -> Path:
     """Where the eval index of these documents under this indexing configuration lives."""
     from pipeline.factory import ingest_options
 
     fp = ingest_options(settings).fingerprint(embedder.name, sparse.name)
     key = hashlib.sha1(documents_key.encode()).hexdigest()[:10]
-    return Path(settings.data_dir) / "eval-index" / f"{key}-{fp}"
+    return Path(settings.core.data_dir) / "eval-index" / f"{key}-{fp}"
 
 
-def eval_expander(settings: Settings, documents_key: str, embedder: Embedder,
+def eval_expander(settings: PipelineSettings, documents_key: str, embedder: Embedder,
                   sparse: SparseEncoder) -> KeywordExpander | None:
     """The keyword expander over the eval index's vocabulary (None when expansion is off)."""
     from pipeline.factory import make_expander_from

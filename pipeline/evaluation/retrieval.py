@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
-from pipeline.answer.retrieve import RetrievalConfig, retrieve
+from pipeline.answer.retrieve import retrieve
+from pipeline.answer.settings import RetrievalSettings
 from pipeline.evaluation.copies import page_copies, with_copies
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.index_cache import PageSource
@@ -28,7 +29,7 @@ from pipeline.evaluation.metrics import (
 )
 from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
-from pipeline.runtime.settings import Settings
+from pipeline.settings import PipelineSettings
 
 QUERY_TYPES = ("completed", "conversational", "raw")
 
@@ -76,7 +77,7 @@ async def run_retrieval_eval(
     index: Index,
     embedder: Embedder,
     sparse: SparseEncoder,
-    config: RetrievalConfig,
+    config: RetrievalSettings,
     reranker: Reranker | None = None,
     langs: Sequence[str] = ("en", "de"),
     query_types: Sequence[str] = ("completed", "conversational"),
@@ -172,21 +173,21 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def config_dict(config: RetrievalConfig, **extra: object) -> dict[str, object]:
-    return {**asdict(config), **extra}
+def config_dict(config: RetrievalSettings, **extra: object) -> dict[str, object]:
+    return {**config.model_dump(), **extra}
 
 
-async def retrieval_report(settings: Settings, convs: Sequence[Sequence[QATurn]], pages: PageSource, *,
+async def retrieval_report(settings: PipelineSettings, convs: Sequence[Sequence[QATurn]], pages: PageSource, *,
                            documents_key: str, documents: str, questions: str, langs: Sequence[str],
                            query_types: Sequence[str], strategy: str, strict_urls: bool,
                            by: Sequence[str]) -> dict[str, Any]:
     """Build (or reuse) the eval index for ``documents``, run every question, summarize with the config."""
     from pipeline.evaluation.index_cache import eval_expander, open_eval_index
-    from pipeline.factory import make_reranker_from, retrieval_config
+    from pipeline.factory import make_reranker_from
 
     index, embedder, sparse, _ = await open_eval_index(settings, documents_key, pages)
     try:
-        cfg = retrieval_config(settings)
+        cfg = settings.retrieval
         results = await run_retrieval_eval(
             convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
             reranker=make_reranker_from(settings, embedder), langs=langs, query_types=query_types,
@@ -194,8 +195,8 @@ async def retrieval_report(settings: Settings, convs: Sequence[Sequence[QATurn]]
             expander=eval_expander(settings, documents_key, embedder, sparse), copies=await page_copies(pages()))
         return summarize(results, by=by, config=config_dict(
             cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
-            context_items=list(settings.context_items), table_indexing=settings.table_indexing,
-            reranker=settings.reranker, documents=documents, questions=questions,
+            context_items=list(settings.ingest.context_items), table_indexing=settings.ingest.table_indexing,
+            reranker=settings.models.reranker, documents=documents, questions=questions,
             url_match="strict" if strict_urls else "page-id", evidence=await index.count()))
     finally:
         await index.close()

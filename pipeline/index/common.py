@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
-from pipeline.types import Evidence, EvidenceKind, IndexPoint, SearchRequest
+from pipeline.types import Evidence, EvidenceKind, IndexPoint, SearchRequest, SparseVector
 
 DENSE = "dense"
 SPARSE = "sparse"
@@ -209,3 +209,18 @@ def stable_order(points: list[Any]) -> list[Any]:
     backends), and RRF ranks, answers and benchmarks would inherit that noise.
     """
     return sorted(points, key=lambda p: (-float(p.score), str((p.payload or {}).get("evidence_id", ""))))
+
+
+def point_from_record(record: Any) -> IndexPoint:
+    """A scrolled record (payload and vectors) as the ``IndexPoint`` it was written from."""
+    payload = record.payload or {}
+    vectors: Any = record.vector or {}
+    sparse = vectors.get(SPARSE)
+    return IndexPoint(
+        evidence=evidence_from_payload(payload),
+        content=str(payload.get("content", "")),
+        dense=tuple(float(x) for x in vectors.get(DENSE) or ()),
+        sparse=SparseVector(tuple(int(i) for i in sparse.indices), tuple(float(v) for v in sparse.values))
+        if sparse is not None else SparseVector((), ()),
+        page_hash=str(payload.get("page_hash", "")),
+    )

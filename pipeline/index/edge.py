@@ -31,7 +31,7 @@ from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manif
 from pipeline.index.edge_pages import PageTable
 from pipeline.index.edge_records import match as _match
 from pipeline.index.edge_records import match_any as _match_any
-from pipeline.index.edge_records import point_from_record, scan_pages
+from pipeline.index.edge_records import scan_pages
 from pipeline.index.shared_shard import SharedShard
 from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
 
@@ -364,7 +364,7 @@ class EdgeIndex:
         flt = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
         req = qe.ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=True, with_vector=True)
         records, next_offset = self._call(shard.scroll, req)
-        return [point_from_record(r) for r in records], next_offset
+        return [ic.point_from_record(r) for r in records], next_offset
 
     async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
         """Live evidence by id, in the given order; unknown ids are skipped."""
@@ -395,6 +395,9 @@ class EdgeIndex:
 
     def _count_sync(self, flt: qe.Filter) -> int:
         return self._call(self._require().count, qe.CountRequest(exact=True, filter=flt))
+
+    async def ready(self) -> None:
+        await self.count()
 
     async def stats(self) -> dict[str, object]:
         async with self._shared.use():

@@ -1,4 +1,4 @@
-"""Edge filters, and records read back as evident's types: exported points, the scan that fills the page table."""
+"""Edge filters, and the scan that fills the page table from the shard's records."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import qdrant_edge as qe
-
-from pipeline.index import common as ic
-from pipeline.types import IndexPoint, SparseVector
 
 Scroll = Callable[[qe.ScrollRequest], tuple[list[Any], Any]]
 
@@ -19,21 +16,6 @@ def match(key: str, value: str) -> qe.FieldCondition:
 
 def match_any(key: str, values: Sequence[str]) -> qe.FieldCondition:
     return qe.FieldCondition(key=key, match=qe.MatchAny(list(values)))
-
-
-def point_from_record(record: Any) -> IndexPoint:
-    """A scrolled record (payload and vectors) as the ``IndexPoint`` it was written from."""
-    payload = record.payload or {}
-    vectors: Any = record.vector or {}
-    sparse = vectors.get(ic.SPARSE)
-    return IndexPoint(
-        evidence=ic.evidence_from_payload(payload),
-        content=str(payload.get("content", "")),
-        dense=tuple(float(x) for x in vectors.get(ic.DENSE) or ()),
-        sparse=SparseVector(tuple(int(i) for i in sparse.indices), tuple(float(v) for v in sparse.values))
-        if sparse is not None else SparseVector((), ()),
-        page_hash=str(payload.get("page_hash", "")),
-    )
 
 
 def scan_pages(scroll: Scroll, live: qe.Filter) -> list[tuple[str, str, str]]:

@@ -112,6 +112,16 @@ class ProcessEdgeIndex:
     async def stats(self) -> dict[str, object]:
         return dict(await self._request("stats"))
 
+    async def ready(self) -> None:
+        """A count, unless the worker is busy writing or building segments (the count would only queue behind
+        it); raises when that has lasted over ``MAINTENANCE_GRACE_S``."""
+        busy = self.busy
+        if busy is not None and busy[0] in MAINTENANCE_OPS:
+            if time.monotonic() - busy[1] > MAINTENANCE_GRACE_S:
+                raise IndexError_(f"the index worker has been in {busy[0]} for over {MAINTENANCE_GRACE_S:.0f} s")
+            return
+        await self.count()
+
     async def export_points(self, batch: int = 256, *, page_ids: Sequence[str] | None = None) -> AsyncIterator[IndexPoint]:
         """Every live point (of ``page_ids``), a page per request; see ``EdgeIndex.export_points``."""
         pages = sorted(await self.page_hashes()) if page_ids is None else list(page_ids)
@@ -170,17 +180,6 @@ class ProcessEdgeIndex:
 
 MAINTENANCE_OPS = frozenset({"optimize", "replace_page", "delete_pages"})
 MAINTENANCE_GRACE_S = 1800.0
-
-
-async def index_ready(index: Any) -> None:
-    """The readiness check of an index: a count, unless a worker is busy writing or building segments (then
-    the count would only queue behind it); raises when that has lasted over ``MAINTENANCE_GRACE_S``."""
-    busy = getattr(index, "busy", None)
-    if busy is not None and busy[0] in MAINTENANCE_OPS:
-        if time.monotonic() - busy[1] > MAINTENANCE_GRACE_S:
-            raise IndexError_(f"the index worker has been in {busy[0]} for over {MAINTENANCE_GRACE_S:.0f} s")
-        return
-    await index.count()
 
 
 def _error(kind: str, message: str) -> EvidentError:

@@ -22,7 +22,7 @@ duration of a swap only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -391,6 +391,24 @@ class QdrantServerIndex:
     async def count(self) -> int:
         """Live points."""
         return await self._count(self._live_filter())
+
+    async def ready(self) -> None:
+        await self.count()
+
+    async def export_points(self, batch: int = 256, *,
+                            page_ids: Sequence[str] | None = None) -> AsyncIterator[IndexPoint]:
+        """Every live point (of ``page_ids``, default all) with its vectors, a page at a time."""
+        client = self._require()
+        for page_id in sorted(await self.page_hashes()) if page_ids is None else list(page_ids):
+            flt = models.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
+            offset: Any = None
+            while True:
+                records, offset = await self._do(client.scroll(self._collection, scroll_filter=flt, limit=max(1, batch),
+                                                               offset=offset, with_payload=True, with_vectors=True))
+                for record in records:
+                    yield ic.point_from_record(record)
+                if offset is None:
+                    break
 
     async def _count(self, flt: models.Filter) -> int:
         client = self._require()

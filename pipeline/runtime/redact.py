@@ -12,11 +12,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from typing import Protocol
+from urllib.parse import unquote
 
 MASK = "[redacted]"
 _SHAPES = re.compile(
@@ -41,6 +40,10 @@ def redact(text: str) -> str:
     return Redactor()(text)
 
 
+class HasSecrets(Protocol):
+    def secret_values(self) -> list[str]: ...
+
+
 class Redactor:
     """Callable: ``redactor(text)`` -> the text with every credential masked."""
 
@@ -49,17 +52,9 @@ class Redactor:
         self._values = sorted(values, key=len, reverse=True)  # longest first: no partial leftovers
 
     @classmethod
-    def from_settings(cls, settings: Any) -> Redactor:
-        """Every secret field's value, and credentials inside every URL-valued setting."""
-        values: list[str] = []
-        for f in dataclasses.fields(settings):
-            value = getattr(settings, f.name)
-            if f.metadata.get("secret"):
-                values.append(value.reveal() if hasattr(value, "reveal") else str(value))
-            elif isinstance(value, str) and "://" in value:
-                parts = urlsplit(value)
-                values += [unquote(p) for p in (parts.username, parts.password) if p]
-        return cls(values)
+    def from_settings(cls, settings: HasSecrets) -> Redactor:
+        """Every secret setting's value, and credentials inside every URL-valued setting."""
+        return cls([unquote(v) for v in settings.secret_values()] + list(settings.secret_values()))
 
     def __call__(self, text: str) -> str:
         for value in self._values:

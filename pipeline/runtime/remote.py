@@ -37,6 +37,7 @@ from pipeline.errors import (
 from pipeline.runtime.redact import redact
 
 T = TypeVar("T")
+UNLIMITED = 10**9  # a ``max_retries`` this large means "until it works or the caller gives up"
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,13 @@ def retryable(exc: BaseException) -> bool:
 
 def _before_sleep(logger: logging.Logger, what: str, budget: int, level: int,
                   count: Callable[[], None] | None) -> Callable[[RetryCallState], None]:
+    of = f"/{budget}" if budget < UNLIMITED else ""
+
     def hook(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0
-        reason = redact(str(exc)) if level < logging.WARNING else type(exc).__name__
-        logger.log(level, "%s failed (%s); retry %d/%d in %.2fs", what, reason, state.attempt_number, budget, wait)
+        reason = f"{type(exc).__name__}: {redact(str(exc))[:200]}"
+        logger.log(level, "%s failed (%s); retry %d%s in %.2fs", what, reason, state.attempt_number, of, wait)
         if count is not None:
             count()
 

@@ -1,0 +1,25 @@
+"""The application's settings, read once by the CLI: every area of every package, composed."""
+
+from __future__ import annotations
+
+from bot.core.settings import ChatSettings
+from bot.slack.settings import SlackSettings
+from bot.teams.settings import TeamsSettings
+from connectors.settings import ConnectorSettings
+from pipeline.runtime.config import Area, setting
+
+
+class ServeSettings(Area):
+    title = "evident serve"
+
+    http_port: int = setting(3000, "EVIDENT_HTTP_PORT", "Port of the health and metrics endpoints (/healthz, "
+                             "/livez, /readyz, /metrics) and of Slack's HTTP transport.", ge=0, le=65535)
+    sync_interval_s: int = setting(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.",
+                                   ge=10)
+
+
+class Settings(ConnectorSettings):
+    chat: ChatSettings
+    slack: SlackSettings
+    teams: TeamsSettings
+    serve: ServeSettings
