@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connectors.local import LocalFolderConnector, sample_space_dir
+from evident.settings import Settings
 from pipeline.evaluation.answers import eval_engine
 from pipeline.evaluation.attribution_eval import run_attribution_eval, summarize_attribution
 from pipeline.evaluation.data import QATurn, load_conversations
@@ -33,7 +34,6 @@ from pipeline.factory import ingest_options, make_embedder_from, make_sparse_fro
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
 from pipeline.protocols import Embedder
-from evident.settings import Settings
 from tests.stub_llm import StubLLMServer
 
 SAMPLE = "https://acme.example/wiki/spaces/ACME/pages/"

@@ -23,13 +23,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from evident.settings import Settings
 from pipeline.attribution.cluster import cluster_embeddings
 from pipeline.attribution.scoring import embed
 from pipeline.evaluation.answers import eval_engine, temp_store_path
 from pipeline.evaluation.attribution_eval import select_questions
 from pipeline.evaluation.data import load_conversations
 from pipeline.evaluation.index_cache import open_eval_index
-from evident.settings import Settings
 
 
 async def main(args: argparse.Namespace) -> None:

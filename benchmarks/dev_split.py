@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from connectors.local import LocalFolderConnector
+from evident.settings import Settings
 from pipeline.evaluation.data import QATurn, load_conversations
 from pipeline.evaluation.index_cache import eval_expander, open_eval_index
-from evident.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -33,11 +33,11 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connectors.local import LocalFolderConnector, sample_space_dir
+from evident.settings import Settings
 from pipeline.factory import build_engine, ingest_options, make_embedder_from, make_sparse_from
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
 from pipeline.runtime.metrics import Metrics
-from evident.settings import Settings
 from pipeline.types import ChatMessage
 from tests.stub_llm import StubLLMServer
 

@@ -16,13 +16,12 @@ import asyncio
 from pathlib import Path
 
 from connectors.local import LocalFolderConnector
+from evident.settings import Settings
 from pipeline.answer.extractive import DENSE_HITS, _units
 from pipeline.answer.retrieve import retrieve
 from pipeline.evaluation.answers import contains_gold
 from pipeline.evaluation.data import load_conversations
 from pipeline.evaluation.index_cache import open_eval_index
-from pipeline.factory import retrieval_config
-from evident.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,7 +31,7 @@ async def run(questions: Path, documents: Path) -> None:
     settings = Settings.load()
     index, embedder, sparse, _ = await open_eval_index(
         settings, str(documents), lambda: LocalFolderConnector([documents]).iter_pages())
-    config = retrieval_config(settings)
+    config = settings.retrieval
     counts: dict[str, list[int]] = {"en": [0, 0, 0, 0], "de": [0, 0, 0, 0]}  # n, unit@5, evidence@5, evidence@10
     try:
         for conv in load_conversations(questions):

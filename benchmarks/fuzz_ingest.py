@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fuzzgen import iter_cases, run_cases
 from helpers import HashEmbedder
 
-from pipeline.factory import ingest_options, make_embedder_from, make_sparse_from
 from evident.settings import Settings
+from pipeline.factory import ingest_options, make_embedder_from, make_sparse_from
 
 HANG_S = 60.0
 

@@ -38,15 +38,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connectors.local import LocalFolderConnector
+from evident.settings import Settings
 from pipeline.answer.retrieve import retrieve
-from pipeline.factory import ingest_options, make_sparse_from, retrieval_config
+from pipeline.factory import ingest_options, make_sparse_from
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.contextualize import contextualize
 from pipeline.ingest.run import IngestReport, ingest_pages, page_to_evidence
 from pipeline.models.embed_cache import CachedEmbedder
 from pipeline.models.embedders import make_embedder
 from pipeline.protocols import Embedder, SparseEncoder
-from evident.settings import Settings
 from pipeline.types import IndexPoint, Page, SparseVector
 
 CONFQ = Path(__file__).resolve().parent.parent.parent / "shared" / "confquestions"
@@ -232,7 +232,7 @@ async def open_index(path: Path, embedder: Embedder) -> EdgeIndex:
 async def search_latency(index: EdgeIndex, model: Embedder, sparse: SparseEncoder, settings: Settings,
                          queries: list[str]) -> dict[str, float]:
     """p50/p95 of ``retrieve`` (query embedding + hybrid search) and of the index search alone."""
-    cfg = retrieval_config(settings)
+    cfg = settings.retrieval
     for q in queries[:5]:  # warm-up: first-call costs of the model and the shard
         await retrieve(q, index=index, embedder=model, sparse=sparse, config=cfg)
     total, search, embed = [], [], []

@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fake_embeddings import FakeEmbeddingsServer
 
 from connectors.local import LocalFolderConnector
+from evident.settings import Settings
 from pipeline.factory import ingest_options
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
 from pipeline.models.embedders import make_embedder
 from pipeline.models.openai_embedder import RemoteEmbedding
 from pipeline.models.sparse import Bm25Encoder
-from evident.settings import Settings
 
 CONFQ = Path(__file__).resolve().parent.parent.parent / "shared" / "confquestions"
 

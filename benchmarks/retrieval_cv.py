@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from evident.settings import Settings
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.evaluation.retrieval import QuestionResult, run_retrieval_eval
-from pipeline.factory import make_reranker_from, retrieval_config
-from evident.settings import Settings
+from pipeline.factory import make_reranker_from
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dev_split import add_dev_arguments, open_dev
@@ -53,7 +52,7 @@ def cells(results: list[QuestionResult]) -> str:
 def parse(field: str, raw: str) -> Any:
     if field == "reranker":
         return raw
-    kind = {f.name: str(f.type) for f in dataclasses.fields(RetrievalSettings)}.get(field)
+    kind = {name: str(f.annotation) for name, f in RetrievalSettings.model_fields.items()}.get(field)
     if kind is None:
         raise SystemExit(f"unknown RetrievalSettings field {field!r}")
     if kind.startswith("int"):
@@ -77,10 +76,10 @@ async def main() -> None:
     settings = Settings.load()
     convs, index, embedder, sparse, expander = await open_dev(args, settings)
     try:
-        base = dataclasses.replace(retrieval_config(settings), **fixed)
+        base = settings.retrieval.model_copy(update=fixed)
         results = {}
         for v in values:  # ``reranker`` names an EVIDENT_RERANKER value; any other field is a RetrievalSettings one
-            config = base if field == "reranker" else dataclasses.replace(base, **{field: v})
+            config = base if field == "reranker" else base.model_copy(update={field: v})
             reranker = make_reranker_from(settings.replace(reranker=str(v)), embedder) if field == "reranker" else None
             results[v] = await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse, config=config,
                                                   reranker=reranker, strategy=settings.answer.query_strategy,

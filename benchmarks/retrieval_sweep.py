@@ -11,35 +11,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
-from pipeline.factory import retrieval_config
 from evident.settings import Settings
+from pipeline.answer.settings import RetrievalSettings
+from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dev_split import add_dev_arguments, open_dev
 
 
-def configs(base):  # type: ignore[no-untyped-def]
-    p30 = replace(base, lexical_k=30, dense_k=30, continuity_boost=0.0, page_aggregation=0.0, prf_docs=0)
-    base = replace(base, lexical_k=10, dense_k=10, continuity_boost=0.0)
+def configs(base: RetrievalSettings) -> dict[str, tuple[RetrievalSettings, str]]:
+    """Named variants of the production retrieval settings. Page aggregation, dense pseudo-relevance feedback and
+    language-aware fusion weights were measured here and hurt (BENCHMARKS.md); they are no longer options."""
+    def vary(cfg: RetrievalSettings, **changes: object) -> RetrievalSettings:
+        return cfg.model_copy(update=changes)
+
+    p30 = vary(base, lexical_k=30, dense_k=30, continuity_boost=0.0)
+    paper = vary(base, lexical_k=10, dense_k=10, continuity_boost=0.0)
     return {
-        "paper_10_10": (base, "topic"),
-        "lexical30": (replace(p30, mode="lexical"), "topic"),
-        "dense30": (replace(p30, mode="dense"), "topic"),
+        "paper_10_10": (paper, "topic"),
+        "lexical30": (vary(p30, mode="lexical"), "topic"),
+        "dense30": (vary(p30, mode="dense"), "topic"),
         "pool30": (p30, "topic"),
         "pool30_prevq": (p30, "prev_questions"),
-        "pool30_lex2": (replace(p30, weights=(2.0, 1.0)), "topic"),
-        "pool30_page0.5": (replace(p30, page_aggregation=0.5), "topic"),
-        "foreign_dense2": (replace(p30, foreign_weights=(1.0, 2.0)), "topic"),
-        "prf3": (replace(p30, prf_docs=3), "topic"),
-        "prf5_t20": (replace(p30, prf_docs=5, prf_terms=20), "topic"),
-        "prf3_all": (replace(p30, prf_docs=3, prf_foreign_only=False), "topic"),
-        "cont0.5": (replace(p30, continuity_boost=0.5), "topic"),
-        "cont1": (replace(p30, continuity_boost=1.0), "topic"),
-        "cont0.5_prevq": (replace(p30, continuity_boost=0.5), "prev_questions"),
+        "pool30_rrf": (vary(p30, fusion="rrf"), "topic"),
+        "cont0.5": (vary(p30, continuity_boost=0.5), "topic"),
+        "cont1": (vary(p30, continuity_boost=1.0), "topic"),
+        "cont0.5_prevq": (vary(p30, continuity_boost=0.5), "prev_questions"),
     }
 
 
@@ -52,7 +51,7 @@ async def main() -> None:
     settings = Settings.load()
     convs, index, embedder, sparse, expander = await open_dev(args, settings)
     try:
-        base = retrieval_config(settings)
+        base = settings.retrieval
         wanted = set(filter(None, args.only.split(",")))
         for name, (cfg, strategy) in configs(base).items():
             if wanted and name not in wanted:

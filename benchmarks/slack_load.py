@@ -35,11 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import aiohttp
-from fake_slack import SIGNING_SECRET, EventSender, FakeEngine, FakeSlack
+from fake_slack import SIGNING_SECRET, EventSender, EventsServer, FakeEngine, FakeSlack
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.app import build_bot
-from bot.slack.transports import HttpTransport
 from evident.settings import Settings
 from pipeline.store import Store
 
@@ -138,13 +137,11 @@ async def _serve_bot(conn: Connection, settings: Settings, base_url: str, store:
                      delay_s: float) -> dict[str, Any]:
     async with aiohttp.ClientSession() as session:
         client = AsyncWebClient(token="xoxb-bench", base_url=base_url, session=session)
-        bot = build_bot(settings, FakeEngine(store, delay_s=delay_s), client=client)
-        transport = HttpTransport(bot.app, host="127.0.0.1", port=0)
-        await transport.start()
+        bot = build_bot(settings.slack, settings.chat, FakeEngine(store, delay_s=delay_s), client=client)
+        transport = await EventsServer(bot.app).start()
         conn.send(f"http://127.0.0.1:{transport.port}/slack/events")
         result: dict[str, Any] = await asyncio.to_thread(conn.recv)
         await bot.drain(10)
-        await transport.stop_accepting()
         await transport.close()
     return result
 

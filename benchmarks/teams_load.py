@@ -28,12 +28,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import httpx
-from aiohttp import web
 from fake_slack import FakeEngine
 from fake_teams import APP_ID, APP_PASSWORD, TENANT, ActivitySender, FakeConnector, FakeIdentity
 
-from bot.teams.app import build_teams, build_web_app
+from bot.teams.app import TeamsPlatform
 from evident.settings import Settings
 from pipeline.store import Store
 
@@ -79,19 +77,16 @@ def child(conn: Connection, n: int) -> None:
 async def bot_side(conn: Connection, delay_s: float) -> dict[str, Any]:
     openid_url, token_url = await asyncio.to_thread(conn.recv)
     settings = Settings.load(env={}, teams_app_id=APP_ID, teams_app_password=APP_PASSWORD, teams_tenant_id=TENANT,
-                             teams_openid_url=openid_url, teams_token_url=token_url, user_rate_per_min=1000)
+                             teams_openid_url=openid_url, teams_token_url=token_url, user_rate_per_min=1000,
+                             teams_port=0)
     with tempfile.TemporaryDirectory() as tmp:
         store = await Store.open(Path(tmp) / "evident.db")
-        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=100)) as http:
-            bot, auth = build_teams(settings, FakeEngine(store, delay_s=delay_s), http)
-            runner = web.AppRunner(build_web_app(bot, auth), access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            conn.send(f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages")
-            result: dict[str, Any] = await asyncio.to_thread(conn.recv)
-            await bot.drain(10)
-            await runner.cleanup()
+        platform = TeamsPlatform(settings.teams, settings.chat, FakeEngine(store, delay_s=delay_s), host="127.0.0.1")
+        await platform.start()
+        conn.send(f"http://127.0.0.1:{platform.port}/api/messages")
+        result: dict[str, Any] = await asyncio.to_thread(conn.recv)
+        await platform.drain(10)
+        await platform.close()
         await store.close()
     return result
 
