@@ -76,10 +76,18 @@ async def build_index(settings: Settings, embedder: Embedder, documents: Path, w
     index = EdgeIndex(where / "index")
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     t = time.perf_counter()
-    report = await ingest_pages(LocalFolderConnector([documents]).iter_pages(), index=index, embedder=embedder,
-                                sparse=sparse, options=ingest_options(settings))
-    print(f"indexed {report.evidence} evidence from {report.pages_seen} pages in {time.perf_counter() - t:.1f}s",
-          flush=True)
+    report = await ingest_pages(
+        LocalFolderConnector([documents]).iter_pages(),
+        index=index,
+        embedder=embedder,
+        sparse=sparse,
+        options=ingest_options(settings),
+    )
+    print(
+        f"indexed {report.evidence} evidence from {report.pages_seen} pages in "
+        f"{time.perf_counter() - t:.1f}s",
+        flush=True,
+    )
     return index
 
 
@@ -95,9 +103,12 @@ async def main() -> None:
     ap.add_argument("--documents", type=Path, default=None)
     ap.add_argument("--limit", type=int, default=20, help="questions per language from --questions")
     ap.add_argument("--output", type=Path, default=None)
-    ap.add_argument("--no-cache", action="store_true",
-                    help="bypass the embedding cache (production keeps it: clustering then reuses the vectors "
-                         "embedded at ingest)")
+    ap.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="bypass the embedding cache (production keeps it: clustering then reuses the vectors "
+        "embedded at ingest)",
+    )
     args = ap.parse_args()
 
     methods = tuple(m for m in args.methods.split(",") if m)
@@ -129,8 +140,11 @@ async def main() -> None:
                     await engine.store.close()
                 report = summarize_attribution(run, config={"llm_concurrency": conc})
                 eligible = report["config"]["eligible"]
-                print(f"\nllm_concurrency={conc}  latency={args.latency}±{args.jitter}s  final_k={args.final_k}  "
-                      f"eligible={eligible}/{report['config']['asked']}  peak in flight={stub.max_in_flight}")
+                print(
+                    f"\nllm_concurrency={conc}  latency={args.latency}±{args.jitter}s  "
+                    f"final_k={args.final_k}  "
+                    f"eligible={eligible}/{report['config']['asked']}  peak in flight={stub.max_in_flight}"
+                )
                 print(f"{'method':<20}{'calls':>7}{'answer ms':>11}{'explain ms':>12}{'ratio':>7}{'p50':>7}")
                 for r in report["rows"]:
                     print(f"{r['method']:<20}{r['llm_calls_mean']:>7.1f}{r['answer_ms_mean']:>11.0f}"

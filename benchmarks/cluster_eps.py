@@ -40,7 +40,9 @@ async def main(args: argparse.Namespace) -> None:
         sys.exit("unset EVIDENT_LLM_BASE_URL: this benchmark needs retrieval only")
     documents: Path = args.documents  # resolved before the loop starts (no blocking I/O in here)
     index, embedder, sparse, _ = await open_eval_index(settings, str(documents), page_source(documents))
-    engine = await eval_engine(settings, index=index, embedder=embedder, sparse=sparse, store_path=temp_store_path())
+    engine = await eval_engine(
+        settings, index=index, embedder=embedder, sparse=sparse, store_path=temp_store_path()
+    )
     eps_values = [float(e) for e in args.eps.split(",")]
     same_page: list[float] = []
     cross_page: list[float] = []
@@ -88,7 +90,10 @@ async def main(args: argparse.Namespace) -> None:
                   f"p25 {q[2]:.4f}  p50 {q[3]:.4f}  min {min(values):.4f}")
     for distance, a, b in sorted(closest)[: args.show]:
         print(f"  cross-page {distance:.4f}: {a[:90]!r}\n{'':>21}{b[:90]!r}")
-    print(f"\n{'eps':>7} {'clusters/answer':>16} {'answers with a merge':>21} {'merged pairs':>13} {'purity':>7}")
+    print(
+        f"\n{'eps':>7} {'clusters/answer':>16} {'answers with a merge':>21} {'merged pairs':>13} "
+        f"{'purity':>7}"
+    )
     for eps in eps_values:
         pure, pairs = pure_pairs[eps]
         purity = f"{pure / pairs:.3f}" if pairs else "-"

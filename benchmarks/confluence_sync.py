@@ -35,29 +35,48 @@ async def cycles(mode: str, page_limit: int, limit: int | None, spread_h: float,
     pages = load_pages(limit=limit)
     now = datetime.now(UTC)
     for n, page in enumerate(pages):  # oldest first, the newest a minute ago
-        page.when = now - timedelta(minutes=1) - timedelta(hours=spread_h) * (len(pages) - 1 - n) / max(1, len(pages) - 1)
+        page.when = (
+            now
+            - timedelta(minutes=1)
+            - timedelta(hours=spread_h) * (len(pages) - 1 - n) / max(1, len(pages) - 1)
+        )
     embedder, sparse, options = HashEmbedder(), Bm25Encoder(), IngestOptions()
     async with FakeConfluence(pages, mode="cloud" if mode == "cloud" else "dc", tz_offset_min=tz_min) as fc:
         spaces = sorted({p.space for p in pages})
         client = ConfluenceClient(fc.url, token=fc.token, user=fc.user if mode == "cloud" else None)
-        source = ConfluenceSource(client, spaces=spaces, page_limit=page_limit, overlap_s=600, zone_probe=zone_probe)
+        source = ConfluenceSource(
+            client, spaces=spaces, page_limit=page_limit, overlap_s=600, zone_probe=zone_probe
+        )
         with tempfile.TemporaryDirectory() as tmp:
             index = EdgeIndex(Path(tmp) / "index")
             await index.open(dense_dim=embedder.dim, embedder=embedder.name)
             store = Store(Path(tmp) / "evident.db")
             try:
-                kw = {"source": source, "index": index, "embedder": embedder, "sparse": sparse, "store": store,
-                      "options": options}
+                kw = {
+                    "source": source,
+                    "index": index,
+                    "embedder": embedder,
+                    "sparse": sparse,
+                    "store": store,
+                    "options": options,
+                }
                 out: dict[str, Any] = {"spaces": len(spaces), "pages": len(pages)}
                 for label in ("full_sync", "no_change_sync", "one_edit_sync"):
                     if label == "one_edit_sync":
-                        fc.edit(pages[len(pages) // 2].id, body=pages[len(pages) // 2].body + "<p>An edit.</p>")
+                        fc.edit(
+                            pages[len(pages) // 2].id, body=pages[len(pages) // 2].body + "<p>An edit.</p>"
+                        )
                     t0 = time.perf_counter()
                     report = await sync_confluence(**kw)  # type: ignore[arg-type]
                     seconds = time.perf_counter() - t0
-                    out[label] = {"seconds": round(seconds, 3), "api_calls": report.api_calls,
-                                  "bodies_fetched": report.pages_seen, "written": report.added + report.updated,
-                                  "failed": len(report.failed), "cql_zone_min": report.cql_zone_min}
+                    out[label] = {
+                        "seconds": round(seconds, 3),
+                        "api_calls": report.api_calls,
+                        "bodies_fetched": report.pages_seen,
+                        "written": report.added + report.updated,
+                        "failed": len(report.failed),
+                        "cql_zone_min": report.cql_zone_min,
+                    }
                 out["points"] = await index.count()
             finally:
                 await index.close()
@@ -65,7 +84,9 @@ async def cycles(mode: str, page_limit: int, limit: int | None, spread_h: float,
     return out
 
 
-async def run(mode: str, page_limit: int, limit: int | None, spread_h: float, tz_min: int) -> dict[str, object]:
+async def run(
+    mode: str, page_limit: int, limit: int | None, spread_h: float, tz_min: int
+) -> dict[str, object]:
     return {
         "documents": str(documents_dir()),
         "embedder": "hash-based TEST embedder, not a model",

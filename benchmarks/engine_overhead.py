@@ -42,25 +42,76 @@ from pipeline.types import ChatMessage
 from tests.stub_llm import StubLLMServer
 
 CONVERSATIONS: list[list[str]] = [
-    ["What is Alice's todo from the RAG meeting in October?", "And Bob's?", "When is the next meeting?",
-     "Who attended it?", "What was decided about evaluation?"],
-    ["Who is on call this week?", "How do I reach them?", "What about next week?", "How long is a shift?",
-     "Who is the escalation contact?"],
-    ["How do I roll back a deployment?", "How long does it take?", "Who has to approve it?",
-     "What about database migrations?", "Where are the deploy logs?"],
-    ["What caused the artifact store outage in March 2024?", "How long did it last?", "What were the action items?",
-     "Who owned them?", "Was customer data affected?"],
-    ["Which servers are in rack A3?", "What BIOS version do they run?", "And the TPM version?",
-     "Who maintains them?", "When were they purchased?"],
-    ["What does RAG stand for?", "And SLO?", "What is an error budget?", "How is it computed?", "Who sets it?"],
-    ["What do new hires do on day one?", "Which accounts do they need?", "Who is their buddy?",
-     "What about the first week?", "Where is the team calendar?"],
-    ["How are releases versioned?", "When is the major version bumped?", "What about hotfixes?",
-     "Who tags releases?", "Where is the changelog?"],
-    ["Which team owns the artifact store?", "What is its SLO?", "Which services depend on it?",
-     "Where is its dashboard?", "Who is the tech lead?"],
-    ["What is on the Acme platform team home page?", "Who leads the team?", "Which channels do they use?",
-     "Where are the runbooks?", "How do I request access?"],
+    [
+        "What is Alice's todo from the RAG meeting in October?",
+        "And Bob's?",
+        "When is the next meeting?",
+        "Who attended it?",
+        "What was decided about evaluation?",
+    ],
+    [
+        "Who is on call this week?",
+        "How do I reach them?",
+        "What about next week?",
+        "How long is a shift?",
+        "Who is the escalation contact?",
+    ],
+    [
+        "How do I roll back a deployment?",
+        "How long does it take?",
+        "Who has to approve it?",
+        "What about database migrations?",
+        "Where are the deploy logs?",
+    ],
+    [
+        "What caused the artifact store outage in March 2024?",
+        "How long did it last?",
+        "What were the action items?",
+        "Who owned them?",
+        "Was customer data affected?",
+    ],
+    [
+        "Which servers are in rack A3?",
+        "What BIOS version do they run?",
+        "And the TPM version?",
+        "Who maintains them?",
+        "When were they purchased?",
+    ],
+    [
+        "What does RAG stand for?",
+        "And SLO?",
+        "What is an error budget?",
+        "How is it computed?",
+        "Who sets it?",
+    ],
+    [
+        "What do new hires do on day one?",
+        "Which accounts do they need?",
+        "Who is their buddy?",
+        "What about the first week?",
+        "Where is the team calendar?",
+    ],
+    [
+        "How are releases versioned?",
+        "When is the major version bumped?",
+        "What about hotfixes?",
+        "Who tags releases?",
+        "Where is the changelog?",
+    ],
+    [
+        "Which team owns the artifact store?",
+        "What is its SLO?",
+        "Which services depend on it?",
+        "Where is its dashboard?",
+        "Who is the tech lead?",
+    ],
+    [
+        "What is on the Acme platform team home page?",
+        "Who leads the team?",
+        "Which channels do they use?",
+        "Where are the runbooks?",
+        "How do I request access?",
+    ],
 ]
 
 
@@ -126,8 +177,13 @@ async def build_sample_index(settings: Settings) -> float:
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     t = time.perf_counter()
     try:
-        await ingest_pages(LocalFolderConnector([sample_space_dir()]).iter_pages(), index=index, embedder=embedder,
-                           sparse=sparse, options=ingest_options(settings))
+        await ingest_pages(
+            LocalFolderConnector([sample_space_dir()]).iter_pages(),
+            index=index,
+            embedder=embedder,
+            sparse=sparse,
+            options=ingest_options(settings),
+        )
     finally:
         await index.close()
     return time.perf_counter() - t
@@ -192,9 +248,12 @@ def summarize(out: dict[str, Any]) -> str:
     for name, rs in groups.items():
         cells = [f"{pct([r[c] for r in rs], 50):.1f} / {pct([r[c] for r in rs], 95):.1f}" for c in cols]
         lines.append(f"| {name} | {len(rs)} | " + " | ".join(cells) + " |")
-    lines += ["", f"(sample-space ingest {out['ingest_s']:.1f} s; overhead = wall − time inside llm.complete; "
-              "overhead_incl_client = wall − time inside the stub's handler)",
-              "metrics: " + ", ".join(f"{k}={v:g}" for k, v in out["metrics"].items())]
+    lines += [
+        "",
+        f"(sample-space ingest {out['ingest_s']:.1f} s; overhead = wall − time inside llm.complete; "
+        "overhead_incl_client = wall − time inside the stub's handler)",
+        "metrics: " + ", ".join(f"{k}={v:g}" for k, v in out["metrics"].items()),
+    ]
     return "\n".join(lines)
 
 

@@ -32,17 +32,23 @@ async def run(questions: Path, documents: Path) -> None:
     index, embedder, sparse, _ = await open_eval_index(
         settings, str(documents), lambda: LocalFolderConnector([documents]).iter_pages())
     config = settings.retrieval
-    counts: dict[str, list[int]] = {"en": [0, 0, 0, 0], "de": [0, 0, 0, 0]}  # n, unit@5, evidence@5, evidence@10
+    # n, unit@5, evidence@5, evidence@10
+    counts: dict[str, list[int]] = {"en": [0, 0, 0, 0], "de": [0, 0, 0, 0]}
     try:
         for conv in load_conversations(questions):
             for turn in conv:
                 for lang in ("en", "de"):
-                    hits = (await retrieve(turn.completed[lang], index=index, embedder=embedder, sparse=sparse,
-                                           config=config)).hits
+                    hits = (
+                        await retrieve(
+                            turn.completed[lang], index=index, embedder=embedder, sparse=sparse, config=config
+                        )
+                    ).hits
                     texts = [h.evidence.text for h in hits]
                     row = counts[lang]
                     row[0] += 1
-                    row[1] += any(contains_gold(u, turn.answer, lang) for t in texts[:DENSE_HITS] for u in _units(t))
+                    row[1] += any(
+                        contains_gold(u, turn.answer, lang) for t in texts[:DENSE_HITS] for u in _units(t)
+                    )
                     row[2] += any(contains_gold(t, turn.answer, lang) for t in texts[:5])
                     row[3] += any(contains_gold(t, turn.answer, lang) for t in texts[:10])
     finally:

@@ -70,7 +70,12 @@ async def main() -> int:
     width = max(len(k) for k in figures)
     for key, value in figures.items():
         print(f"{key:<{width}}  {value}")
-    for line in (*result.crashes, *result.silent_drops[:20], *result.unreported[:20], *result.inconsistent[:20]):
+    for line in (
+        *result.crashes,
+        *result.silent_drops[:20],
+        *result.unreported[:20],
+        *result.inconsistent[:20],
+    ):
         print("  ", line)
     if args.json:
         args.json.write_text(json.dumps({**figures, "details": {

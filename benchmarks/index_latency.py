@@ -45,9 +45,15 @@ def make_points(n: int, dim: int, seed: int = 0) -> dict[str, list[IndexPoint]]:
         terms = np.unique(np.minimum(rng.zipf(1.3, size=30), VOCAB))
         tf = rng.integers(1, 4, size=len(terms)).astype(float)
         ev = Evidence(
-            id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{page_id}#{i}")), page_id=page_id, title=f"Page {i // PAGE_SIZE}",
-            url=f"https://wiki/{page_id}", space=f"S{i % 5}", kind="passage", position=i % PAGE_SIZE,
-            text="lorem ipsum " * 20, headings=("Heading",),
+            id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{page_id}#{i}")),
+            page_id=page_id,
+            title=f"Page {i // PAGE_SIZE}",
+            url=f"https://wiki/{page_id}",
+            space=f"S{i % 5}",
+            kind="passage",
+            position=i % PAGE_SIZE,
+            text="lorem ipsum " * 20,
+            headings=("Heading",),
         )
         pages.setdefault(page_id, []).append(
             IndexPoint(ev, "ctx " + ev.text, tuple(dense[i].tolist()),
@@ -63,8 +69,16 @@ def make_queries(q: int, dim: int, seed: int = 1) -> list[SearchRequest]:
         v = rng.normal(size=dim)
         v /= np.linalg.norm(v)
         terms = sorted({int(t) for t in np.minimum(rng.zipf(1.3, size=6), VOCAB)})
-        out.append(SearchRequest(dense=tuple(v.tolist()), sparse=SparseVector(tuple(terms), (1.0,) * len(terms)),
-                                 mode="hybrid", lexical_k=10, dense_k=10, limit=10))
+        out.append(
+            SearchRequest(
+                dense=tuple(v.tolist()),
+                sparse=SparseVector(tuple(terms), (1.0,) * len(terms)),
+                mode="hybrid",
+                lexical_k=10,
+                dense_k=10,
+                limit=10,
+            )
+        )
     return out
 
 
@@ -72,7 +86,9 @@ def pct(ms: list[float], p: float) -> float:
     return float(np.percentile(ms, p))
 
 
-async def time_async(fn: Callable[[SearchRequest], Awaitable[Any]], queries: list[SearchRequest]) -> list[float]:
+async def time_async(
+    fn: Callable[[SearchRequest], Awaitable[Any]], queries: list[SearchRequest]
+) -> list[float]:
     for q in queries[:5]:
         await fn(q)  # warm-up
     out = []
@@ -93,7 +109,10 @@ def time_sync(fn: Callable[[SearchRequest], Any], queries: list[SearchRequest]) 
 
 
 def report(name: str, ms: list[float]) -> None:
-    print(f"{name:<44} p50 {pct(ms, 50):8.2f} ms   p95 {pct(ms, 95):8.2f} ms   mean {statistics.fmean(ms):8.2f} ms")
+    print(
+        f"{name:<44} p50 {pct(ms, 50):8.2f} ms   p95 {pct(ms, 95):8.2f} ms   mean "
+        f"{statistics.fmean(ms):8.2f} ms"
+    )
 
 
 async def ingest(index: Any, pages: dict[str, list[IndexPoint]]) -> float:
@@ -112,7 +131,10 @@ async def main() -> None:
     args = ap.parse_args()
     pages = make_points(args.points, args.dim)
     queries = make_queries(args.queries, args.dim)
-    print(f"{args.points} points, dim {args.dim}, {len(pages)} pages, {len(queries)} hybrid queries (RRF, k=10+10)")
+    print(
+        f"{args.points} points, dim {args.dim}, {len(pages)} pages, {len(queries)} hybrid queries (RRF, "
+        "k=10+10)"
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         edge = EdgeIndex(Path(tmp) / "edge")
@@ -141,7 +163,10 @@ async def main() -> None:
     for i in range(0, len(batch), 1000):
         await local._upsert(batch[i : i + 1000], ic.LIVE)
     print(f"qdrant-client local bulk load: {time.perf_counter() - t:.1f} s, {await local.count()} points")
-    report("qdrant-client local mode search()", await time_async(local.search, queries[: max(20, len(queries) // 10)]))
+    report(
+        "qdrant-client local mode search()",
+        await time_async(local.search, queries[: max(20, len(queries) // 10)]),
+    )
     await local.close()
 
 

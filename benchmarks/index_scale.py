@@ -108,9 +108,17 @@ class Corpus:
                 title=f"Page {page}", url=f"https://wiki/{page}", space=f"S{page % 5}", kind="passage",
                 position=j, text="lorem ipsum " * 20, headings=("Heading",),
             )
-            out.append(IndexPoint(ev, "ctx " + ev.text, tuple(vec.tolist()),
-                                  SparseVector(tuple(int(t) for t in terms), tuple(float(x) for x in rng.integers(1, 4, len(terms)))),
-                                  page_hash))
+            out.append(
+                IndexPoint(
+                    ev,
+                    "ctx " + ev.text,
+                    tuple(vec.tolist()),
+                    SparseVector(
+                        tuple(int(t) for t in terms), tuple(float(x) for x in rng.integers(1, 4, len(terms)))
+                    ),
+                    page_hash,
+                )
+            )
         return out
 
     def queries(self, q: int) -> np.ndarray:
@@ -136,7 +144,9 @@ class Corpus:
             top = np.argpartition(-all_s, k - 1, axis=1)[:, :k]
             best_s = np.take_along_axis(all_s, top, 1)
             best_i = np.take_along_axis(all_i, top, 1)
-        return [{str(uuid.uuid5(uuid.NAMESPACE_URL, f"{i // PAGE}#{i % PAGE}")) for i in row} for row in best_i]
+        return [
+            {str(uuid.uuid5(uuid.NAMESPACE_URL, f"{i // PAGE}#{i % PAGE}")) for i in row} for row in best_i
+        ]
 
 
 def memory() -> dict[str, float]:
@@ -179,15 +189,23 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -
         rng = np.random.default_rng(9)
         for i, q in enumerate(queries):
             terms = sorted({int(x) for x in np.minimum(rng.zipf(1.3, size=6), VOCAB)})
-            req = SearchRequest(dense=tuple(q.tolist()), sparse=SparseVector(tuple(terms), (1.0,) * len(terms)),
-                                mode="hybrid", lexical_k=10, dense_k=10, limit=10)
+            req = SearchRequest(
+                dense=tuple(q.tolist()),
+                sparse=SparseVector(tuple(terms), (1.0,) * len(terms)),
+                mode="hybrid",
+                lexical_k=10,
+                dense_k=10,
+                limit=10,
+            )
             t = time.perf_counter()
             await index.search(req)
             if i >= 5:
                 lat.append((time.perf_counter() - t) * 1000)
         found = []
         for q in queries:
-            hits = await index.search(SearchRequest(dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10))
+            hits = await index.search(
+                SearchRequest(dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10)
+            )
             found.append({h.evidence.id for h in hits})
         t = time.perf_counter()
         pages = len(await index.page_hashes())
@@ -199,24 +217,46 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -
     exact = corpus.exact_top(queries)
     recall = float(np.mean([len(f & e) / len(e) for f, e in zip(found, exact, strict=True)]))
     return {
-        "points": n, "layout": layout_name + (f"({overrides})" if overrides else ""), "vectors": vectors,
-        "upsert_s": round(upsert, 1), "optimize_s": round(optimize, 1), "build_s": round(upsert + optimize, 1), "reopen_s": round(reopen, 2),
+        "points": n,
+        "layout": layout_name + (f"({overrides})" if overrides else ""),
+        "vectors": vectors,
+        "upsert_s": round(upsert, 1),
+        "optimize_s": round(optimize, 1),
+        "build_s": round(upsert + optimize, 1),
+        "reopen_s": round(reopen, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "rss_after_upsert_mb": round(mem_upsert.get("VmRSS", 0)), "peak_upsert_mb": round(mem_upsert.get("VmHWM", 0)),
+        "rss_after_upsert_mb": round(mem_upsert.get("VmRSS", 0)),
+        "peak_upsert_mb": round(mem_upsert.get("VmHWM", 0)),
         "anon_after_upsert_mb": round(mem_upsert.get("RssAnon", 0)),
-        "rss_end_anon_mb": round(mem_end.get("RssAnon", 0)), "rss_end_file_mb": round(mem_end.get("RssFile", 0)),
-        "disk_mb": round(size), "segments": stats["segments"],
-        "p50_ms": round(float(np.percentile(lat, 50)), 1), "p95_ms": round(float(np.percentile(lat, 95)), 1),
-        "recall10": round(recall, 3), "page_hashes_ms": round(hashes_ms, 1), "pages": pages,
+        "rss_end_anon_mb": round(mem_end.get("RssAnon", 0)),
+        "rss_end_file_mb": round(mem_end.get("RssFile", 0)),
+        "disk_mb": round(size),
+        "segments": stats["segments"],
+        "p50_ms": round(float(np.percentile(lat, 50)), 1),
+        "p95_ms": round(float(np.percentile(lat, 95)), 1),
+        "recall10": round(recall, 3),
+        "page_hashes_ms": round(hashes_ms, 1),
+        "pages": pages,
     }
 
 
-COLUMNS = [("points", "points"), ("layout", "layout"), ("upsert_s", "writes s"), ("optimize_s", "final optimize s"),
-           ("build_s", "build s"),
-           ("peak_rss_mb", "peak RSS MB"), ("rss_end_anon_mb", "serving RSS anon MB"),
-           ("rss_end_file_mb", "+ mapped MB"), ("disk_mb", "disk MB"), ("segments", "segments"),
-           ("p50_ms", "hybrid p50 ms"), ("p95_ms", "p95 ms"), ("recall10", "recall@10"),
-           ("page_hashes_ms", "page_hashes ms"), ("reopen_s", "open s")]
+COLUMNS = [
+    ("points", "points"),
+    ("layout", "layout"),
+    ("upsert_s", "writes s"),
+    ("optimize_s", "final optimize s"),
+    ("build_s", "build s"),
+    ("peak_rss_mb", "peak RSS MB"),
+    ("rss_end_anon_mb", "serving RSS anon MB"),
+    ("rss_end_file_mb", "+ mapped MB"),
+    ("disk_mb", "disk MB"),
+    ("segments", "segments"),
+    ("p50_ms", "hybrid p50 ms"),
+    ("p95_ms", "p95 ms"),
+    ("recall10", "recall@10"),
+    ("page_hashes_ms", "page_hashes ms"),
+    ("reopen_s", "open s"),
+]
 
 
 def main() -> None:
@@ -230,7 +270,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         size, layout = int(args.sizes), args.layouts
-        print(json.dumps(asyncio.run(one(size, layout, args.set if layout != "before" else "", args.vectors, args.queries))))
+        print(
+            json.dumps(
+                asyncio.run(
+                    one(size, layout, args.set if layout != "before" else "", args.vectors, args.queries)
+                )
+            )
+        )
         return
     print("| " + " | ".join(title for _, title in COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS), flush=True)

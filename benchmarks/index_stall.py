@@ -59,8 +59,14 @@ async def searcher(index: Any, corpus: Corpus, stop: asyncio.Event, latency: lis
     queries = corpus.queries(50)
     i = 0
     while not stop.is_set():
-        req = SearchRequest(dense=tuple(queries[i % len(queries)].tolist()), sparse=SparseVector((1, 2, 3), (1.0, 1.0, 1.0)),
-                            mode="hybrid", lexical_k=10, dense_k=10, limit=10)
+        req = SearchRequest(
+            dense=tuple(queries[i % len(queries)].tolist()),
+            sparse=SparseVector((1, 2, 3), (1.0, 1.0, 1.0)),
+            mode="hybrid",
+            lexical_k=10,
+            dense_k=10,
+            limit=10,
+        )
         t = time.perf_counter()
         await index.search(req)
         latency.append((time.perf_counter() - t) * 1000)
@@ -74,7 +80,10 @@ async def sync_under_load(path: Path, mode: str, corpus: Corpus, changed: int) -
     stop = asyncio.Event()
     lateness: list[float] = []
     latency: list[float] = []
-    tasks = [asyncio.create_task(ticker(stop, lateness)), asyncio.create_task(searcher(index, corpus, stop, latency))]
+    tasks = [
+        asyncio.create_task(ticker(stop, lateness)),
+        asyncio.create_task(searcher(index, corpus, stop, latency)),
+    ]
     t = time.perf_counter()
     for page in range(changed):
         points = corpus.page_points(page, corpus.page_vectors(page, PAGE, salt=7), f"v2-{mode}")
@@ -102,16 +111,27 @@ async def main() -> None:
     corpus = Corpus(args.base_pages * PAGE, "clustered")
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
-        print(f"base: {args.base_pages} pages, {args.base_pages * PAGE} evidence, built in {await build(base, corpus):.0f} s; "
-              f"sync: {args.changed} changed pages ({args.changed * PAGE} evidence)")
-        print("| index | write s | optimize s | longest loop stall ms | p99 ms | stalls > 50 ms | search p50 ms | search max ms | searches |")
+        print(
+            f"base: {args.base_pages} pages, {args.base_pages * PAGE} evidence, built in "
+            f"{await build(base, corpus):.0f} s; "
+            f"sync: {args.changed} changed pages ({args.changed * PAGE} evidence)"
+        )
+        print(
+            "| index | write s | optimize s | longest loop stall ms | p99 ms | stalls > 50 ms | search p50 "
+            "ms | search max ms | searches |"
+        )
         print("|---|---|---|---|---|---|---|---|---|", flush=True)
         for mode in args.modes.split(","):
             work = Path(tmp) / mode
             shutil.copytree(base, work)
             r = await sync_under_load(work, mode, corpus, args.changed)
-            print(f"| {r['mode']} | {r['write_s']:.0f} | {r['optimize_s']:.1f} | {r['stall_max_ms']:.0f} | {r['stall_p99_ms']:.1f} | "
-                  f"{r['stalls_over_50ms']} | {r['search_p50_ms']:.1f} | {r['search_max_ms']:.0f} | {r['searches']} |", flush=True)
+            print(
+                f"| {r['mode']} | {r['write_s']:.0f} | {r['optimize_s']:.1f} | {r['stall_max_ms']:.0f} | "
+                f"{r['stall_p99_ms']:.1f} | "
+                f"{r['stalls_over_50ms']} | {r['search_p50_ms']:.1f} | {r['search_max_ms']:.0f} | "
+                f"{r['searches']} |",
+                flush=True,
+            )
             shutil.rmtree(work)
 
 

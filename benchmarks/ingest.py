@@ -194,15 +194,19 @@ class Stack:
     def __init__(self, settings: Settings, *, shared_model: Any | None = None) -> None:
         t = time.perf_counter()
         model = shared_model or make_embedder(
-            settings.models.embedder, batch_size=settings.models.embed_batch_size, max_tokens=settings.models.embed_max_tokens,
-            runtime=settings.models.embed_runtime, device=settings.models.embed_device, precision=settings.models.embed_precision,
+            settings.models.embedder,
+            batch_size=settings.models.embed_batch_size,
+            max_tokens=settings.models.embed_max_tokens,
+            runtime=settings.models.embed_runtime,
+            device=settings.models.embed_device,
+            precision=settings.models.embed_precision,
             threads=settings.models.embed_threads,
         )
         self.model_load_s = 0.0 if shared_model is not None else time.perf_counter() - t
         self.settings = settings
         self.model = model
         self.timed_model = TimedEmbedder(model)
-        self.embedder = CachedEmbedder(self.timed_model, Path(settings.core.data_dir) / "cache")  # type: ignore[arg-type]
+        self.embedder = CachedEmbedder(self.timed_model, Path(settings.core.data_dir) / "cache")
         self.sparse = TimedSparse(make_sparse_from(settings, self.embedder))
 
     def reset_clocks(self) -> None:
@@ -215,7 +219,7 @@ class Stack:
         connector = LocalFolderConnector(documents if isinstance(documents, list) else [documents])
         t = time.perf_counter()
         report = await ingest_pages(
-            connector.iter_pages(), index=timed_index, embedder=self.embedder, sparse=self.sparse,  # type: ignore[arg-type]
+            connector.iter_pages(), index=timed_index, embedder=self.embedder, sparse=self.sparse,
             options=ingest_options(self.settings),
         )
         wall = time.perf_counter() - t
@@ -336,9 +340,17 @@ async def run_sweep(args: argparse.Namespace, work: Path) -> list[dict[str, Any]
             await idx.close()
             s.models.embedder.close()
         row = r.row()
-        sweep.append({"max_tokens": n, "pages": row["pages"], "evidence": row["evidence"], "wall_s": row["wall_s"],
-                      "model_load_s": row["model_load_s"],
-                      "embed_s": row["embed_s"], "evidence_per_s": row["evidence_per_s"]})
+        sweep.append(
+            {
+                "max_tokens": n,
+                "pages": row["pages"],
+                "evidence": row["evidence"],
+                "wall_s": row["wall_s"],
+                "model_load_s": row["model_load_s"],
+                "embed_s": row["embed_s"],
+                "evidence_per_s": row["evidence_per_s"],
+            }
+        )
     if sweep:
         ref = next((x for x in sweep if x["max_tokens"] == 128), sweep[0])
         for x in sweep:
@@ -350,8 +362,21 @@ def report(out: dict[str, Any]) -> str:
     lines = report_main(out) if "ingest" in out else []
     if out["max_tokens_sweep"]:
         lines += ["", "## EVIDENT_EMBED_MAX_TOKENS (cold-cache ingest)", ""]
-        lines.append(md_table(out["max_tokens_sweep"], ["max_tokens", "pages", "evidence", "wall_s", "wall_vs_128",
-                                                        "embed_s", "model_load_s", "evidence_per_s"]))
+        lines.append(
+            md_table(
+                out["max_tokens_sweep"],
+                [
+                    "max_tokens",
+                    "pages",
+                    "evidence",
+                    "wall_s",
+                    "wall_vs_128",
+                    "embed_s",
+                    "model_load_s",
+                    "evidence_per_s",
+                ],
+            )
+        )
     lines += ["", f"peak RSS {out['peak_rss_mb']} MB"]
     return "\n".join(lines)
 
@@ -362,15 +387,22 @@ def report_main(out: dict[str, Any]) -> list[str]:
                                           "indexed", "unchanged", "failed", "embed_s", "sparse_s",
                                           "index_write_s", "read_parse_other_s", "peak_rss_mb"]))
     p = out["parse_profile"]
-    lines += ["", f"read {p['read_s']} s · parse+split {p['parse_s']} s · contextualize {p['contextualize_s']} s "
-              f"(no model) · contextualized text chars p50 {p['text_chars_p50']:.0f} / p95 {p['text_chars_p95']:.0f}"
-              f" / max {p['text_chars_max']:.0f}"]
+    lines += [
+        "",
+        f"read {p['read_s']} s · parse+split {p['parse_s']} s · contextualize {p['contextualize_s']} s "
+        f"(no model) · contextualized text chars p50 {p['text_chars_p50']:.0f} / p95 "
+        f"{p['text_chars_p95']:.0f}"
+        f" / max {p['text_chars_max']:.0f}",
+    ]
     s = out["stats"]
     kinds = s["by_kind"]
     lines += ["", "| kind | evidence | paper |", "|---|---|---|"]
     lines += [f"| {k} | {kinds.get(k, 0)} | {PAPER_KINDS.get(k, '-')} |" for k in kinds]
-    lines += ["", f"points {s['points']} · pages {s['pages']} · segments {s['segments']} · disk "
-              f"{s['disk_bytes'] / 1e6:.1f} MB (after optimize {out['disk_bytes_after_optimize'] / 1e6:.1f} MB)"]
+    lines += [
+        "",
+        f"points {s['points']} · pages {s['pages']} · segments {s['segments']} · disk "
+        f"{s['disk_bytes'] / 1e6:.1f} MB (after optimize {out['disk_bytes_after_optimize'] / 1e6:.1f} MB)",
+    ]
     b, a = out["search_before_optimize"], out["search_after_optimize"]
     b["when"], a["when"] = "before optimize", f"after optimize ({out['optimize']['seconds']} s)"
     lines += ["", "## Search latency (retrieve(): query embedding + hybrid RRF search, final_k 10)", ""]

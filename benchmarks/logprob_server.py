@@ -134,7 +134,9 @@ def main() -> None:
     ap.add_argument("--chat-upstream", default=None, help="e.g. http://127.0.0.1:8765 (llama_cpp.server)")
     args = ap.parse_args()
     scorer = Scorer(args.model, args.n_ctx)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(scorer, args.model_alias, args.chat_upstream))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", args.port), make_handler(scorer, args.model_alias, args.chat_upstream)
+    )
     print(f"serving prompt log-probs on http://127.0.0.1:{args.port}/v1", flush=True)
     server.serve_forever()
 

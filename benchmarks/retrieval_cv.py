@@ -1,10 +1,12 @@
-"""Retrieval options chosen on one half of the dev conversations and scored on the other (cross-validated P@1).
+"""Retrieval options chosen on one half of the dev conversations and scored on the other (cross-validated
+P@1).
 
     python benchmarks/retrieval_cv.py --vary fusion=rrf,dbsf
     python benchmarks/retrieval_cv.py --vary continuity_boost=0.25,0.5,1.0 [--set fusion=dbsf]
         [--questions ../shared/confquestions/qa-dev.json] [--documents ../shared/confquestions/documents]
 
-``--vary`` names one ``RetrievalSettings`` field (or ``reranker``, e.g. ``reranker=none,sentences:dense``) and the
+``--vary`` names one ``RetrievalSettings`` field (or ``reranker``, e.g. ``reranker=none,sentences:dense``) and
+the
 values to compare (the first is the baseline);
 ``--set`` fixes other fields. Conversations are split into two halves (alternating by sorted id). For each
 direction the value with the best P@1 (completed + conversational, EN + DE) on the tuning half is picked and
@@ -45,7 +47,9 @@ def cells(results: list[QuestionResult]) -> str:
     out = []
     for qt in ("completed", "conversational"):
         for lang in ("en", "de"):
-            out.append(f"{qt[:4]}-{lang} {p1([r for r in results if r.query_type == qt and r.lang == lang]):.3f}")
+            out.append(
+                f"{qt[:4]}-{lang} {p1([r for r in results if r.query_type == qt and r.lang == lang]):.3f}"
+            )
     return ", ".join(out)
 
 
@@ -78,12 +82,24 @@ async def main() -> None:
     try:
         base = settings.retrieval.model_copy(update=fixed)
         results = {}
-        for v in values:  # ``reranker`` names an EVIDENT_RERANKER value; any other field is a RetrievalSettings one
+        # ``reranker`` names an EVIDENT_RERANKER value; any other field is a RetrievalSettings one
+        for v in values:
             config = base if field == "reranker" else base.model_copy(update={field: v})
-            reranker = make_reranker_from(settings.replace(reranker=str(v)), embedder) if field == "reranker" else None
-            results[v] = await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse, config=config,
-                                                  reranker=reranker, strategy=settings.answer.query_strategy,
-                                                  expander=expander)
+            reranker = (
+                make_reranker_from(settings.replace(reranker=str(v)), embedder)
+                if field == "reranker"
+                else None
+            )
+            results[v] = await run_retrieval_eval(
+                convs,
+                index=index,
+                embedder=embedder,
+                sparse=sparse,
+                config=config,
+                reranker=reranker,
+                strategy=settings.answer.query_strategy,
+                expander=expander,
+            )
     finally:
         await index.close()
     ids = sorted({r.conv_id for r in results[values[0]]})
@@ -100,8 +116,11 @@ async def main() -> None:
         pairs = list(zip(results[v], results[values[0]], strict=True))
         wins = sum(a.rank == 1 and b.rank != 1 for a, b in pairs)
         losses = sum(b.rank == 1 and a.rank != 1 for a, b in pairs)
-        print(f"{field}={v} vs {values[0]} over {len(pairs)} questions: only {v} right {wins}, only {values[0]} "
-              f"right {losses}, sign test p = {sign_test(wins, losses):.4f}")
+        print(
+            f"{field}={v} vs {values[0]} over {len(pairs)} questions: only {v} right {wins}, only "
+            f"{values[0]} "
+            f"right {losses}, sign test p = {sign_test(wins, losses):.4f}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from dev_split import add_dev_arguments, open_dev
 
 
 def configs(base: RetrievalSettings) -> dict[str, tuple[RetrievalSettings, str]]:
-    """Named variants of the production retrieval settings. Page aggregation, dense pseudo-relevance feedback and
+    """Named variants of the production retrieval settings. Page aggregation, dense pseudo-relevance feedback
+    and
     language-aware fusion weights were measured here and hurt (BENCHMARKS.md); they are no longer options."""
     def vary(cfg: RetrievalSettings, **changes: object) -> RetrievalSettings:
         return cfg.model_copy(update=changes)
@@ -56,9 +57,17 @@ async def main() -> None:
         for name, (cfg, strategy) in configs(base).items():
             if wanted and name not in wanted:
                 continue
-            results = await run_retrieval_eval(convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
-                                               langs=("en", "de"), query_types=tuple(args.query.split(",")),
-                                               strategy=strategy, expander=expander)
+            results = await run_retrieval_eval(
+                convs,
+                index=index,
+                embedder=embedder,
+                sparse=sparse,
+                config=cfg,
+                langs=("en", "de"),
+                query_types=tuple(args.query.split(",")),
+                strategy=strategy,
+                expander=expander,
+            )
             rep = summarize(results)
             cells = " ".join(f"{r['query'][:4]}-{r['lang']}={r['p_at_1']:.3f}" for r in rep["rows"])
             avgs = " ".join(f"{a['query'][:4]}-avg={a['p_at_1']:.3f}" for a in rep.get("averages", []))

@@ -79,10 +79,15 @@ async def slack_side(conn: Connection, threads: int, assistant: bool = False) ->
             events = []
             for i in range(threads):
                 thread = send.new_ts()
-                events.append(send.message(f"question {i}?", channel=f"D{i}", channel_type="im", thread_ts=thread,
-                                           user=f"U{i}"))
+                events.append(
+                    send.message(
+                        f"question {i}?", channel=f"D{i}", channel_type="im", thread_ts=thread, user=f"U{i}"
+                    )
+                )
         else:
-            events = [send.mention(f"question {i}?", channel=f"C{i % 7}", user=f"U{i}") for i in range(threads)]
+            events = [
+                send.mention(f"question {i}?", channel=f"C{i % 7}", user=f"U{i}") for i in range(threads)
+            ]
         bodies = [json.dumps(send.envelope(ev)) for ev in events]
         sent_at: dict[str, float] = {}
 
@@ -169,9 +174,12 @@ def main() -> int:
               f"p95={1000 * pct(e2e, 95):.1f} max={1000 * max(e2e):.1f}")
     first = r.get("first") or []
     if first:
-        print(f"time to first text ms: p50={1000 * statistics.median(first):.1f} p99={1000 * pct(first, 99):.1f}; "
-              f"to the finished answer ms: p50={1000 * statistics.median(r['e2e']):.1f} "
-              f"p99={1000 * pct(r['e2e'], 99):.1f}")
+        print(
+            f"time to first text ms: p50={1000 * statistics.median(first):.1f} "
+            f"p99={1000 * pct(first, 99):.1f}; "
+            f"to the finished answer ms: p50={1000 * statistics.median(r['e2e']):.1f} "
+            f"p99={1000 * pct(r['e2e'], 99):.1f}"
+        )
     return 0 if len(e2e) == args.threads else 1
 
 

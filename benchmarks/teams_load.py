@@ -50,7 +50,8 @@ async def microsoft_side(conn: Connection, n: int) -> None:
         await connector.wait_for(lambda: any(p.activity.get("entities") for p in connector.posted), 10)
         connector.posted.clear()
         acts = [send.personal(f"question {i}?", chat=f"a:chat-{i}", user=f"user-{i}") for i in range(n)]
-        tokens = [identity.sign(a["serviceUrl"]) for a in acts]  # signing is the Bot Framework's cost, not ours
+        # signing is the Bot Framework's cost, not ours
+        tokens = [identity.sign(a["serviceUrl"]) for a in acts]
         sent_at: dict[str, float] = {}
 
         async def one(act: dict[str, Any], token: str) -> float:
@@ -61,7 +62,9 @@ async def microsoft_side(conn: Connection, n: int) -> None:
 
         t0 = time.monotonic()
         acks = await asyncio.gather(*(one(a, t) for a, t in zip(acts, tokens, strict=True)))
-        await connector.wait_for(lambda: sum(1 for p in connector.posted if p.activity.get("entities")) >= n, 30)
+        await connector.wait_for(
+            lambda: sum(1 for p in connector.posted if p.activity.get("entities")) >= n, 30
+        )
         wall = time.monotonic() - t0
     e2e = [p.at - sent_at[p.conversation_id] for p in connector.posted
            if p.activity.get("entities") and p.conversation_id in sent_at]
@@ -76,12 +79,21 @@ def child(conn: Connection, n: int) -> None:
 
 async def bot_side(conn: Connection, delay_s: float) -> dict[str, Any]:
     openid_url, token_url = await asyncio.to_thread(conn.recv)
-    settings = Settings.load(env={}, teams_app_id=APP_ID, teams_app_password=APP_PASSWORD, teams_tenant_id=TENANT,
-                             teams_openid_url=openid_url, teams_token_url=token_url, user_rate_per_min=1000,
-                             teams_port=0)
+    settings = Settings.load(
+        env={},
+        teams_app_id=APP_ID,
+        teams_app_password=APP_PASSWORD,
+        teams_tenant_id=TENANT,
+        teams_openid_url=openid_url,
+        teams_token_url=token_url,
+        user_rate_per_min=1000,
+        teams_port=0,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         store = await Store.open(Path(tmp) / "evident.db")
-        platform = TeamsPlatform(settings.teams, settings.chat, FakeEngine(store, delay_s=delay_s), host="127.0.0.1")
+        platform = TeamsPlatform(
+            settings.teams, settings.chat, FakeEngine(store, delay_s=delay_s), host="127.0.0.1"
+        )
         await platform.start()
         conn.send(f"http://127.0.0.1:{platform.port}/api/messages")
         result: dict[str, Any] = await asyncio.to_thread(conn.recv)

@@ -12,12 +12,15 @@ from pipeline.errors import ConfigError
 
 
 def make_confluence_source(settings: ConnectorSettings, **client_options: Any) -> ConfluenceSource:
-    """From the ``CONFLUENCE_*`` settings: ``CONFLUENCE_USER`` set = Cloud (basic auth), unset = Data Center PAT."""
+    """From the ``CONFLUENCE_*`` settings: ``CONFLUENCE_USER`` set = Cloud (basic auth), unset = Data Center
+    PAT."""
     if not settings.confluence.url:
         raise ConfigError("CONFLUENCE_URL is not set")
     token = settings.confluence.token.get_secret_value()
     if not token:
-        raise ConfigError("CONFLUENCE_TOKEN is not set (Cloud API token, or Data Center personal access token)")
+        raise ConfigError(
+            "CONFLUENCE_TOKEN is not set (Cloud API token, or Data Center personal access token)"
+        )
     client_options.setdefault("timeout_s", settings.confluence.timeout_s)
     client = ConfluenceClient(settings.confluence.url, token=token, user=settings.confluence.user or None,
                               **client_options)
@@ -40,7 +43,8 @@ def make_confluence_source(settings: ConnectorSettings, **client_options: Any) -
 
 
 def make_jira_client(settings: ConnectorSettings) -> JiraClient | None:
-    """From ``JIRA_*``: summaries for Jira macros (Cloud with ``JIRA_USER``, Data Center with a token alone)."""
+    """From ``JIRA_*``: summaries for Jira macros (Cloud with ``JIRA_USER``, Data Center with a token
+    alone)."""
     if not settings.jira.url:
         return None
     token = settings.jira.token.get_secret_value()

@@ -1,11 +1,13 @@
-"""Pages from local files: ConfQuestions-shaped JSON, Confluence HTML exports, Markdown, text, PDF and Word (.docx).
+"""Pages from local files: ConfQuestions-shaped JSON, Confluence HTML exports, Markdown, text, PDF and Word
+(.docx).
 
 This is the offline way into evident (the bundled sample space, benchmark documents, a space
 exported from Confluence). Bad files are skipped and listed in ``failures`` instead of aborting the
 whole ingest, because one broken export file should not block a space of hundreds. In a JSON file
 holding a list of pages, each page stands alone: ``file.json[3]`` names the one that failed.
 
-Pages made from a file (HTML, Markdown, text, PDF, Word) are identified by their path relative to the folder read,
+Pages made from a file (HTML, Markdown, text, PDF, Word) are identified by their path relative to the folder
+read,
 and cite ``base_url`` + that path when a base URL is given (where the files are published), else the
 ``file://`` URL. ``origins`` maps each page read to its file and ``read_files`` lists the files read in full,
 so the caller can tell which indexed pages of the folder are gone (``connectors.local_ingest``).
@@ -118,8 +120,12 @@ class LocalFolderConnector:
                         if name.startswith(".") or path.suffix.lower() not in PAGE_SUFFIXES:
                             continue
                         if path.is_symlink() and not path.resolve().is_relative_to(real_root):
-                            self.failures.append((str(path), f"symbolic link to {path.resolve()} leads out of "
-                                                              f"{root}; not followed"))
+                            self.failures.append(
+                                (
+                                    str(path),
+                                    f"symbolic link to {path.resolve()} leads out of {root}; not followed",
+                                )
+                            )
                             continue
                         if path.is_file():
                             found.append((root, path))
@@ -132,7 +138,9 @@ class LocalFolderConnector:
         try:
             size = path.stat().st_size
             if size > self.max_file_bytes:
-                raise InputError(f"file is too large ({size / 2**20:.1f} MiB > {self.max_file_bytes / 2**20:.0f} MiB)")
+                raise InputError(
+                    f"file is too large ({size / 2**20:.1f} MiB > {self.max_file_bytes / 2**20:.0f} MiB)"
+                )
             data = path.read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read file: {exc.strerror or exc}") from exc
@@ -144,8 +152,17 @@ class LocalFolderConnector:
             return [(str(path), self._file_page("doc", root, path, title=title, body=body))]
         return [(str(path), self._html_page(root, path, data))]
 
-    def _file_page(self, kind: str, root: Path, path: Path, *, title: str, body: str, space: str | None = None,
-                   ancestors: tuple[str, ...] = ()) -> Page:
+    def _file_page(
+        self,
+        kind: str,
+        root: Path,
+        path: Path,
+        *,
+        title: str,
+        body: str,
+        space: str | None = None,
+        ancestors: tuple[str, ...] = (),
+    ) -> Page:
         """A page made from one file: its id and (with ``base_url``) its URL from the path inside ``root``."""
         try:
             rel = path.resolve().relative_to(root.resolve()).as_posix()
@@ -202,7 +219,9 @@ def parse_json(data: bytes) -> Any:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError(f"not valid JSON: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from exc
+        raise InputError(
+            f"not valid JSON: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from exc
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except RecursionError as exc:

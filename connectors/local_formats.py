@@ -1,4 +1,5 @@
-"""Plain documents next to Confluence exports: Markdown, plain text, PDF and Word, as a title and an HTML body.
+"""Plain documents next to Confluence exports: Markdown, plain text, PDF and Word, as a title and an HTML
+body.
 
 The body is ordinary HTML that the storage-format parser reads like a page (headings, paragraphs, lists,
 tables), so these files get the same evidence, context and bounds as wiki pages. Markdown is rendered by
@@ -6,7 +7,8 @@ tables), so these files get the same evidence, context and bounds as wiki pages.
 at blank lines; a PDF's text layer is read by ``pypdf`` page by page, at most ``MAX_PDF_PAGES`` pages, each
 PDF page a section headed "Page n". A PDF without a text layer (a scan) is an error that says so. A Word
 document (``.docx``) is read by ``python-docx`` in document order: headings (and the Title) as headings, list
-paragraphs as lists, tables as tables (the first row as header), other paragraphs as paragraphs; one that would
+paragraphs as lists, tables as tables (the first row as header), other paragraphs as paragraphs; one that
+would
 unpack to more than ``MAX_DOCX_UNPACKED`` bytes is refused before it is parsed.
 """
 
@@ -33,7 +35,8 @@ _ATX_TITLE = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
 def document_body(suffix: str, data: bytes, fallback_title: str) -> tuple[str, str]:
-    """(title, HTML body) of a Markdown, text, PDF or Word file; ``InputError`` with the reason when unreadable."""
+    """(title, HTML body) of a Markdown, text, PDF or Word file; ``InputError`` with the reason when
+    unreadable."""
     if suffix in PDF_SUFFIXES:
         return _pdf(data, fallback_title)
     if suffix in DOCX_SUFFIXES:
@@ -78,7 +81,9 @@ def _pdf_paragraphs(text: str, target: int = PDF_PARAGRAPH_CHARS) -> str:
         if line:
             current.append(line)
             size += len(line) + 1
-        if current and (not line or size >= 2 * target or (size >= target and line.endswith((".", "!", "?", ":")))):
+        if current and (
+            not line or size >= 2 * target or (size >= target and line.endswith((".", "!", "?", ":")))
+        ):
             out.append(" ".join(current))
             current, size = [], 0
     if current:
@@ -159,7 +164,13 @@ def _docx_blocks(doc: Any) -> tuple[str, list[str]]:
         if items:
             parts.append(f"<ul>{''.join(items)}</ul>")
             items = []
-        level = 1 if style == "Title" else int(style[8:]) if style.startswith("Heading ") and style[8:].isdigit() else 0
+        level = (
+            1
+            if style == "Title"
+            else int(style[8:])
+            if style.startswith("Heading ") and style[8:].isdigit()
+            else 0
+        )
         if style == "Title" and not title:
             title = text
         if text:

@@ -31,8 +31,14 @@ class FolderReport:
     deleted: list[str] = field(default_factory=list)
 
 
-async def ingest_source(settings: ConnectorSettings, source: SourceConnector, *, progress: bool = False,
-                        rebuild: bool = False, then: Callable[[Index], Awaitable[None]] | None = None) -> IngestReport:
+async def ingest_source(
+    settings: ConnectorSettings,
+    source: SourceConnector,
+    *,
+    progress: bool = False,
+    rebuild: bool = False,
+    then: Callable[[Index], Awaitable[None]] | None = None,
+) -> IngestReport:
     """Index every page ``source`` yields, then run ``then`` with the still open index. The first page is read
     before the model loads, so bad input fails at once, not after seconds; "no pages found" names the first
     file that failed and why."""
@@ -104,7 +110,9 @@ async def _forget_gone(store: Store, source: LocalFolderConnector, index: Index)
     return gone
 
 
-def _split_lost(before: dict[str, str], source: LocalFolderConnector, root: Path) -> tuple[list[str], dict[str, str]]:
+def _split_lost(
+    before: dict[str, str], source: LocalFolderConnector, root: Path
+) -> tuple[list[str], dict[str, str]]:
     """(lost, kept) for one folder (file checks: run in a thread). Lost: pages it produced last time and not
     this time whose file is gone or was read in full without them. Kept: this run's pages from the folder,
     plus last time's pages whose file failed to read this time."""

@@ -10,9 +10,13 @@ from pipeline.settings import PipelineSettings
 class LocalSettings(Area):
     title = "Local folders"
 
-    base_url: HttpUrl = setting(None, "EVIDENT_LOCAL_BASE_URL", "Where ingested local files are published (e.g. "
-                                "https://docs.example.com/runbooks/): answers cite this plus the file's path in its "
-                                "folder instead of a file:// URL.")
+    base_url: HttpUrl = setting(
+        None,
+        "EVIDENT_LOCAL_BASE_URL",
+        "Where ingested local files are published (e.g. "
+        "https://docs.example.com/runbooks/): answers cite this plus the file's path in its "
+        "folder instead of a file:// URL.",
+    )
 
 
 class ConnectorSettings(PipelineSettings):

@@ -52,7 +52,9 @@ def _print_trace(result: Any) -> None:
         click.echo(f"confidence:         {r.confidence or 'n/a'} (how many rankers' first evidence is on the "
                    "fused first page: high 2, medium 1, low 0)")
         if r.expansions:
-            click.echo("keyword expansion:  " + ", ".join(f"{w} -> {t} ({sim:.2f})" for w, t, sim in r.expansions))
+            click.echo(
+                "keyword expansion:  " + ", ".join(f"{w} -> {t} ({sim:.2f})" for w, t, sim in r.expansions)
+            )
         for name, hits in (("lexical", r.lexical), ("dense", r.dense), ("fused", r.hits)):
             click.echo(f"{name}:")
             for h in hits:
@@ -63,7 +65,9 @@ def _print_trace(result: Any) -> None:
         click.echo("prompt:")
         for m in prompt:
             click.echo(f"  [{m.role}] " + m.content.replace("\n", "\n    "))
-    click.echo("timings (ms): " + ", ".join(f"{k}={v:.1f}" for k, v in result.answer.trace.timings_ms.items()))
+    click.echo(
+        "timings (ms): " + ", ".join(f"{k}={v:.1f}" for k, v in result.answer.trace.timings_ms.items())
+    )
 
 
 @click.command()
@@ -141,7 +145,9 @@ def chat(ctx: click.Context, session: str, trace: bool, index_dir: Path | None) 
 @index_dir_option
 @click.pass_context
 @cli_errors
-def explain(ctx: click.Context, turn_id: int | None, method: str | None, trace: bool, index_dir: Path | None) -> None:
+def explain(
+    ctx: click.Context, turn_id: int | None, method: str | None, trace: bool, index_dir: Path | None
+) -> None:
     """Counterfactual attribution: which evidence caused an answer."""
     from pipeline.errors import InputError
     from pipeline.factory import build_engine

@@ -37,7 +37,12 @@ def main(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     from evident.logging_setup import setup_logging
 
     secrets = Redactor.from_settings(settings)
-    setup_logging(settings.core.log_level, json_lines=settings.core.log_format == "json", verbose=verbose, redactor=secrets)
+    setup_logging(
+        settings.core.log_level,
+        json_lines=settings.core.log_format == "json",
+        verbose=verbose,
+        redactor=secrets,
+    )
     ctx.obj = {"settings": settings, "redactor": secrets}
 
 
@@ -53,6 +58,19 @@ def config_show(ctx: click.Context) -> None:
     click.echo(json.dumps(ctx.obj["settings"].masked(), indent=2, default=str))
 
 
-for command in (ingest, search, index_group, ask, chat, explain, demo, eval_group, sync, serve, backup, restore,
-                teams_group):
+for command in (
+    ingest,
+    search,
+    index_group,
+    ask,
+    chat,
+    explain,
+    demo,
+    eval_group,
+    sync,
+    serve,
+    backup,
+    restore,
+    teams_group,
+):
     main.add_command(command)

@@ -90,8 +90,10 @@ def _section(name: str, area: type[Area]) -> list[str]:
            "| Key | Environment variable | Type | Default | Description |", "|---|---|---|---|---|"]
     for field, info in area.model_fields.items():
         env = area.env_name(field)
-        out.append(f"| `{flat_key(env)}` | `{env}` | {_cell(_type_name(info))} | {_cell(_default(env, info))} | "
-                   f"{_cell(info.description or '')} |")
+        out.append(
+            f"| `{flat_key(env)}` | `{env}` | {_cell(_type_name(info))} | {_cell(_default(env, info))} | "
+            f"{_cell(info.description or '')} |"
+        )
     return [*out, ""]
 
 

@@ -20,7 +20,9 @@ _questions = click.option("--questions", type=click.Path(path_type=Path, exists=
 _documents = click.option("--documents", type=click.Path(path_type=Path, exists=True, file_okay=False),
                           required=True, help="Folder of pages to index (cached per configuration).")
 _lang = click.option("--lang", type=click.Choice(["en", "de", "both"]), default="both", show_default=True)
-_output = click.option("--output", type=click.Path(path_type=Path), default=None, help="Write the JSON report.")
+_output = click.option(
+    "--output", type=click.Path(path_type=Path), default=None, help="Write the JSON report."
+)
 
 
 def page_source(documents: Path) -> Callable[[], Any]:
@@ -84,10 +86,12 @@ def eval_group() -> None:
               default="all", show_default=True)
 @click.option("--k", default=10, show_default=True)
 @click.option("--by", "by", multiple=True, type=click.Choice(["source", "type", "turn"]))
-@click.option("--strategy", default=None, help="Conversational query builder (default: EVIDENT_QUERY_STRATEGY).")
+@click.option("--strategy", default=None,
+              help="Conversational query builder (default: EVIDENT_QUERY_STRATEGY).")
 @click.option("--mode", type=click.Choice(["lexical", "dense", "hybrid"]), default=None)
 @click.option("--output", type=click.Path(path_type=Path), default=None)
-@click.option("--ablation", type=click.Choice(["context", "tables", "ranking", "linearization"]), default=None)
+@click.option("--ablation", default=None,
+              type=click.Choice(["context", "tables", "ranking", "linearization"]))
 @click.option("--strict-urls", is_flag=True,
               help="Compare URLs literally (modulo +/%20/slashes) instead of by Confluence page id.")
 @click.pass_context
@@ -109,14 +113,35 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
         settings = settings.replace(retrieval_mode=mode)
     settings = settings.replace(final_k=k)
     if ablation:
-        report = asyncio.run(run_ablation(ablation, settings, str(documents.resolve()), page_source(documents),
-                                          convs, langs, qtypes, strategy_name))
+        report = asyncio.run(
+            run_ablation(
+                ablation,
+                settings,
+                str(documents.resolve()),
+                page_source(documents),
+                convs,
+                langs,
+                qtypes,
+                strategy_name,
+            )
+        )
         click.echo(report["table"])
     else:
-        report = asyncio.run(retrieval_report(
-            settings, convs, page_source(documents), documents_key=str(documents.resolve()), documents=str(documents),
-            questions=str(questions), langs=langs, query_types=qtypes, strategy=strategy_name,
-            strict_urls=strict_urls, by=by))
+        report = asyncio.run(
+            retrieval_report(
+                settings,
+                convs,
+                page_source(documents),
+                documents_key=str(documents.resolve()),
+                documents=str(documents),
+                questions=str(questions),
+                langs=langs,
+                query_types=qtypes,
+                strategy=strategy_name,
+                strict_urls=strict_urls,
+                by=by,
+            )
+        )
         click.echo(format_table(report))
     _write(report, output)
 
@@ -132,8 +157,9 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
               help="Conversations run at once (turns within one always run in order).")
 @click.option("--judge/--no-judge", default=True, show_default=True,
               help="LLM-judge relevance when an LLM endpoint is configured (EVIDENT_LLM_MODEL_JUDGE).")
-@click.option("--ragas", is_flag=True, help="Also faithfulness, answer relevancy, context precision and recall "
-                                             "from the judge model (four more judge calls per turn).")
+@click.option("--ragas", is_flag=True,
+              help="Also faithfulness, answer relevancy, context precision and recall from the judge model "
+                   "(four more judge calls per turn).")
 @_output
 @click.pass_context
 @cli_errors
@@ -157,12 +183,20 @@ def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str
 
     async def body(engine: Any) -> dict[str, Any]:
         grader = LLMJudge(engine.llm, engine.prompts) if judge and engine.llm is not None else None
-        metrics = RagasJudge(engine.llm, engine.prompts, engine.embedder) if ragas and engine.llm is not None else None
+        metrics = (
+            RagasJudge(engine.llm, engine.prompts, engine.embedder)
+            if ragas and engine.llm is not None
+            else None
+        )
         results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency,
                                         ragas=metrics)
-        config = {**_base_config(settings, questions, documents), "conversations": len(convs),
-                  "history": "system answers", "judge": settings.llm.model_for("judge") if grader or metrics else None,
-                  "ragas": metrics is not None}
+        config = {
+            **_base_config(settings, questions, documents),
+            "conversations": len(convs),
+            "history": "system answers",
+            "judge": settings.llm.model_for("judge") if grader or metrics else None,
+            "ragas": metrics is not None,
+        }
         report = summarize_answers(results, config=config, by=by)
         # per turn, for paired comparisons between runs (--output only; the table shows the summary)
         report["turns"] = [{"lang": r.lang, "conv_id": r.conv_id, "turn": r.turn, "f1": r.f1,
@@ -195,20 +229,31 @@ def eval_judge(ctx: click.Context, sample_path: Path, output: Path | None) -> No
     sample = load_sample(sample_path)
     llm = make_llm_from(settings)
     if llm is None:
-        raise ConfigError("eval judge needs a judge model: set EVIDENT_LLM_BASE_URL (and EVIDENT_LLM_MODEL_JUDGE)")
+        raise ConfigError(
+            "eval judge needs a judge model: set EVIDENT_LLM_BASE_URL (and EVIDENT_LLM_MODEL_JUDGE)"
+        )
 
     async def run() -> dict[str, Any]:
         embedder = await asyncio.to_thread(make_embedder_from, settings)
         try:
-            scores = await judge_sample(sample, RagasJudge(llm, PromptLibrary(settings.answer.resolved_prompts_dir), embedder))
+            scores = await judge_sample(
+                sample, RagasJudge(llm, PromptLibrary(settings.answer.resolved_prompts_dir), embedder)
+            )
         finally:
             await llm.close()
             await asyncio.to_thread(embedder.close)
         items = [{"id": i.id, "faithfulness": s.faithfulness, "answer_relevancy": s.answer_relevancy,
                   "context_precision": s.context_precision, "verdicts": list(s.verdicts),
                   "context_recall": s.context_recall} for i, s in zip(sample, scores, strict=True)]
-        return {**agreement(sample, scores), "config": {"sample": str(sample_path), "judge": settings.llm.model_for("judge"),
-                                                        "embedder": settings.models.embedder}, "scores": items}
+        return {
+            **agreement(sample, scores),
+            "config": {
+                "sample": str(sample_path),
+                "judge": settings.llm.model_for("judge"),
+                "embedder": settings.models.embedder,
+            },
+            "scores": items,
+        }
 
     report = asyncio.run(run())
     click.echo(format_agreement(report))
@@ -221,7 +266,8 @@ def eval_judge(ctx: click.Context, sample_path: Path, output: Path | None) -> No
 @click.option("--methods", default="naive,cfa,cfa_clusters,page,cfa_citation_prior", show_default=True,
               help="Comma list of attribution methods.")
 @_lang
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N questions per language.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Only the first N questions per language.")
 @click.option("--sample", type=click.IntRange(min=1), default=None,
               help="N questions per language spread evenly over the file (covers more topics than --limit).")
 @click.option("--share-generations", is_flag=True,

@@ -23,12 +23,14 @@ from pipeline.errors import InputError
 @click.option("--rebuild", is_flag=True,
               help="Delete the index first (another embedder or recipe); every page is embedded again.")
 @click.option("--base-url", default=None,
-              help="Where the files are published: cite this URL plus each file's path (EVIDENT_LOCAL_BASE_URL).")
+              help="Where the files are published: cite this URL plus each file's path "
+                   "(EVIDENT_LOCAL_BASE_URL).")
 @click.pass_context
 @cli_errors
 def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index_dir: Path | None,
            sample: bool, no_progress: bool, rebuild: bool, base_url: str | None) -> None:
-    """Index pages from folders: Confluence exports (ConfQuestions-style JSON, HTML), Markdown, text, PDF and Word (.docx).
+    """Index pages from folders: Confluence exports (ConfQuestions-style JSON, HTML), Markdown, text, PDF and
+    Word (.docx).
     Pages whose files were deleted since the folder's last ingest leave the index."""
     from connectors.local import sample_space_dir
     from connectors.local_ingest import ingest_folders
@@ -48,8 +50,10 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
     partial = f", partial {len({pid for pid, _ in report.partial})}" if report.partial else ""
     click.echo(
         f"pages {report.pages_seen} (added {report.added}, updated {report.updated}, unchanged "
-        f"{report.unchanged}, deleted {len(done.deleted)}, failed {len(report.failed) + len(failures)}{partial}) · "
-        f"evidence {report.evidence} ({kinds}) · {report.seconds:.1f} s · index {settings.core.resolved_index_dir}"
+        f"{report.unchanged}, deleted {len(done.deleted)}, failed "
+        f"{len(report.failed) + len(failures)}{partial}) · "
+        f"evidence {report.evidence} ({kinds}) · {report.seconds:.1f} s · index "
+        f"{settings.core.resolved_index_dir}"
     )
     echo_page_problems([*failures, *report.failed], report.partial, report.warnings)
     if report.failed or failures or report.partial:
@@ -78,7 +82,9 @@ async def _search(settings: Settings, query: str, k: int, mode: str | None) -> A
 @index_dir_option
 @click.pass_context
 @cli_errors
-def search(ctx: click.Context, query: str, k: int, mode: str | None, as_json: bool, index_dir: Path | None) -> None:
+def search(
+    ctx: click.Context, query: str, k: int, mode: str | None, as_json: bool, index_dir: Path | None
+) -> None:
     """Retrieve evidence for QUERY (no answer generation)."""
     if not query.strip():
         raise InputError("the query is empty")
@@ -143,8 +149,16 @@ def index_migrate(ctx: click.Context, target: str, collection: str | None, force
 
     settings = load_settings(ctx, index_dir=index_dir)
     dest = make_destination_index(settings, target, collection or settings.index.collection)
-    report = run(migrate_index(settings.core.resolved_index_dir, dest, batch=batch, force=force, verify=verify,
-                               progress=lambda m: click.echo(m, err=True)))
+    report = run(
+        migrate_index(
+            settings.core.resolved_index_dir,
+            dest,
+            batch=batch,
+            force=force,
+            verify=verify,
+            progress=lambda m: click.echo(m, err=True),
+        )
+    )
     click.echo(report.summary())
     if not all(report.verified):
         click.echo("warning: some sample queries ranked differently (approximate HNSW search on the "

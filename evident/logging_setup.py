@@ -18,7 +18,8 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -31,7 +32,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-def setup_logging(level: str, *, json_lines: bool, verbose: bool = False, redactor: Redactor | None = None) -> None:
+def setup_logging(
+    level: str, *, json_lines: bool, verbose: bool = False, redactor: Redactor | None = None
+) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(TurnRefFilter(redactor))
     if json_lines:

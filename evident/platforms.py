@@ -1,5 +1,6 @@
 """The chat platforms `evident serve` can run: one registration each (a new platform is its package plus a
-line here). A platform is served when its settings say so (Slack: ``SLACK_BOT_TOKEN``, Teams: ``TEAMS_APP_ID``)."""
+line here). A platform is served when its settings say so (Slack: ``SLACK_BOT_TOKEN``, Teams:
+``TEAMS_APP_ID``)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ REGISTRY: tuple[Registration, ...] = (
 
 
 def configured(settings: Settings) -> tuple[Registration, ...]:
-    """The platforms the settings configure (each checked for completeness); ConfigError when there is none."""
+    """The platforms the settings configure (each checked for completeness); ConfigError when there is
+    none."""
     chosen = tuple(r for r in REGISTRY if r.configured(settings))
     if not chosen:
         raise ConfigError("nothing to serve: set SLACK_BOT_TOKEN (Slack) and/or TEAMS_APP_ID (Teams)")

@@ -62,7 +62,9 @@ class SyncLoop:
 
         while True:
             try:
-                report = await run_sync(self.settings, spaces=None, full=False, progress=False, engine=self.engine)
+                report = await run_sync(
+                    self.settings, spaces=None, full=False, progress=False, engine=self.engine
+                )
                 log.info("sync: %s", summary(report))
                 for label, rows in (("failed", report.failed), ("partial", report.partial)):
                     for where, reason in rows[:50]:
@@ -74,7 +76,9 @@ class SyncLoop:
             await asyncio.sleep(self.settings.serve.sync_interval_s)
 
 
-async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None, host: str = "0.0.0.0") -> None:
+async def serve_forever(
+    settings: Settings, *, stop: asyncio.Event | None = None, host: str = "0.0.0.0"
+) -> None:
     """Serve the configured platforms from one process and one engine until SIGINT/SIGTERM (or ``stop``)."""
     chosen = configured(settings)  # fail fast, before loading models
     stop = stop or asyncio.Event()
@@ -95,8 +99,15 @@ async def serve_forever(settings: Settings, *, stop: asyncio.Event | None = None
                 max_sync_age_s=3 * settings.serve.sync_interval_s if sync_loop else None)
             task = asyncio.create_task(sync_loop.run()) if sync_loop else None
             try:
-                await serve_platforms(platforms, stop, port=settings.serve.http_port, host=host, routes=routes,
-                                      checks=checks, drain_timeout_s=settings.chat.shutdown_timeout_s)
+                await serve_platforms(
+                    platforms,
+                    stop,
+                    port=settings.serve.http_port,
+                    host=host,
+                    routes=routes,
+                    checks=checks,
+                    drain_timeout_s=settings.chat.shutdown_timeout_s,
+                )
             finally:
                 if task is not None:
                     task.cancel()
@@ -121,9 +132,13 @@ async def start_engine(settings: Settings, metrics: Metrics, stop: asyncio.Event
     async def build() -> Engine:
         return await build_engine(settings, metrics=metrics, serving=True)
 
-    engine = await until_stopped(call_with_retries(build, ENGINE_RETRY, CallOptions(log, "not ready: opening the index and models",
-                                                                                    retry=retry)),
-                                 stop, what="loading models")
+    engine = await until_stopped(
+        call_with_retries(
+            build, ENGINE_RETRY, CallOptions(log, "not ready: opening the index and models", retry=retry)
+        ),
+        stop,
+        what="loading models",
+    )
     try:
         await until_stopped(probe_credentials(settings, engine), stop, what="checking credentials")
     except BaseException:
@@ -166,11 +181,21 @@ def engine_checks(engine: Engine) -> dict[str, Check]:
     return checks
 
 
-async def serve_platforms(platforms: Sequence[Platform], stop: asyncio.Event, *, port: int, host: str = "0.0.0.0",
-                          routes: Routes | None = None, checks: dict[str, Check] | None = None,
-                          drain_timeout_s: float = 30.0, started: Callable[[int], None] | None = None) -> None:
-    """Run ``platforms`` and the shared HTTP server on ``port`` (``routes``: health and metrics) until ``stop``;
-    then stop accepting everywhere, drain for ``drain_timeout_s`` and close. ``started`` gets the bound port."""
+async def serve_platforms(
+    platforms: Sequence[Platform],
+    stop: asyncio.Event,
+    *,
+    port: int,
+    host: str = "0.0.0.0",
+    routes: Routes | None = None,
+    checks: dict[str, Check] | None = None,
+    drain_timeout_s: float = 30.0,
+    started: Callable[[int], None] | None = None,
+) -> None:
+    """Run ``platforms`` and the shared HTTP server on ``port`` (``routes``: health and metrics) until
+    ``stop``;
+    then stop accepting everywhere, drain for ``drain_timeout_s`` and close. ``started`` gets the bound
+    port."""
     web_app = web.Application()
     if routes is not None:
         routes(web_app)
@@ -182,7 +207,9 @@ async def serve_platforms(platforms: Sequence[Platform], stop: asyncio.Event, *,
         try:
             await web.TCPSite(runner, host, port).start()
         except OSError as exc:
-            raise ConfigError(f"cannot listen on {host}:{port} (EVIDENT_HTTP_PORT): {exc.strerror or exc}") from None
+            raise ConfigError(
+                f"cannot listen on {host}:{port} (EVIDENT_HTTP_PORT): {exc.strerror or exc}"
+            ) from None
         if started is not None:
             started(int(runner.addresses[0][1]) if runner.addresses else port)
         for p in platforms:

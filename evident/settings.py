@@ -14,8 +14,9 @@ class ServeSettings(Area):
 
     http_port: int = setting(3000, "EVIDENT_HTTP_PORT", "Port of the health and metrics endpoints (/healthz, "
                              "/livez, /readyz, /metrics) and of Slack's HTTP transport.", ge=0, le=65535)
-    sync_interval_s: int = setting(900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.",
-                                   ge=10)
+    sync_interval_s: int = setting(
+        900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.", ge=10
+    )
 
 
 class Settings(ConnectorSettings):

@@ -13,7 +13,8 @@ from evident.common import cli_errors, echo_page_problems, load_settings, run
 @click.option("--space", "spaces", multiple=True, help="Space key (repeatable); default CONFLUENCE_SPACES.")
 @click.option("--full", is_flag=True, help="Ignore checkpoints and re-list every page.")
 @click.option("--rebuild", is_flag=True,
-              help="Delete the index first (another embedder or recipe) and sync everything (implies --full).")
+              help="Delete the index first (another embedder or recipe) and sync everything "
+                   "(implies --full).")
 @click.pass_context
 @cli_errors
 def sync(ctx: click.Context, spaces: tuple[str, ...], full: bool, rebuild: bool) -> None:

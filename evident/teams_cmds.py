@@ -26,4 +26,6 @@ def teams_package(ctx: click.Context, out: Path, app_id: str | None) -> None:
 
     settings = load_settings(ctx)
     path = build_package(app_id or settings.teams.app_id or "", out)
-    click.echo(f"wrote {path}: upload it in Teams (Apps → Manage your apps → Upload an app) or the admin center")
+    click.echo(
+        f"wrote {path}: upload it in Teams (Apps → Manage your apps → Upload an app) or the admin center"
+    )

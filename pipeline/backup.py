@@ -149,8 +149,14 @@ def _backup_sqlite(src: Path, dst: Path) -> None:
         raise StoreError(f"backup of {src} failed the integrity check: {check}")
 
 
-def backup(dest: Path, *, store_path: Path, index_dir: Path | None = None, qdrant: SnapshotClient | None = None,
-           collection: str = "evident") -> Manifest:
+def backup(
+    dest: Path,
+    *,
+    store_path: Path,
+    index_dir: Path | None = None,
+    qdrant: SnapshotClient | None = None,
+    collection: str = "evident",
+) -> Manifest:
     """Write a backup into ``dest`` (absent or empty) and return its manifest.
 
     ``index_dir``: the embedded index directory; the caller holds its lease (``pipeline.index.lease``), so no
@@ -171,17 +177,28 @@ def backup(dest: Path, *, store_path: Path, index_dir: Path | None = None, qdran
         shutil.copytree(index_dir, dest / INDEX_DIR, symlinks=False, copy_function=copy_sparse,
                         ignore=shutil.ignore_patterns("lease.*", ".lease.*"))
         root = dest / INDEX_DIR
-        index_entries = [_entry(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*")) if p.is_file()]
+        index_entries = [
+            _entry(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*")) if p.is_file()
+        ]
     snapshot: dict[str, Any] | None = None
     if qdrant is not None:
         described = qdrant.create_snapshot(collection_name=collection, wait=True)
         if described is None:
             raise IndexError_(f"Qdrant did not create a snapshot of collection {collection!r}")
-        snapshot = {"collection": collection, "name": getattr(described, "name", str(described)),
-                    "size": getattr(described, "size", None), "checksum": getattr(described, "checksum", None)}
-    manifest = Manifest(format_version=FORMAT_VERSION, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                        duration_s=round(time.monotonic() - started, 3),
-                        store=_entry(dest / STORE_FILE, STORE_FILE), index=index_entries, qdrant_snapshot=snapshot)
+        snapshot = {
+            "collection": collection,
+            "name": getattr(described, "name", str(described)),
+            "size": getattr(described, "size", None),
+            "checksum": getattr(described, "checksum", None),
+        }
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        duration_s=round(time.monotonic() - started, 3),
+        store=_entry(dest / STORE_FILE, STORE_FILE),
+        index=index_entries,
+        qdrant_snapshot=snapshot,
+    )
     (dest / MANIFEST).write_text(json.dumps(asdict(manifest), indent=2) + "\n", encoding="utf-8")
     return manifest
 
@@ -206,7 +223,9 @@ def restore(src: Path, *, store_path: Path, index_dir: Path | None = None, force
     src = Path(src)
     manifest = Manifest.read(src / MANIFEST)
     if manifest.format_version > FORMAT_VERSION:
-        raise InputError(f"backup {src} has format {manifest.format_version}; this evident reads {FORMAT_VERSION}")
+        raise InputError(
+            f"backup {src} has format {manifest.format_version}; this evident reads {FORMAT_VERSION}"
+        )
     _verify(src, manifest)
     store_path = Path(store_path)
     restore_index = index_dir is not None and bool(manifest.index)
@@ -252,8 +271,14 @@ async def backup_data(settings: PipelineSettings, dest: Path) -> Manifest:
         index_dir = settings.core.resolved_index_dir
     try:
         async with _index_lease(settings, index_dir, "evident backup"):
-            return await asyncio.to_thread(backup, dest, store_path=settings.core.resolved_store_path,
-                                           index_dir=index_dir, qdrant=qdrant, collection=settings.index.collection)
+            return await asyncio.to_thread(
+                backup,
+                dest,
+                store_path=settings.core.resolved_store_path,
+                index_dir=index_dir,
+                qdrant=qdrant,
+                collection=settings.index.collection,
+            )
     finally:
         if qdrant is not None:
             qdrant.close()
@@ -268,7 +293,9 @@ async def restore_data(settings: PipelineSettings, src: Path, *, force: bool) ->
 
 
 @contextlib.asynccontextmanager
-async def _index_lease(settings: PipelineSettings, index_dir: Path | None, command: str) -> AsyncIterator[None]:
+async def _index_lease(
+    settings: PipelineSettings, index_dir: Path | None, command: str
+) -> AsyncIterator[None]:
     """Hold the embedded index's lease: a running `evident serve` hands its shard over meanwhile."""
     if index_dir is None:
         yield

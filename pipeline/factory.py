@@ -1,6 +1,7 @@
 """Builds every client of the pipeline from its settings areas, in one place.
 
-Each package declares its own settings area (``pipeline.settings.PipelineSettings`` composes them); this module
+Each package declares its own settings area (``pipeline.settings.PipelineSettings`` composes them); this
+module
 turns them into objects. Heavy imports (model runtimes, qdrant-client) happen lazily, so a CLI command only
 pays for what it uses.
 """
@@ -101,8 +102,13 @@ def make_sparse_from(settings: PipelineSettings, embedder: Embedder | None = Non
     return make_sparse_encoder(settings.models.sparse_encoder, embedder=getattr(embedder, "inner", embedder))
 
 
-async def open_stack(settings: PipelineSettings, index_dir: Path | None = None, *, require_index: bool = False,
-                     serving: bool = False) -> tuple[Embedder, SparseEncoder, Index]:
+async def open_stack(
+    settings: PipelineSettings,
+    index_dir: Path | None = None,
+    *,
+    require_index: bool = False,
+    serving: bool = False,
+) -> tuple[Embedder, SparseEncoder, Index]:
     """Embedder, sparse encoder and an opened index: what every command that reads or writes the index needs.
 
     Opening checks the index was built with this embedder and dimension (``IndexMismatchError`` if not).
@@ -112,9 +118,12 @@ async def open_stack(settings: PipelineSettings, index_dir: Path | None = None, 
     embedder = await _load_embedder(settings)
     try:
         sparse = make_sparse_from(settings, embedder)
-        index = await _open_index(settings, index_dir, embedder, sparse, require_index=require_index, serving=serving)
+        index = await _open_index(
+            settings, index_dir, embedder, sparse, require_index=require_index, serving=serving
+        )
     except BaseException:
-        embedder.close()  # a worker process started for the model does not outlive a failed (or cancelled) open
+        # a worker process started for the model does not outlive a failed (or cancelled) open
+        embedder.close()
         raise
     return embedder, sparse, index
 
@@ -135,15 +144,26 @@ def _close_unused(loading: asyncio.Future[Embedder]) -> None:
         loading.result().close()
 
 
-async def _open_index(settings: PipelineSettings, index_dir: Path | None, embedder: Embedder, sparse: SparseEncoder, *,
-                      require_index: bool, serving: bool = False) -> Index:
+async def _open_index(
+    settings: PipelineSettings,
+    index_dir: Path | None,
+    embedder: Embedder,
+    sparse: SparseEncoder,
+    *,
+    require_index: bool,
+    serving: bool = False,
+) -> Index:
     where = index_dir or settings.core.resolved_index_dir
     if require_index and not settings.index.qdrant_url and not (Path(where) / "manifest.json").is_file():
-        raise InputError(f"no index at {where}: ingest pages first (evident ingest PATH, evident ingest --sample "
-                         "or evident sync), or point EVIDENT_DATA_DIR / --index-dir at the right one")
+        raise InputError(
+            f"no index at {where}: ingest pages first (evident ingest PATH, evident ingest --sample "
+            "or evident sync), or point EVIDENT_DATA_DIR / --index-dir at the right one"
+        )
     index = make_index_from(settings, index_dir, serving=serving)
     try:
-        await index.open(dense_dim=embedder.dim, embedder=embedder.name, recipe=embedder_recipe(embedder, sparse))
+        await index.open(
+            dense_dim=embedder.dim, embedder=embedder.name, recipe=embedder_recipe(embedder, sparse)
+        )
     except BaseException:
         await index.close()  # a client built for a server that refused us is closed, not left to the GC
         raise
@@ -189,7 +209,9 @@ def index_identity(settings: PipelineSettings) -> tuple[int, str]:
     return embedder.dim, embedder.name
 
 
-def make_index_from(settings: PipelineSettings, index_dir: Path | None = None, *, serving: bool = False) -> Index:
+def make_index_from(
+    settings: PipelineSettings, index_dir: Path | None = None, *, serving: bool = False
+) -> Index:
     """The configured index, unopened: a Qdrant server's collection, or the embedded one (in a worker
     process when ``EVIDENT_INDEX_PROCESS`` says so; ``auto``: for ``serving`` processes)."""
     ix = settings.index
@@ -227,8 +249,11 @@ def make_qdrant_client(settings: PipelineSettings) -> Any:
 
     if not settings.index.qdrant_url:
         raise ConfigError("QDRANT_URL is not set")
-    return QdrantClient(url=settings.index.qdrant_url, api_key=settings.index.qdrant_api_key.get_secret_value() or None,
-                        check_compatibility=False)
+    return QdrantClient(
+        url=settings.index.qdrant_url,
+        api_key=settings.index.qdrant_api_key.get_secret_value() or None,
+        check_compatibility=False,
+    )
 
 
 def make_destination_index(settings: PipelineSettings, target: str, collection: str) -> Index:
@@ -274,8 +299,15 @@ def make_llm_from(settings: PipelineSettings) -> LLM | None:
     )
 
 
-async def build_engine(settings: PipelineSettings, *, index_dir: Path | None = None, trace: bool = False,
-                       metrics: Metrics | None = None, require_index: bool = False, serving: bool = False) -> Engine:
+async def build_engine(
+    settings: PipelineSettings,
+    *,
+    index_dir: Path | None = None,
+    trace: bool = False,
+    metrics: Metrics | None = None,
+    require_index: bool = False,
+    serving: bool = False,
+) -> Engine:
     """Compose the conversation engine from settings (the CLI's and the bot's single entry point).
 
     ``serving``: a long-running bot process (``evident serve``), which gets the index in a worker process
@@ -284,7 +316,9 @@ async def build_engine(settings: PipelineSettings, *, index_dir: Path | None = N
     from pipeline.answer.prompts import PromptLibrary
 
     options = engine_options(settings, trace=trace)  # settings errors first, before anything is opened
-    embedder, sparse, index = await open_stack(settings, index_dir, require_index=require_index, serving=serving)
+    embedder, sparse, index = await open_stack(
+        settings, index_dir, require_index=require_index, serving=serving
+    )
     try:
         return Engine(
             index=index,
@@ -328,7 +362,9 @@ def engine_options(settings: PipelineSettings, *, trace: bool = False) -> Engine
         attribution_method=method,
         attribution_params=settings.attribution.params(),
         trace=trace,
-        dense_context_items=ing.dense_context_items if ing.dense_context_items is not None else ing.context_items,
+        dense_context_items=ing.dense_context_items
+        if ing.dense_context_items is not None
+        else ing.context_items,
         context_item_max_chars=ing.context_item_max_chars,
         prompt_logprobs=llm.prompt_logprobs,
         raw_template=llm.raw_template,

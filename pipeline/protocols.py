@@ -66,7 +66,8 @@ class Index(Protocol):
     async def optimize(self) -> bool:
         """Build what bulk writes left unindexed (HNSW, quantization, vacuum); ``True`` if anything changed.
 
-        Called after each ingest or sync that wrote pages. A server optimizes in the background: no-op there."""
+        Called after each ingest or sync that wrote pages. A server optimizes in the background: no-op
+        there."""
 
     async def search(self, request: SearchRequest) -> list[Hit]: ...
 
@@ -80,7 +81,9 @@ class Index(Protocol):
         """A readiness check: returns when searches can be answered now (a busy embedded worker building
         segments counts, for a while), raises ``IndexError_`` when they cannot."""
 
-    def export_points(self, batch: int = 256, *, page_ids: Sequence[str] | None = None) -> AsyncIterator[IndexPoint]:
+    def export_points(
+        self, batch: int = 256, *, page_ids: Sequence[str] | None = None
+    ) -> AsyncIterator[IndexPoint]:
         """Every live point (of ``page_ids``, default all) with its vectors, a page's points consecutive: what
         another index's ``replace_page`` takes (``evident index migrate``)."""
 
@@ -120,7 +123,8 @@ class LLM(Protocol):
     def model_for(self, role: str) -> str: ...
 
     async def ping(self) -> None:
-        """A readiness check: the endpoint answers and accepts the key (raises the matching ``RemoteError``)."""
+        """A readiness check: the endpoint answers and accepts the key (raises the matching
+        ``RemoteError``)."""
 
     async def close(self) -> None:
         """Close the HTTP client."""
@@ -130,7 +134,9 @@ class LLM(Protocol):
 class PromptScorer(Protocol):
     """An endpoint that can teacher-force text and report its log-probs (vLLM, llama.cpp servers)."""
 
-    async def score_continuation(self, prompt: str, continuation: str, *, role: str = "counterfactual") -> float:
+    async def score_continuation(
+        self, prompt: str, continuation: str, *, role: str = "counterfactual"
+    ) -> float:
         """Mean per-token log-prob of ``continuation`` right after the raw ``prompt``."""
 
 

@@ -43,7 +43,9 @@ def _now() -> str:
 class Store(StoreReports, StoreSources):
     """Async facade over one SQLite file. Safe to share across tasks; call ``close()`` at shutdown."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, seen_events_ttl_s: float = 86_400) -> None:
+    def __init__(
+        self, path: Path, *, busy_timeout_ms: int = 10_000, seen_events_ttl_s: float = 86_400
+    ) -> None:
         self.path = Path(path)
         self._seen_ttl_s = seen_events_ttl_s
         self._lock = threading.Lock()
@@ -72,7 +74,8 @@ class Store(StoreReports, StoreSources):
             current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
             if current > len(MIGRATIONS):
                 raise StoreError(
-                    f"store {self.path} has schema version {current}, newer than this evident ({len(MIGRATIONS)})"
+                    f"store {self.path} has schema version {current}, newer than this evident "
+                    f"({len(MIGRATIONS)})"
                 )
             for version in range(current, len(MIGRATIONS)):
                 MIGRATIONS[version](self._db)
@@ -84,7 +87,8 @@ class Store(StoreReports, StoreSources):
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction taken IMMEDIATE so a second process waits (busy_timeout) instead of deadlocking."""
+        """A write transaction taken IMMEDIATE so a second process waits (busy_timeout) instead of
+        deadlocking."""
         conn = self._db.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -125,7 +129,11 @@ class Store(StoreReports, StoreSources):
         if not key:
             raise InputError("conversation_key must not be empty")
         values = _encode(
-            {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != "conversation_key"}
+            {
+                f.name: getattr(record, f.name)
+                for f in dataclasses.fields(record)
+                if f.name != "conversation_key"
+            }
         )
 
         def q() -> int:
@@ -160,7 +168,9 @@ class Store(StoreReports, StoreSources):
 
         def q() -> None:
             with self._tx() as conn:
-                cur = conn.execute(f"UPDATE turns SET {', '.join(sets)} WHERE id=?", (*values.values(), turn_id))
+                cur = conn.execute(
+                    f"UPDATE turns SET {', '.join(sets)} WHERE id=?", (*values.values(), turn_id)
+                )
                 if cur.rowcount == 0:
                     raise StoreError(f"turn {turn_id} does not exist")
 
@@ -171,7 +181,8 @@ class Store(StoreReports, StoreSources):
         await self.update_turn(turn_id, message_ref=message_ref)
 
     async def mark_explained(self, turn_id: int) -> None:
-        """Record that the turn's explanation was posted (later requests, even after a restart, are ignored)."""
+        """Record that the turn's explanation was posted (later requests, even after a restart, are
+        ignored)."""
         await self.update_turn(turn_id, explained_at=_now())
 
     async def get_turn(self, turn_id: int) -> Turn | None:
@@ -196,7 +207,8 @@ class Store(StoreReports, StoreSources):
         return [_decode_turn(r) for r in reversed(rows)]
 
     async def turn_by_message(self, key_or_channel: str, message_ref: str) -> Turn | None:
-        """The turn whose posted answer is message ``message_ref``. A reaction event names only the channel and
+        """The turn whose posted answer is message ``message_ref``. A reaction event names only the channel
+        and
         the message, not the thread, so ``key_or_channel`` may be a full conversation key, a key prefix
         (``team:channel`` matches ``team:channel:<thread_ts>``) or a bare channel id (the middle segment)."""
         esc = _like_escape(key_or_channel)
@@ -236,7 +248,8 @@ class Store(StoreReports, StoreSources):
 
     async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str = "slack",
                            comment: str | None = None) -> None:
-        """Record a user's 👍/👎 on a turn (a reaction or a button: one rating per user); a later call changes it."""
+        """Record a user's 👍/👎 on a turn (a reaction or a button: one rating per user); a later call changes
+        it."""
         if value not in (1, -1):
             raise InputError(f"feedback value must be +1 or -1, got {value!r}")
 
@@ -244,7 +257,8 @@ class Store(StoreReports, StoreSources):
             with self._tx() as conn:
                 conn.execute(
                     "INSERT INTO feedback(turn_id, user_id, value, created_at, platform, comment) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id, user_id) DO UPDATE SET value=excluded.value, "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(turn_id, user_id) DO UPDATE SET "
+                    "value=excluded.value, "
                     "created_at=excluded.created_at, platform=excluded.platform, "
                     "comment=COALESCE(excluded.comment, feedback.comment)",
                     (turn_id, user_id, value, _now(), platform, comment),
@@ -261,7 +275,9 @@ class Store(StoreReports, StoreSources):
 
     async def get_feedback(self, turn_id: int) -> dict[str, int]:
         """user_id -> +1/-1 for one turn."""
-        rows = await self._run(lambda: self._rows("SELECT user_id, value FROM feedback WHERE turn_id=?", (turn_id,)))
+        rows = await self._run(
+            lambda: self._rows("SELECT user_id, value FROM feedback WHERE turn_id=?", (turn_id,))
+        )
         return {r["user_id"]: int(r["value"]) for r in rows}
 
     # ------------------------------------------------------------ attribution cache
@@ -279,7 +295,8 @@ class Store(StoreReports, StoreSources):
         def q() -> None:
             with self._tx() as conn:
                 conn.execute(
-                    "INSERT INTO attributions(turn_id, method, params_hash, result, created_at) VALUES (?, ?, ?, ?, ?) "
+                    "INSERT INTO attributions(turn_id, method, params_hash, result, created_at) VALUES (?, "
+                    "?, ?, ?, ?) "
                     "ON CONFLICT(turn_id, method, params_hash) DO UPDATE SET result=excluded.result, "
                     "created_at=excluded.created_at",
                     (turn_id, method, params_hash, payload, _now()),
@@ -307,16 +324,24 @@ class Store(StoreReports, StoreSources):
 
         await self._run(q)
 
-    async def record_sync(self, source: str, summary: str, failed: Sequence[tuple[str, str]], *, keep: int = 50) -> None:
+    async def record_sync(
+        self, source: str, summary: str, failed: Sequence[tuple[str, str]], *, keep: int = 50
+    ) -> None:
         """Remember a finished sync run (its first 20 failures), keeping the latest ``keep`` runs."""
         errors = json.dumps([f"{where}: {why}"[:300] for where, why in failed[:20]], ensure_ascii=False)
 
         def q() -> None:
             with self._tx() as conn:
-                conn.execute("INSERT INTO sync_runs(source, finished_at, summary, failed, errors) VALUES (?, ?, ?, ?, ?)",
-                             (source, _now(), summary, len(failed), errors))
-                conn.execute("DELETE FROM sync_runs WHERE id NOT IN (SELECT id FROM sync_runs ORDER BY id DESC LIMIT ?)",
-                             (int(keep),))
+                conn.execute(
+                    "INSERT INTO sync_runs(source, finished_at, summary, failed, errors) VALUES (?, ?, ?, ?, "
+                    "?)",
+                    (source, _now(), summary, len(failed), errors),
+                )
+                conn.execute(
+                    "DELETE FROM sync_runs WHERE id NOT IN (SELECT id FROM sync_runs ORDER BY id DESC LIMIT "
+                    "?)",
+                    (int(keep),),
+                )
 
         await self._run(q)
 

@@ -53,7 +53,7 @@ class StoreReports:
     async def _run(self, fn: Callable[[], T]) -> T:  # pragma: no cover - provided by Store
         raise NotImplementedError
 
-    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:  # pragma: no cover - provided by Store
+    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     async def popular_pages(self, limit: int = 20, *, recent_turns: int = 2000) -> list[tuple[str, str, int]]:
@@ -90,9 +90,13 @@ class StoreReports:
 
     async def sync_status(self) -> list[SpaceSync]:
         """Each synced space's checkpoint and when it last advanced."""
-        rows = await self._run(lambda: self._rows(
-            "SELECT source, space, checkpoint_utc, updated_at FROM sync_state WHERE space NOT LIKE '\\_\\_%' ESCAPE '\\' "
-            "ORDER BY space"))  # rows named __x__ are the connector's own notes (e.g. the CQL zone)
+        rows = await self._run(
+            lambda: self._rows(
+                "SELECT source, space, checkpoint_utc, updated_at FROM sync_state WHERE space NOT LIKE "
+                "'\\_\\_%' ESCAPE '\\' "
+                "ORDER BY space"
+            )
+        )  # rows named __x__ are the connector's own notes (e.g. the CQL zone)
         return [SpaceSync(str(r["source"]), str(r["space"]), str(r["checkpoint_utc"]), str(r["updated_at"]))
                 for r in rows]
 

@@ -18,15 +18,17 @@ class StoreSources:
     async def _run(self, fn: Callable[[], T]) -> T:  # pragma: no cover - provided by Store
         raise NotImplementedError
 
-    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:  # pragma: no cover - provided by Store
+    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:  # pragma: no cover - provided by Store
+    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
     async def source_pages(self, source: str) -> dict[str, str]:
         """page id -> file for the pages ``source`` produced when it was last read."""
-        rows = await self._run(lambda: self._rows("SELECT page_id, file FROM source_pages WHERE source=?", (source,)))
+        rows = await self._run(
+            lambda: self._rows("SELECT page_id, file FROM source_pages WHERE source=?", (source,))
+        )
         return {str(r["page_id"]): str(r["file"]) for r in rows}
 
     async def claimed_elsewhere(self, source: str, page_ids: Sequence[str]) -> set[str]:
@@ -35,8 +37,10 @@ class StoreSources:
             found: set[str] = set()
             for chunk in _chunks(list(page_ids), 500):
                 marks = ",".join("?" * len(chunk))
-                rows = self._rows(f"SELECT DISTINCT page_id FROM source_pages WHERE source != ? AND page_id IN ({marks})",
-                                  (source, *chunk))
+                rows = self._rows(
+                    f"SELECT DISTINCT page_id FROM source_pages WHERE source != ? AND page_id IN ({marks})",
+                    (source, *chunk),
+                )
                 found.update(str(r["page_id"]) for r in rows)
             return found
 

@@ -14,10 +14,12 @@ CQL subset: ``and``-joined clauses over ``space``, ``type``, ``ancestor``, ``lab
 server user's time zone (``tz_offset_min``) at minute precision. Unsupported CQL answers 400.
 
 Knobs: ``v1_retired`` (no v1 space endpoint), ``v1_bodies_retired`` (v1 search refuses body expansion),
-``v2_pages`` (False: no v2 page/blog post endpoints); ``edit``/``add``/``delete``/``archive``/``restrict``/``set_labels``/``set_parent``; faults via
+``v2_pages`` (False: no v2 page/blog post endpoints);
+``edit``/``add``/``delete``/``archive``/``restrict``/``set_labels``/``set_parent``; faults via
 ``fail_next`` (status, count, headers: 429 + Retry-After, DC's throttling 403, 500...),
 ``fail_every`` (intermittent) and ``fail_search_containing`` (a results page holding a given page
-fails, as a crash mid-sync), ``slow_next`` (timeouts); ``api_calls`` counts every request, ``requests`` keeps their paths.
+fails, as a crash mid-sync), ``slow_next`` (timeouts); ``api_calls`` counts every request, ``requests`` keeps
+their paths.
 """
 
 from __future__ import annotations
@@ -92,7 +94,10 @@ class HashEmbedder:
     dim = 16
 
     def _vec(self, text: str) -> np.ndarray:
-        v = np.frombuffer(hashlib.sha256(text.encode()).digest()[:16], dtype=np.uint8).astype(np.float32) - 127.5
+        v = (
+            np.frombuffer(hashlib.sha256(text.encode()).digest()[:16], dtype=np.uint8).astype(np.float32)
+            - 127.5
+        )
         return v / (np.linalg.norm(v) or 1.0)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -128,8 +133,15 @@ def load_pages(folder: Path | None = None, *, limit: int | None = None,
         m = re.search(r"/pages/(\d+)", str(doc.get("url", "")))
         pid = m.group(1) if m and m.group(1) not in used else str(900000 + i)
         used.add(pid)
-        out.append(FakePage(id=pid, title=str(doc.get("title") or path.stem), space=str(doc.get("space") or "DOCS"),
-                            body=str(doc.get("content") or ""), when=BASE_TIME + timedelta(minutes=7 * i)))
+        out.append(
+            FakePage(
+                id=pid,
+                title=str(doc.get("title") or path.stem),
+                space=str(doc.get("space") or "DOCS"),
+                body=str(doc.get("content") or ""),
+                when=BASE_TIME + timedelta(minutes=7 * i),
+            )
+        )
         if limit is not None and len(out) >= limit:
             break
     return out
@@ -162,7 +174,8 @@ class FakeConfluence:
         self._search_fail: dict[str, int | None] = {}
         self._slow: list[float] = []
         self.v1_retired = False  # Cloud without REST v1's space endpoint (as Atlassian retires it)
-        self.v1_bodies_retired = False  # Cloud whose v1 search refuses ``expand=body.storage`` (bodies: REST v2)
+        # Cloud whose v1 search refuses ``expand=body.storage`` (bodies: REST v2)
+        self.v1_bodies_retired = False
         self.v2_pages = True  # Cloud serves REST v2 ``/pages`` and ``/blogposts``
         self.v2_page_cap = 250  # most results per REST v2 response (smaller: the cursor is followed)
         self.on_request: Any = None  # called with each request's path and query before it is answered
@@ -235,7 +248,9 @@ class FakeConfluence:
     def archive(self, page_id: str) -> None:
         self.pages[page_id].status = "archived"
 
-    def restrict(self, page_id: str, *, users: Iterable[str] = ("alice",), groups: Iterable[str] = ()) -> None:
+    def restrict(
+        self, page_id: str, *, users: Iterable[str] = ("alice",), groups: Iterable[str] = ()
+    ) -> None:
         p = self.pages[page_id]
         p.restricted_users, p.restricted_groups = list(users), list(groups)
 
@@ -267,7 +282,8 @@ class FakeConfluence:
         self._every = (n, status) if n else None
 
     def fail_search_containing(self, page_id: str, times: int | None = None) -> None:
-        """Search requests whose result window holds ``page_id`` with a body answer 500 (``None`` = always)."""
+        """Search requests whose result window holds ``page_id`` with a body answer 500 (``None`` =
+        always)."""
         if times == 0:
             self._search_fail.pop(page_id, None)
         else:
@@ -299,14 +315,18 @@ class FakeConfluence:
             return _json({"statusCode": 401, "message": "Basic authentication with passwords is deprecated"
                           if self.mode == "cloud" else "Authentication failed"}, 401)
         for fault in self._faults:
-            if fault.remaining != 0 and (fault.path_contains is None or fault.path_contains in request.path_qs):
+            if fault.remaining != 0 and (
+                fault.path_contains is None or fault.path_contains in request.path_qs
+            ):
                 if fault.remaining is not None:
                     fault.remaining -= 1
                 return _json({"statusCode": fault.status, "message": "injected fault"}, fault.status,
                              headers=fault.headers)
         self._faults = [f for f in self._faults if f.remaining != 0]
         if self._every and self.api_calls % self._every[0] == 0:
-            return _json({"statusCode": self._every[1], "message": "injected intermittent fault"}, self._every[1])
+            return _json(
+                {"statusCode": self._every[1], "message": "injected intermittent fault"}, self._every[1]
+            )
         try:
             resp: web.StreamResponse = await handler(request)
         except CQLError as exc:
@@ -324,9 +344,15 @@ class FakeConfluence:
 
     def _render(self, p: FakePage, expand: set[str]) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": p.id, "type": p.kind, "status": p.status, "title": p.title,
-            "_links": {"webui": f"/spaces/{p.space}/pages/{p.id}", "self": f"{self.url}/rest/api/content/{p.id}",
-                       "tinyui": f"/x/{p.id}"},
+            "id": p.id,
+            "type": p.kind,
+            "status": p.status,
+            "title": p.title,
+            "_links": {
+                "webui": f"/spaces/{p.space}/pages/{p.id}",
+                "self": f"{self.url}/rest/api/content/{p.id}",
+                "tinyui": f"/x/{p.id}",
+            },
             "_expandable": {},
         }
         if p.kind in ("attachment", "comment"):
@@ -345,9 +371,16 @@ class FakeConfluence:
         if "ancestors" in expand:
             out["ancestors"] = [{"id": a.id, "type": "page", "title": a.title} for a in self._ancestors(p)]
         if "metadata.labels" in expand:
-            out["metadata"] = {"labels": {"results": [{"prefix": "global", "name": n, "id": str(abs(hash(n)) % 10**8)}
-                                                      for n in p.labels], "start": 0, "limit": 200,
-                                          "size": len(p.labels)}}
+            out["metadata"] = {
+                "labels": {
+                    "results": [
+                        {"prefix": "global", "name": n, "id": str(abs(hash(n)) % 10**8)} for n in p.labels
+                    ],
+                    "start": 0,
+                    "limit": 200,
+                    "size": len(p.labels),
+                }
+            }
         restr: dict[str, Any] = {}
         if "restrictions.read.restrictions.user" in expand:
             restr["user"] = {"results": [{"type": "known", "username": u, "displayName": u}
@@ -373,7 +406,9 @@ class FakeConfluence:
         cql = request.query.get("cql", "")
         expand = _expand(request.query.get("expand", ""))
         if self.v1_bodies_retired and "body.storage" in expand:
-            return _json({"statusCode": 400, "message": "expand body.storage is not supported; use REST v2"}, 400)
+            return _json(
+                {"statusCode": 400, "message": "expand body.storage is not supported; use REST v2"}, 400
+            )
         start = int(request.query.get("start", "0"))
         cap = 50 if "body.storage" in expand else 1000
         limit = max(1, min(int(request.query.get("limit", "25")), cap))
@@ -397,12 +432,29 @@ class FakeConfluence:
         return _json({"results": [self._render(p, expand) for p in window], "start": start, "limit": limit,
                       "size": len(window), "_links": links})
 
-    def attach(self, att_id: str, page_id: str, name: str, data: bytes, *, media_type: str = "application/pdf",
-               when: datetime | None = None) -> FakePage:
+    def attach(
+        self,
+        att_id: str,
+        page_id: str,
+        name: str,
+        data: bytes,
+        *,
+        media_type: str = "application/pdf",
+        when: datetime | None = None,
+    ) -> FakePage:
         """Attach a file to a page (an attachment is content of its own: ``att…`` id, version, time)."""
         page = self.pages[page_id]
-        att = FakePage(id=att_id, title=name, space=page.space, body="", when=(when or self.now()).astimezone(UTC),
-                       kind="attachment", parent=page_id, data=data, media_type=media_type)
+        att = FakePage(
+            id=att_id,
+            title=name,
+            space=page.space,
+            body="",
+            when=(when or self.now()).astimezone(UTC),
+            kind="attachment",
+            parent=page_id,
+            data=data,
+            media_type=media_type,
+        )
         self.pages[att_id] = att
         return att
 
@@ -416,7 +468,11 @@ class FakeConfluence:
 
     async def _download(self, request: web.Request) -> web.Response:
         for p in self.pages.values():
-            if p.kind == "attachment" and p.parent == request.match_info["pid"] and p.title == request.match_info["name"]:
+            if (
+                p.kind == "attachment"
+                and p.parent == request.match_info["pid"]
+                and p.title == request.match_info["name"]
+            ):
                 return web.Response(body=p.data, content_type=p.media_type or "application/octet-stream")
         return web.Response(status=404, text="no such attachment")
 
@@ -433,12 +489,18 @@ class FakeConfluence:
         kind = "blogpost" if request.path.endswith("/blogposts") else "page"
         ids = [i for v in request.query.getall("id", []) for i in v.split(",") if i]
         if len(ids) > 250:
-            return _json({"errors": [{"status": 400, "title": "BAD_REQUEST", "detail": "at most 250 ids"}]}, 400)
+            return _json(
+                {"errors": [{"status": 400, "title": "BAD_REQUEST", "detail": "at most 250 ids"}]}, 400
+            )
         space_ids = set(request.query.get("space-id", "").split(",")) - {""}
         rows = [p for p in sorted(self.pages.values(), key=lambda p: int(p.id) if p.id.isdigit() else 0)
                 if p.kind == kind and p.status == "current" and (not ids or p.id in ids)
                 and (not space_ids or _space_id(p.space) in space_ids)]
-        start = int(base64.urlsafe_b64decode(request.query["cursor"]).decode()) if "cursor" in request.query else 0
+        start = (
+            int(base64.urlsafe_b64decode(request.query["cursor"]).decode())
+            if "cursor" in request.query
+            else 0
+        )
         limit = max(1, min(int(request.query.get("limit", "25")), self.v2_page_cap))
         window = rows[start:start + limit]
         with_body = request.query.get("body-format") == "storage"
@@ -514,8 +576,13 @@ class FakeConfluence:
             raise CQLError(" ".join(clause))
         if fld == "lastmodified":
             bound = self._parse_date(values[0])
-            ops = {">=": lambda p: p.when >= bound, ">": lambda p: p.when > bound, "<=": lambda p: p.when <= bound,
-                   "<": lambda p: p.when < bound, "=": lambda p: bound <= p.when < bound + timedelta(minutes=1)}
+            ops = {
+                ">=": lambda p: p.when >= bound,
+                ">": lambda p: p.when > bound,
+                "<=": lambda p: p.when <= bound,
+                "<": lambda p: p.when < bound,
+                "=": lambda p: bound <= p.when < bound + timedelta(minutes=1),
+            }
             if op not in ops:
                 raise CQLError(f"operator {op} for lastmodified")
             return ops[op]
@@ -574,7 +641,12 @@ def _split_order(cql: str) -> tuple[list[str], str | None]:
     for i in range(len(toks) - 1):
         if low[i] == "order" and low[i + 1] == "by":
             rest = low[i + 2:]
-            if not rest or rest[0] != "lastmodified" or len(rest) > 2 or (len(rest) == 2 and rest[1] not in ("asc", "desc")):
+            if (
+                not rest
+                or rest[0] != "lastmodified"
+                or len(rest) > 2
+                or (len(rest) == 2 and rest[1] not in ("asc", "desc"))
+            ):
                 raise CQLError("only 'order by lastmodified [asc|desc]' is supported")
             return toks[:i], (rest[1] if len(rest) == 2 else "asc")
     return toks, None
@@ -613,4 +685,6 @@ def _stamp(when: datetime, tz: timezone) -> str:
 
 
 def _json(data: Any, status: int = 200, *, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, text=json.dumps(data), content_type="application/json", headers=headers)
+    return web.Response(
+        status=status, text=json.dumps(data), content_type="application/json", headers=headers
+    )

@@ -19,8 +19,16 @@ from thread_server import ThreadedServer
 
 
 class FakeEmbeddingsServer:
-    def __init__(self, *, dim: int = 64, models: tuple[str, ...] = ("fake-embed",), require_key: str | None = None,
-                 latency_s: float = 0.0, max_inputs: int | None = None, honour_dimensions: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        dim: int = 64,
+        models: tuple[str, ...] = ("fake-embed",),
+        require_key: str | None = None,
+        latency_s: float = 0.0,
+        max_inputs: int | None = None,
+        honour_dimensions: bool = True,
+    ) -> None:
         self.dim, self.models, self.require_key = dim, models, require_key
         self.honour_dimensions = honour_dimensions
         self.latency_s, self.max_inputs = latency_s, max_inputs
@@ -55,13 +63,17 @@ class FakeEmbeddingsServer:
             if self._failures:
                 status, retry_after = self._failures.popleft()
                 headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-                return _error(status, "Rate limit reached." if status == 429 else "upstream failed", None, headers)
+                return _error(
+                    status, "Rate limit reached." if status == 429 else "upstream failed", None, headers
+                )
             if body.get("model") not in self.models:
                 return _error(404, f"The model `{body.get('model')}` does not exist", "model_not_found")
             inputs = body.get("input")
             inputs = [inputs] if isinstance(inputs, str) else inputs
             if self.max_inputs is not None and len(inputs) > self.max_inputs:
-                return _error(413, f"batch size {len(inputs)} > maximum allowed batch size {self.max_inputs}", None)
+                return _error(
+                    413, f"batch size {len(inputs)} > maximum allowed batch size {self.max_inputs}", None
+                )
             dim = int(body.get("dimensions") or self.dim) if self.honour_dimensions else self.dim
             data = [{"object": "embedding", "index": i, "embedding": self.vector(t, dim).tolist()}
                     for i, t in enumerate(inputs)]
@@ -82,6 +94,8 @@ class FakeEmbeddingsServer:
         self._server.__exit__(*exc)
 
 
-def _error(status: int, message: str, code: str | None, headers: dict[str, str] | None = None) -> web.Response:
+def _error(
+    status: int, message: str, code: str | None, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "invalid_request_error", "code": code}},
                              status=status, headers=headers or {})

@@ -225,10 +225,17 @@ class FakeSlack:
         if not args.get("thread_ts"):
             return {"ok": False, "error": "invalid_arguments"}
         ts = self._next_ts()
-        self.messages[(args["channel"], ts)] = {"channel": args["channel"], "type": "message", "ts": ts,
-                                                "user": self.bot_user, "bot_id": self.bot_id,
-                                                "thread_ts": args["thread_ts"], "text": args.get("markdown_text") or "",
-                                                "blocks": [], "streaming": True}
+        self.messages[(args["channel"], ts)] = {
+            "channel": args["channel"],
+            "type": "message",
+            "ts": ts,
+            "user": self.bot_user,
+            "bot_id": self.bot_id,
+            "thread_ts": args["thread_ts"],
+            "text": args.get("markdown_text") or "",
+            "blocks": [],
+            "streaming": True,
+        }
         return {"ok": True, "channel": args["channel"], "ts": ts}
 
     def _m_chat_getPermalink(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -364,19 +371,47 @@ class EventSender:
         form = {"token": "legacy", "team_id": self.team, "channel_id": channel, "user_id": user,
                 "command": "/ask", "text": text, "response_url": response_url,
                 "trigger_id": f"trig{next(self._ids)}", "api_app_id": "A1"}
-        status, body, _ = await self.post_raw(urllib.parse.urlencode(form), "application/x-www-form-urlencoded")
+        status, body, _ = await self.post_raw(
+            urllib.parse.urlencode(form), "application/x-www-form-urlencoded"
+        )
         return status, body
 
-    async def block_action(self, action_id: str, value: str, *, channel: str = "C1", user: str = "U1",
-                           message_ts: str = "", action_type: str = "button", thread_ts: str | None = None) -> int:
+    async def block_action(
+        self,
+        action_id: str,
+        value: str,
+        *,
+        channel: str = "C1",
+        user: str = "U1",
+        message_ts: str = "",
+        action_type: str = "button",
+        thread_ts: str | None = None,
+    ) -> int:
         """A click on a button of one of evident's messages, as Slack posts it (form field ``payload``)."""
-        payload = {"type": "block_actions", "team": {"id": self.team}, "user": {"id": user},
-                   "api_app_id": "A1", "token": "legacy", "trigger_id": f"trig{next(self._ids)}",
-                   "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
-                   "channel": {"id": channel},
-                   "message": {"ts": message_ts, "type": "message", **({"thread_ts": thread_ts} if thread_ts else {})},
-                   "actions": [{"type": action_type, "action_id": action_id, "block_id": "b1", "value": value,
-                                "action_ts": str(time.time())}]}
+        payload = {
+            "type": "block_actions",
+            "team": {"id": self.team},
+            "user": {"id": user},
+            "api_app_id": "A1",
+            "token": "legacy",
+            "trigger_id": f"trig{next(self._ids)}",
+            "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
+            "channel": {"id": channel},
+            "message": {
+                "ts": message_ts,
+                "type": "message",
+                **({"thread_ts": thread_ts} if thread_ts else {}),
+            },
+            "actions": [
+                {
+                    "type": action_type,
+                    "action_id": action_id,
+                    "block_id": "b1",
+                    "value": value,
+                    "action_ts": str(time.time()),
+                }
+            ],
+        }
         body = urllib.parse.urlencode({"payload": json.dumps(payload)})
         status, _, _ = await self.post_raw(body, "application/x-www-form-urlencoded")
         return status
@@ -495,10 +530,14 @@ class MemoryStore:
 
 
 def default_answer(question: str) -> Answer:
-    return Answer(text=f"To {question.lower()}, open the VPN portal [1] and follow the guide [2].",
-                  citations=[Citation(1, "https://wiki.example.com/pages/1", "VPN access", "IT", ("e1",)),
-                             Citation(2, "https://wiki.example.com/pages/2", "Remote work guide", "HR", ("e2",))],
-                  model="fake")
+    return Answer(
+        text=f"To {question.lower()}, open the VPN portal [1] and follow the guide [2].",
+        citations=[
+            Citation(1, "https://wiki.example.com/pages/1", "VPN access", "IT", ("e1",)),
+            Citation(2, "https://wiki.example.com/pages/2", "Remote work guide", "HR", ("e2",)),
+        ],
+        model="fake",
+    )
 
 
 @dataclass
@@ -553,10 +592,18 @@ class FakeEngine:
         followup = bool(previous) or bool(history)
         completed = f"{question} (regarding: {previous[-1].question})" if previous else question
         answer = self.answer_for(question)
-        turn_id = await self.store.add_turn(TurnRecord(conversation_key=conversation_key, question=question,
-                                                       user_id=user_id, completed_question=completed,
-                                                       answer=answer.text, citations=tuple(answer.citations),
-                                                       out_of_scope=answer.out_of_scope, error=self.error_text))
+        turn_id = await self.store.add_turn(
+            TurnRecord(
+                conversation_key=conversation_key,
+                question=question,
+                user_id=user_id,
+                completed_question=completed,
+                answer=answer.text,
+                citations=tuple(answer.citations),
+                out_of_scope=answer.out_of_scope,
+                error=self.error_text,
+            )
+        )
         return TurnResult(turn_id, answer, completed, followup, self.error_text)
 
     async def followups(self, result: TurnResult) -> list[str]:
@@ -603,7 +650,8 @@ class EventsServer:
 def run_bot(settings: Any, engine: Any, *, client: Any, stop: asyncio.Event | None = None,
             host: str = "127.0.0.1", drain_timeout_s: float | None = None, routes: Any = None,
             checks: dict[str, Any] | None = None, metrics: Any = None) -> Any:
-    """Slack alone, as `evident serve` runs it: ``serve_platforms`` with the health routes on the shared server
+    """Slack alone, as `evident serve` runs it: ``serve_platforms`` with the health routes on the shared
+    server
     (``EVIDENT_HTTP_PORT``), draining for ``EVIDENT_SHUTDOWN_TIMEOUT_S`` unless told otherwise."""
     from bot.core.health import add_health_routes
     from bot.slack.platform import SlackPlatform

@@ -177,8 +177,15 @@ class FakeConnector(_Server):
         refused = await self._auth(request)
         if refused is not None:
             return refused
-        self.posted.append(Posted("PUT", request.match_info["cid"], request.match_info["aid"], await request.json(),
-                                  request.match_info["aid"]))
+        self.posted.append(
+            Posted(
+                "PUT",
+                request.match_info["cid"],
+                request.match_info["aid"],
+                await request.json(),
+                request.match_info["aid"],
+            )
+        )
         self._changed.set()
         return web.json_response({"id": request.match_info["aid"]})
 
@@ -216,7 +223,9 @@ class ActivitySender:
         if self._session is not None:
             await self._session.close()
 
-    def _base(self, kind: str, conversation: dict[str, Any], *, user: str = "aad-user-1", **extra: Any) -> dict[str, Any]:
+    def _base(
+        self, kind: str, conversation: dict[str, Any], *, user: str = "aad-user-1", **extra: Any
+    ) -> dict[str, Any]:
         return {"type": kind, "id": f"act-{next(self._ids)}", "timestamp": "2026-11-23T08:00:00Z",
                 "serviceUrl": self.service_url, "channelId": "msteams",
                 "from": {"id": f"29:{user}", "aadObjectId": user, "name": "Ann"},
@@ -224,21 +233,38 @@ class ActivitySender:
 
     def channel_mention(self, text: str, *, channel: str = "19:eng@thread.tacv2", root: str | None = None,
                         **extra: Any) -> dict[str, Any]:
-        act = self._base("message", {}, text=f"<at>evident</at> {text}",
-                         entities=[{"type": "mention", "text": "<at>evident</at>",
-                                    "mentioned": {"id": BOT_ID, "name": "evident"}}],
-                         channelData={"channel": {"id": channel}, "team": {"id": "19:team"}, "tenant": {"id": TENANT}},
-                         **extra)
-        act["conversation"] = {"id": f"{channel};messageid={root or act['id']}", "conversationType": "channel",
-                               "tenantId": TENANT, "isGroup": True}
+        act = self._base(
+            "message",
+            {},
+            text=f"<at>evident</at> {text}",
+            entities=[
+                {
+                    "type": "mention",
+                    "text": "<at>evident</at>",
+                    "mentioned": {"id": BOT_ID, "name": "evident"},
+                }
+            ],
+            channelData={"channel": {"id": channel}, "team": {"id": "19:team"}, "tenant": {"id": TENANT}},
+            **extra,
+        )
+        act["conversation"] = {
+            "id": f"{channel};messageid={root or act['id']}",
+            "conversationType": "channel",
+            "tenantId": TENANT,
+            "isGroup": True,
+        }
         return act
 
-    def channel_reply(self, text: str, *, channel: str = "19:eng@thread.tacv2", root: str, **extra: Any) -> dict[str, Any]:
+    def channel_reply(
+        self, text: str, *, channel: str = "19:eng@thread.tacv2", root: str, **extra: Any
+    ) -> dict[str, Any]:
         return self._base("message", {"id": f"{channel};messageid={root}", "conversationType": "channel",
                                       "tenantId": TENANT}, text=text,
                           channelData={"channel": {"id": channel}, "tenant": {"id": TENANT}}, **extra)
 
-    def personal(self, text: str, *, chat: str = "a:personal-chat-1", user: str = "aad-user-1") -> dict[str, Any]:
+    def personal(
+        self, text: str, *, chat: str = "a:personal-chat-1", user: str = "aad-user-1"
+    ) -> dict[str, Any]:
         return self._base("message", {"id": chat, "conversationType": "personal", "tenantId": TENANT},
                           user=user, text=text, channelData={"tenant": {"id": TENANT}})
 
@@ -261,7 +287,9 @@ class ActivitySender:
         return self._base("message", {"id": conversation_id, "tenantId": TENANT}, replyToId=reply_to,
                           value={"action": "evident.explain", "turn": turn})
 
-    def feedback(self, conversation_id: str, reply_to: str, reaction: str, text: str | None = None) -> dict[str, Any]:
+    def feedback(
+        self, conversation_id: str, reply_to: str, reaction: str, text: str | None = None
+    ) -> dict[str, Any]:
         action: dict[str, Any] = {"reaction": reaction}
         if text is not None:
             action["feedback"] = json.dumps({"feedbackText": text})

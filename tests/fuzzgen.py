@@ -58,18 +58,31 @@ class _Gen:
         choices = [
             lambda: f"<p>{self.words(12)} {c} {self.words(6)}.</p>",
             lambda: f"<h2>{c} {self.words(2)}</h2><p>{self.words(20)}</p>",
-            lambda: f"<ul><li>{self.words(4)}<ul><li>{c} {self.words(3)}</li></ul></li><li>{self.words(5)}</li></ul>",
-            lambda: (f"<table><tbody><tr><th>Name</th><th>Task</th></tr><tr><td rowspan=\"2\">{self.words(1)}</td>"
-                     f"<td>{c}</td></tr><tr><td>{self.words(3)}</td></tr></tbody></table>"),
-            lambda: (f'<ac:structured-macro ac:name="info"><ac:parameter ac:name="title">{self.words(2)}'
-                     f"</ac:parameter><ac:rich-text-body><p>{c} {self.words(8)}</p></ac:rich-text-body>"
-                     "</ac:structured-macro>"),
-            lambda: (f'<ac:structured-macro ac:name="code"><ac:plain-text-body><![CDATA[if a < b && {c}:\n'
-                     f"    run()]]></ac:plain-text-body></ac:structured-macro>"),
-            lambda: (f"<ac:task-list><ac:task><ac:task-id>1</ac:task-id><ac:task-status>complete</ac:task-status>"
-                     f"<ac:task-body>{c} {self.words(3)}</ac:task-body></ac:task></ac:task-list>"),
-            lambda: f'<p><ac:link><ri:page ri:content-title="{self.words(2)}"/><ac:plain-text-link-body>'
-                    f"<![CDATA[{c}]]></ac:plain-text-link-body></ac:link> {self.words(4)}</p>",
+            lambda: (
+                f"<ul><li>{self.words(4)}<ul><li>{c} "
+                f"{self.words(3)}</li></ul></li><li>{self.words(5)}</li></ul>"
+            ),
+            lambda: (
+                f'<table><tbody><tr><th>Name</th><th>Task</th></tr><tr><td rowspan="2">{self.words(1)}</td>'
+                f"<td>{c}</td></tr><tr><td>{self.words(3)}</td></tr></tbody></table>"
+            ),
+            lambda: (
+                f'<ac:structured-macro ac:name="info"><ac:parameter ac:name="title">{self.words(2)}'
+                f"</ac:parameter><ac:rich-text-body><p>{c} {self.words(8)}</p></ac:rich-text-body>"
+                "</ac:structured-macro>"
+            ),
+            lambda: (
+                f'<ac:structured-macro ac:name="code"><ac:plain-text-body><![CDATA[if a < b && {c}:\n'
+                f"    run()]]></ac:plain-text-body></ac:structured-macro>"
+            ),
+            lambda: (
+                f"<ac:task-list><ac:task><ac:task-id>1</ac:task-id><ac:task-status>complete</ac:task-status>"
+                f"<ac:task-body>{c} {self.words(3)}</ac:task-body></ac:task></ac:task-list>"
+            ),
+            lambda: (
+                f'<p><ac:link><ri:page ri:content-title="{self.words(2)}"/><ac:plain-text-link-body>'
+                f"<![CDATA[{c}]]></ac:plain-text-link-body></ac:link> {self.words(4)}</p>"
+            ),
         ]
         return self.rng.choice(choices[:4] if rendered else choices)()
 
@@ -106,7 +119,9 @@ class _Gen:
         for r in range(self.rng.randint(5, 60)):
             span = self.rng.choice(["1000", "99999", "-5", "abc", "0", "3", ""])
             text = self.words(self.rng.randint(5, 60))
-            cell = f'<td rowspan="{span}" colspan="{self.rng.choice(["1000", "70000", "2", "x"])}">{text}</td>'
+            cell = (
+                f'<td rowspan="{span}" colspan="{self.rng.choice(["1000", "70000", "2", "x"])}">{text}</td>'
+            )
             rows.append(f"<tr>{cell}<td>{self.canary() if r % 7 == 0 else self.words(2)}</td></tr>")
         return "<table><tbody><tr><th>A</th><th>B</th></tr>" + "".join(rows) + "</tbody></table>"
 
@@ -120,7 +135,9 @@ class _Gen:
     def wide_table(self) -> str:
         cols = self.rng.choice([200, 400])
         head = "".join(f"<th>h{i}</th>" for i in range(cols))
-        row = "".join(f"<td>{self.canary() if i in (0, cols - 1) else self.words(1)}</td>" for i in range(cols))
+        row = "".join(
+            f"<td>{self.canary() if i in (0, cols - 1) else self.words(1)}</td>" for i in range(cols)
+        )
         return f"<table><tbody><tr>{head}</tr><tr>{row}</tr></tbody></table>"
 
     def quadratic_list(self) -> str:
@@ -200,16 +217,31 @@ def _flood(gen: _Gen, i: int) -> Case:
 
 
 def _too_large(gen: _Gen, i: int) -> Case:
-    body = "<p>" + gen.words(10) + "</p>" + "<p>" + "x" * 100 + "</p>" * 1 + ("<p>" + "y" * 5000 + "</p>") * 900
+    body = (
+        "<p>" + gen.words(10) + "</p>" + "<p>" + "x" * 100 + "</p>" * 1 + ("<p>" + "y" * 5000 + "</p>") * 900
+    )
     gen.canaries.clear()
     return _with(gen, i, "too-large", body, expect="report")
 
 
 def _wrong_types(gen: _Gen, i: int) -> Case:
-    field_, value = gen.rng.choice([("ancestors", 7), ("labels", 3), ("id", [1, 2]), ("id", True), ("id", 1.5),
-                                    ("title", 12), ("space", None), ("version", "abc"), ("version", -1),
-                                    ("content", ["<p>x</p>"]), ("content", {"no": "storage"}),
-                                    ("ancestors", [{"id": 1}]), ("date", 20240101)])
+    field_, value = gen.rng.choice(
+        [
+            ("ancestors", 7),
+            ("labels", 3),
+            ("id", [1, 2]),
+            ("id", True),
+            ("id", 1.5),
+            ("title", 12),
+            ("space", None),
+            ("version", "abc"),
+            ("version", -1),
+            ("content", ["<p>x</p>"]),
+            ("content", {"no": "storage"}),
+            ("ancestors", [{"id": 1}]),
+            ("date", 20240101),
+        ]
+    )
     record = _page(f"fz-{i}", f"Page {i}", gen.body(2))
     record[field_] = value
     gen.canaries.clear()
@@ -232,8 +264,14 @@ def _json_pathology(gen: _Gen, i: int) -> Case:
     elif kind == "empty":
         data = b""
     else:
-        return Case(f"{i:05d}-json-bom.json", b"\xef\xbb\xbf" + _json(page), "json", list(gen.canaries), "index",
-                    f"fz-{i}")
+        return Case(
+            f"{i:05d}-json-bom.json",
+            b"\xef\xbb\xbf" + _json(page),
+            "json",
+            list(gen.canaries),
+            "index",
+            f"fz-{i}",
+        )
     gen.canaries.clear()
     return Case(f"{i:05d}-json-{kind}.json", data, "json", [], "report", None)
 
@@ -241,14 +279,22 @@ def _json_pathology(gen: _Gen, i: int) -> Case:
 def _rest_shapes(gen: _Gen, i: int) -> Case:
     body = gen.body(3)
     if gen.rng.random() < 0.5:
-        record: dict[str, Any] = {"id": 9_000_000 + i, "type": "page", "title": f"REST {i}",
-                                  "space": {"key": "FUZZ"}, "body": {"storage": {"value": body}},
-                                  "version": {"number": 3, "when": "2025-01-02T03:04:05.000Z"},
-                                  "_links": {"webui": f"/spaces/FUZZ/pages/{9_000_000 + i}", "base": "https://w.example/wiki"},
-                                  "ancestors": [{"title": "Home"}], "metadata": {"labels": {"results": [{"name": "x"}]}}}
+        record: dict[str, Any] = {
+            "id": 9_000_000 + i,
+            "type": "page",
+            "title": f"REST {i}",
+            "space": {"key": "FUZZ"},
+            "body": {"storage": {"value": body}},
+            "version": {"number": 3, "when": "2025-01-02T03:04:05.000Z"},
+            "_links": {"webui": f"/spaces/FUZZ/pages/{9_000_000 + i}", "base": "https://w.example/wiki"},
+            "ancestors": [{"title": "Home"}],
+            "metadata": {"labels": {"results": [{"name": "x"}]}},
+        }
         pid = str(9_000_000 + i)
     else:
-        record = _page(f"fz-{i}", f"REST content {i}", {"storage": {"value": body, "representation": "storage"}})
+        record = _page(
+            f"fz-{i}", f"REST content {i}", {"storage": {"value": body, "representation": "storage"}}
+        )
         pid = f"fz-{i}"
     return Case(f"{i:05d}-rest.json", _json(record), "rest", list(gen.canaries), "index", pid)
 
@@ -375,5 +421,7 @@ async def _consistency(index: EdgeIndex) -> list[str]:
         versions.setdefault(point.evidence.page_id, set()).add(point.page_hash)
         positions.setdefault(point.evidence.page_id, []).append(point.evidence.position)
     problems += [f"page {pid} has {len(v)} versions live" for pid, v in versions.items() if len(v) > 1]
-    problems += [f"page {pid} repeats evidence positions" for pid, p in positions.items() if len(p) != len(set(p))]
+    problems += [
+        f"page {pid} repeats evidence positions" for pid, p in positions.items() if len(p) != len(set(p))
+    ]
     return problems

@@ -100,7 +100,9 @@ def build_sample_index(index_dir: Path) -> IngestReport:
     return asyncio.run(go())
 
 
-async def open_copy(template: Path, dest: Path, embedder: HashEmbedder | None = None) -> tuple[EdgeIndex, HashEmbedder]:
+async def open_copy(
+    template: Path, dest: Path, embedder: HashEmbedder | None = None
+) -> tuple[EdgeIndex, HashEmbedder]:
     """Copy a built index directory and open the copy (each test may write to its own)."""
     copy_sparse(template, dest)
     embedder = embedder or HashEmbedder()
@@ -150,8 +152,15 @@ class EngineParts:
 
 def make_llm(base_url: str, *, max_retries: int = 2, timeout_s: float = 5.0) -> OpenAILLM:
     """The real client against a local stub; fast backoff so retry tests stay quick."""
-    return OpenAILLM(base_url=base_url, api_key="k", models={"default": "stub-model"}, max_retries=max_retries,
-                     timeout_s=timeout_s, backoff_base_s=0.01, backoff_max_s=0.05)
+    return OpenAILLM(
+        base_url=base_url,
+        api_key="k",
+        models={"default": "stub-model"},
+        max_retries=max_retries,
+        timeout_s=timeout_s,
+        backoff_base_s=0.01,
+        backoff_max_s=0.05,
+    )
 
 
 def production_settings(**flat: Any) -> Settings:
@@ -164,14 +173,28 @@ def options(**flat: Any) -> EngineOptions:
     return engine_options(production_settings(**flat))
 
 
-def make_engine(index: EdgeIndex, embedder: HashEmbedder, store_path: Path, *, llm: OpenAILLM | None = None,
-                options: EngineOptions | None = None, retrieval: RetrievalSettings | None = None) -> EngineParts:
+def make_engine(
+    index: EdgeIndex,
+    embedder: HashEmbedder,
+    store_path: Path,
+    *,
+    llm: OpenAILLM | None = None,
+    options: EngineOptions | None = None,
+    retrieval: RetrievalSettings | None = None,
+) -> EngineParts:
     """The engine as production composes it (its defaults: ``production_settings()``) over test parts."""
     store = Store(store_path)
     defaults = production_settings()
-    engine = Engine(index=index, embedder=embedder, sparse=Bm25Encoder(), store=store, prompts=PromptLibrary(),
-                    retrieval=retrieval or defaults.retrieval, llm=llm,
-                    options=options or engine_options(defaults))
+    engine = Engine(
+        index=index,
+        embedder=embedder,
+        sparse=Bm25Encoder(),
+        store=store,
+        prompts=PromptLibrary(),
+        retrieval=retrieval or defaults.retrieval,
+        llm=llm,
+        options=options or engine_options(defaults),
+    )
     return EngineParts(engine, index, store, embedder, llm)
 
 
@@ -188,7 +211,9 @@ def invoke_cli(data_dir: Path, *args: str, env: dict[str, str] | None = None):  
 
     from evident.cli import main
 
-    return CliRunner().invoke(main, list(args), env={**CLI_ISOLATE, "EVIDENT_DATA_DIR": str(data_dir), **(env or {})})
+    return CliRunner().invoke(
+        main, list(args), env={**CLI_ISOLATE, "EVIDENT_DATA_DIR": str(data_dir), **(env or {})}
+    )
 
 
 @dataclass(frozen=True)

@@ -56,15 +56,28 @@ def make_point(
     kind: str = "passage",
 ) -> IndexPoint:
     ev = Evidence(
-        id=evidence_id(page_id, position), page_id=page_id, title=f"Title {page_id}", url=f"https://wiki/{page_id}",
-        space=space, kind=kind, position=position, text=text, headings=("H1", "H2"), before="b", after="a",  # type: ignore[arg-type]
-        breadcrumb=("Root",), table_index=1 if kind in ("table", "row") else None,
+        id=evidence_id(page_id, position),
+        page_id=page_id,
+        title=f"Title {page_id}",
+        url=f"https://wiki/{page_id}",
+        space=space,
+        kind=kind,
+        position=position,
+        text=text,
+        headings=("H1", "H2"),
+        before="b",
+        after="a",  # type: ignore[arg-type]
+        breadcrumb=("Root",),
+        table_index=1 if kind in ("table", "row") else None,
         row_index=position + 1 if kind == "row" else None,
     )
     terms = sparse or {99: 1.0}
     return IndexPoint(
-        evidence=ev, content=f"ctx: {text}", dense=vector_with_cosine(cosine, seed=zlib.crc32(f"{page_id}#{position}".encode())),
-        sparse=SparseVector(tuple(terms), tuple(terms.values())), page_hash=page_hash,
+        evidence=ev,
+        content=f"ctx: {text}",
+        dense=vector_with_cosine(cosine, seed=zlib.crc32(f"{page_id}#{position}".encode())),
+        sparse=SparseVector(tuple(terms), tuple(terms.values())),
+        page_hash=page_hash,
     )
 
 
@@ -174,9 +187,12 @@ class IndexContract:
 
     @pytest.mark.parametrize(
         ("embedder", "dim", "fragment"),
-        [("other-model", DIM, "this run uses 'other-model' (dim 16)"), (EMBEDDER, 32, f"this run uses '{EMBEDDER}' (dim 32)")],
+        [("other-model", DIM, "this run uses 'other-model' (dim 16)"),
+         (EMBEDDER, 32, f"this run uses '{EMBEDDER}' (dim 32)")],
     )
-    async def test_other_embedder_or_dim_is_refused(self, tmp_path: Path, embedder: str, dim: int, fragment: str) -> None:
+    async def test_other_embedder_or_dim_is_refused(
+        self, tmp_path: Path, embedder: str, dim: int, fragment: str
+    ) -> None:
         idx = self.make_index(tmp_path)
         await idx.open(dense_dim=DIM, embedder=EMBEDDER)
         await idx.close()
@@ -208,13 +224,20 @@ class IndexContract:
 
     @pytest.mark.parametrize("idf", [True, False])
     async def test_learned_sparse_weights_get_no_idf(self, tmp_path: Path, idf: bool) -> None:
-        """bge-m3's sparse weights already encode importance: with ``sparse_idf`` False, scores are raw dot products."""
+        """bge-m3's sparse weights already encode importance: with ``sparse_idf`` False, scores are raw dot
+        products."""
         idx = self.make_index(tmp_path)
         await idx.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"sparse": "s", "sparse_idf": idf})
         try:
-            await idx.replace_page("P", "h", [make_point("P", i, "h", f"t{i}", sparse={5: 0.5, 6: 1.0}) for i in range(4)]
-                                   + [make_point("P", 9, "h", "rare", sparse={6: 1.0, 8: 2.0})])
-            hits = await idx.search(SearchRequest(dense=None, sparse=SparseVector((8,), (1.5,)), mode="lexical"))
+            await idx.replace_page(
+                "P",
+                "h",
+                [make_point("P", i, "h", f"t{i}", sparse={5: 0.5, 6: 1.0}) for i in range(4)]
+                + [make_point("P", 9, "h", "rare", sparse={6: 1.0, 8: 2.0})],
+            )
+            hits = await idx.search(
+                SearchRequest(dense=None, sparse=SparseVector((8,), (1.5,)), mode="lexical")
+            )
             assert [h.evidence.text for h in hits] == ["rare"]
             if idf:
                 assert hits[0].score != pytest.approx(3.0)  # term 8 is rare: IDF scales it
@@ -239,7 +262,9 @@ class IndexContract:
     # ------------------------------------------------------------------ writes
 
     async def test_upsert_count_stats(self, corpus_index: Any) -> None:
-        await corpus_index.replace_page("T", "hash-T", [make_point("T", i, "hash-T", f"row {i}", kind="row") for i in range(3)])
+        await corpus_index.replace_page(
+            "T", "hash-T", [make_point("T", i, "hash-T", f"row {i}", kind="row") for i in range(3)]
+        )
         assert await corpus_index.count() == 9
         stats = await corpus_index.stats()
         assert stats["points"] == 9 and stats["pages"] == 7
@@ -251,7 +276,9 @@ class IndexContract:
         await index.replace_page("T", "hash-T", [p])
         [ev] = await index.get([p.evidence.id])
         assert ev == p.evidence
-        [hit] = await index.search(SearchRequest(dense=None, sparse=SparseVector((5,), (1.0,)), mode="lexical"))
+        [hit] = await index.search(
+            SearchRequest(dense=None, sparse=SparseVector((5,), (1.0,)), mode="lexical")
+        )
         assert hit.evidence == p.evidence and hit.content == p.content and hit.rank == 1
 
     async def test_replace_page_swaps_the_whole_version(self, index: Any) -> None:
@@ -260,7 +287,9 @@ class IndexContract:
         await index.replace_page("P", "hash-v2", page_version("P", "v2", 2))
         assert await index.count() == 3
         assert await index.page_hashes() == {"P": "hash-v2", "Q": "hash-q"}
-        hits = await index.search(SearchRequest(dense=None, sparse=SparseVector((7,), (1.0,)), mode="lexical", limit=20))
+        hits = await index.search(
+            SearchRequest(dense=None, sparse=SparseVector((7,), (1.0,)), mode="lexical", limit=20)
+        )
         assert sorted(h.evidence.text for h in hits) == ["q 0", "v2 0", "v2 1"]
         # position 2 existed only in v1: gone
         assert await index.get([evidence_id("P", 2)]) == []
@@ -290,7 +319,9 @@ class IndexContract:
             await index.replace_page("P", "hash-v2", page_version("P", "v1", 1))
         with pytest.raises(IndexError_, match="expects 16"):
             bad = page_version("P", "v1", 1)[0]
-            await index.replace_page("P", "hash-v1", [IndexPoint(bad.evidence, "", (1.0, 0.0), bad.sparse, "hash-v1")])
+            await index.replace_page(
+                "P", "hash-v1", [IndexPoint(bad.evidence, "", (1.0, 0.0), bad.sparse, "hash-v1")]
+            )
         assert await index.count() == 0
 
     # ------------------------------------------------------------------ reads
@@ -304,7 +335,9 @@ class IndexContract:
     async def test_lexical_dense_hybrid_orders(self, corpus_index: Any) -> None:
         lex = await corpus_index.search(SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical"))
         dense = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense"))
-        hybrid = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode="hybrid"))
+        hybrid = await corpus_index.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode="hybrid")
+        )
         assert names(lex) == LEXICAL_ORDER
         assert names(dense) == DENSE_ORDER
         assert names(hybrid) == HYBRID_ORDER
@@ -319,11 +352,16 @@ class IndexContract:
         req = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, lexical_k=1, dense_k=2, limit=10)
         # candidates: lexical {A}, dense {C, B} -> fused A(1/61), C(1/61), B(1/62)
         assert set(names(await corpus_index.search(req))) == {"A", "B", "C"}
-        assert len(await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, limit=2))) == 2
+        assert (
+            len(await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, limit=2)))
+            == 2
+        )
 
     async def test_weighted_rrf(self, corpus_index: Any) -> None:
         weights = (0.2, 1.0)
-        hybrid = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, weights=weights))
+        hybrid = await corpus_index.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, weights=weights)
+        )
         predicted = rrf_fuse([LEXICAL_ORDER, DENSE_ORDER], k=60, weights=weights)
         assert names(hybrid) == [n for n, _ in predicted]
         assert names(hybrid)[:2] == ["A", "B"]  # differs from the unweighted order
@@ -333,11 +371,17 @@ class IndexContract:
         """DBSF: the engine's order and scores are the client-side formula's, from each leg's own scores."""
         legs = []
         for mode in ("lexical", "dense"):
-            hits = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode=mode,
-                                                           lexical_k=4, dense_k=6, limit=6))
+            hits = await corpus_index.search(
+                SearchRequest(
+                    dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode=mode, lexical_k=4, dense_k=6, limit=6
+                )
+            )
             legs.append([(h.evidence.page_id, h.score) for h in hits])
-        pooled = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, fusion="dbsf",
-                                                         lexical_k=4, dense_k=6, limit=6))
+        pooled = await corpus_index.search(
+            SearchRequest(
+                dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, fusion="dbsf", lexical_k=4, dense_k=6, limit=6
+            )
+        )
         predicted = dbsf_fuse(legs)
         assert [h.score for h in pooled] == pytest.approx([s for _, s in predicted], abs=1e-4)
         assert names(pooled)[0] == predicted[0][0]
@@ -352,15 +396,26 @@ class IndexContract:
 
     async def test_spaces_filter_applies_to_every_leg(self, corpus_index: Any) -> None:
         hr = ("HR",)
-        lex = await corpus_index.search(SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical", spaces=hr))
-        dense = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", spaces=hr))
+        lex = await corpus_index.search(
+            SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical", spaces=hr)
+        )
+        dense = await corpus_index.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", spaces=hr)
+        )
         hybrid = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=hr))
         assert names(lex) == ["D", "E"]
         assert names(dense) == ["D", "E", "F"]
         assert names(hybrid) == ["D", "E", "F"]
-        both = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=("HR", "ENG")))
+        both = await corpus_index.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=("HR", "ENG"))
+        )
         assert names(both) == HYBRID_ORDER
-        assert await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=("NONE",))) == []
+        assert (
+            await corpus_index.search(
+                SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=("NONE",))
+            )
+            == []
+        )
 
     async def test_empty_sparse_query_falls_back_to_dense_leg(self, corpus_index: Any) -> None:
         empty = SparseVector((), ())
@@ -384,9 +439,15 @@ class IndexContract:
         assert (await index.stats())["staged"] == (4 if self.streams_points else 0)  # leftovers are invisible
         assert await index.count() == 3
         assert await index.page_hashes() == {"P": "hash-v1"}
-        hits = await index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), limit=20))
+        hits = await index.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), limit=20)
+        )
         assert sorted(h.evidence.text for h in hits) == ["v1 0", "v1 1", "v1 2"]
-        assert [e.text for e in await index.get([evidence_id("P", i) for i in range(5)])] == ["v1 0", "v1 1", "v1 2"]
+        assert [e.text for e in await index.get([evidence_id("P", i) for i in range(5)])] == [
+            "v1 0",
+            "v1 1",
+            "v1 2",
+        ]
         await index.replace_page("P", "hash-v2", page_version("P", "v2", 5))
         assert await index.count() == 5
         assert (await index.stats())["staged"] == 0
@@ -411,7 +472,9 @@ class IndexContract:
         await index.replace_page("P", "hash-v1", page_version("P", "v1", 6))
         await index.replace_page("Q", "hash-q", page_version("Q", "q", 2))
         index.batch_size = 1  # many awaits inside the replace, so searches interleave with it
-        req = SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), limit=20, lexical_k=20, dense_k=20)
+        req = SearchRequest(
+            dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), limit=20, lexical_k=20, dense_k=20
+        )
         seen: list[set[str]] = []
 
         async def one_search() -> None:
@@ -423,7 +486,9 @@ class IndexContract:
                 await one_search()
                 await asyncio.sleep(0)
 
-        await asyncio.gather(searches(), searches(), index.replace_page("P", "hash-v2", page_version("P", "v2", 6)))
+        await asyncio.gather(
+            searches(), searches(), index.replace_page("P", "hash-v2", page_version("P", "v2", 6))
+        )
         assert all(len(versions) <= 1 for versions in seen), seen
         if self.gapless:
             assert all(len(versions) == 1 for versions in seen), seen

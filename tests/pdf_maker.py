@@ -1,4 +1,5 @@
-"""Documents for tests: hand-built PDFs (one page, Helvetica text, a valid xref) and Word files from python-docx."""
+"""Documents for tests: hand-built PDFs (one page, Helvetica text, a valid xref) and Word files from
+python-docx."""
 
 from __future__ import annotations
 

@@ -139,7 +139,9 @@ class StubLLMServer:
         if self.require_key is None:
             return None
         if request.headers.get("Authorization") != f"Bearer {self.require_key}":
-            return _error(401, "Incorrect API key provided.", type_="invalid_request_error", code="invalid_api_key")
+            return _error(
+                401, "Incorrect API key provided.", type_="invalid_request_error", code="invalid_api_key"
+            )
         return None
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -172,12 +174,19 @@ class StubLLMServer:
             return failure
         n = int(body.get("n") or 1)
         if n > 1 and not self.supports_n:
-            return _error(400, "Only n=1 is supported for this model.", type_="invalid_request_error", param="n")
+            return _error(
+                400, "Only n=1 is supported for this model.", type_="invalid_request_error", param="n"
+            )
         texts = self._texts(body, n)
         if body.get("stream"):
             return await self._stream(request, model, texts[0])
         choices = [
-            {"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None, "finish_reason": "stop"}
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": t},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
             for i, t in enumerate(texts)
         ]
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
@@ -200,8 +209,13 @@ class StubLLMServer:
         words = re.findall(r"\S+\s*", text) or [""]
         for i, word in enumerate(words):
             delta = {"role": "assistant", "content": word} if i == 0 else {"content": word}
-            chunk = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            chunk = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+            }
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if self.stream_delay:
                 await asyncio.sleep(self.stream_delay)
@@ -255,8 +269,12 @@ class StubLLMServer:
                 values.append(None if i == 0 and base == 0 else
                               self.copy_logprob if word in seen else self.novel_logprob)
                 seen.add(word)
-            logprobs = {"tokens": tokens, "text_offset": offsets, "token_logprobs": values,
-                        "top_logprobs": [None if v is None else {t: v} for t, v in zip(tokens, values, strict=True)]}
+            logprobs = {
+                "tokens": tokens,
+                "text_offset": offsets,
+                "token_logprobs": values,
+                "top_logprobs": [None if v is None else {t: v} for t, v in zip(tokens, values, strict=True)],
+            }
         return web.json_response({
             "id": f"cmpl-stub{next(self._ids)}",
             "object": "text_completion",

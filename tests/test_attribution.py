@@ -219,7 +219,9 @@ async def test_naive_uses_no_generation() -> None:
 
 
 async def test_page_groups_by_url() -> None:
-    hits = make_hits(("vpn-a", VPN, "it"), LUNCH, ("vpn-b", "Reminder emails come 7 days before expiry.", "it"))
+    hits = make_hits(
+        ("vpn-a", VPN, "it"), LUNCH, ("vpn-b", "Reminder emails come 7 days before expiry.", "it")
+    )
     gen = ScriptedGenerator(lambda ids: ANSWER if {"vpn-a", "vpn-b"} & ids else NO_ANSWER)
     result = await run("page", hits, gen)
     assert result.calls == 2
@@ -228,7 +230,9 @@ async def test_page_groups_by_url() -> None:
 
 
 async def test_citation_prior_breaks_ties_towards_cited_evidence() -> None:
-    hits = make_hits(("vpn-a", VPN, "it"), ("vpn-b", "Every 90 days the VPN credentials expire.", "sec"), LUNCH)
+    hits = make_hits(
+        ("vpn-a", VPN, "it"), ("vpn-b", "Every 90 days the VPN credentials expire.", "sec"), LUNCH
+    )
 
     def gen() -> ScriptedGenerator:
         return ScriptedGenerator(needs("vpn-a", "vpn-b"))
@@ -250,7 +254,9 @@ def test_cited_positions() -> None:
 
 
 async def test_sufficiency_boosts_clusters_that_reproduce_the_answer_alone() -> None:
-    hits = make_hits(("vpn-a", VPN, "it"), ("vpn-b", "Every 90 days the VPN credentials expire.", "sec"), LUNCH)
+    hits = make_hits(
+        ("vpn-a", VPN, "it"), ("vpn-b", "Every 90 days the VPN credentials expire.", "sec"), LUNCH
+    )
     gen = ScriptedGenerator(needs("vpn-a", "vpn-b"))
     result = await run("sufficiency", hits, gen, tau=0.9, boost=1.0)
     assert result.calls == 5 == len(gen.calls)  # 3 counterfactuals + 2 sufficiency checks
@@ -350,9 +356,20 @@ def table_hits() -> list[Hit]:
                         space="ENG", kind=kind, position=position, text=text,  # type: ignore[arg-type]
                         table_index=1, row_index=row)
 
-    evidence = [ev("row1", "row", ROW1, 2, 1), ev("table1", "table", f"{ROW1}\n{ROW2}", 1),
-                Evidence(id="lunch", page_id="food", title="Food", url="https://wiki.example/food", space="ENG",
-                         kind="passage", position=0, text=LUNCH[1])]
+    evidence = [
+        ev("row1", "row", ROW1, 2, 1),
+        ev("table1", "table", f"{ROW1}\n{ROW2}", 1),
+        Evidence(
+            id="lunch",
+            page_id="food",
+            title="Food",
+            url="https://wiki.example/food",
+            space="ENG",
+            kind="passage",
+            position=0,
+            text=LUNCH[1],
+        ),
+    ]
     return [Hit(evidence=e, score=1.0, rank=i + 1) for i, e in enumerate(evidence)]
 
 
@@ -362,14 +379,18 @@ def test_removing_a_row_cuts_it_out_of_its_table_too() -> None:
     hits = table_hits()
     rest = without(hits, [0])
     assert [h.evidence.id for h in rest] == ["table1", "lunch"]
-    assert rest[0].evidence.text == ROW2 and hits[1].evidence.text == f"{ROW1}\n{ROW2}"  # a copy; the hit is unchanged
+    # a copy; the hit is unchanged
+    assert rest[0].evidence.text == ROW2 and hits[1].evidence.text == f"{ROW1}\n{ROW2}"
     assert without(hits, [2])[1] is hits[1]  # removing something else leaves the table whole
-    other = Hit(evidence=Evidence(**{**hits[1].evidence.__dict__, "id": "t2", "table_index": 2}), score=1.0, rank=4)
+    other = Hit(
+        evidence=Evidence(**{**hits[1].evidence.__dict__, "id": "t2", "table_index": 2}), score=1.0, rank=4
+    )
     assert without([*hits, other], [0])[-1] is other  # another table of the page keeps its lines
 
 
 async def test_the_quoted_row_gets_the_credit_although_its_table_repeats_it() -> None:
-    """An answer quoting row 1: removing the row (and so its line in the table) changes it, nothing else does."""
+    """An answer quoting row 1: removing the row (and so its line in the table) changes it, nothing else
+    does."""
     calls: list[list[str]] = []
 
     async def quote(subset: Sequence[Hit], m: int) -> list[str]:
@@ -386,14 +407,24 @@ def test_flat_only_when_no_removal_changed_the_answer() -> None:
     from pipeline.attribution.types import ClusterAttribution, EvidenceRef
 
     def clusters(*pairs: tuple[float, float]) -> list[ClusterAttribution]:
-        return [ClusterAttribution(cluster_id=i, members=[EvidenceRef(f"e{i}", "T", "https://w.example", "passage",
-                                                                      i + 1)],
-                                   contribution=1 - sim, percent=pct, counterfactual_answers=["a"], similarities=[sim])
-                for i, (pct, sim) in enumerate(pairs)]
+        return [
+            ClusterAttribution(
+                cluster_id=i,
+                members=[EvidenceRef(f"e{i}", "T", "https://w.example", "passage", i + 1)],
+                contribution=1 - sim,
+                percent=pct,
+                counterfactual_answers=["a"],
+                similarities=[sim],
+            )
+            for i, (pct, sim) in enumerate(pairs)
+        ]
 
     two_quoted = clusters((17.0, 0.97), (15.2, 0.97), *[(8.475, 1.0)] * 8)  # the demo question's shape
-    assert not is_flat(AttributionResult(method="cfa_clusters", question="q", answer="a", clusters=two_quoted))
-    assert is_flat(AttributionResult(method="naive", question="q", answer="a", clusters=two_quoted))  # by entropy
+    assert not is_flat(
+        AttributionResult(method="cfa_clusters", question="q", answer="a", clusters=two_quoted)
+    )
+    # by entropy
+    assert is_flat(AttributionResult(method="naive", question="q", answer="a", clusters=two_quoted))
     unchanged = clusters((17.0, 0.99), (15.2, 0.99), *[(8.475, 1.0)] * 8)
     assert is_flat(AttributionResult(method="cfa_clusters", question="q", answer="a", clusters=unchanged))
 
@@ -403,8 +434,18 @@ def test_a_short_row_is_cut_as_a_whole_line_never_inside_other_rows() -> None:
     from pipeline.attribution.scoring import without
 
     def ev(eid: str, kind: str, text: str, row: int | None = None) -> Evidence:
-        return Evidence(id=eid, page_id="p", title="T", url="https://wiki.example/p", space="ENG",
-                        kind=kind, position=0, text=text, table_index=1, row_index=row)  # type: ignore[arg-type]
+        return Evidence(
+            id=eid,
+            page_id="p",
+            title="T",
+            url="https://wiki.example/p",
+            space="ENG",
+            kind=kind,
+            position=0,
+            text=text,
+            table_index=1,
+            row_index=row,
+        )  # type: ignore[arg-type]
 
     hits = [Hit(evidence=ev("r2", "row", "Yes", 2), score=1.0, rank=1),
             Hit(evidence=ev("t", "table", "Yes sir\nYes\nNo"), score=1.0, rank=2)]

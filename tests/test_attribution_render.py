@@ -1,4 +1,5 @@
-"""Rendering of attribution results: the platform-neutral view and plain text (Slack: test_slack_explanation.py)."""
+"""Rendering of attribution results: the platform-neutral view and plain text (Slack:
+test_slack_explanation.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,18 @@ def ref(rank: int, title: str, url: str) -> EvidenceRef:
     return EvidenceRef(evidence_id=f"e{rank}", title=title, url=url, kind="passage", rank=rank)
 
 
-def cluster(cid: int, percent: float, sim: float, *members: EvidenceRef, unknown: bool = False) -> ClusterAttribution:
-    return ClusterAttribution(cluster_id=cid, members=list(members), contribution=math.nan if unknown else 1 - sim,
-                              percent=percent, counterfactual_answers=[] if unknown else ["cf"],
-                              similarities=[] if unknown else [sim], unknown=unknown)
+def cluster(
+    cid: int, percent: float, sim: float, *members: EvidenceRef, unknown: bool = False
+) -> ClusterAttribution:
+    return ClusterAttribution(
+        cluster_id=cid,
+        members=list(members),
+        contribution=math.nan if unknown else 1 - sim,
+        percent=percent,
+        counterfactual_answers=[] if unknown else ["cf"],
+        similarities=[] if unknown else [sim],
+        unknown=unknown,
+    )
 
 
 def result(*clusters: ClusterAttribution, method: str = "cfa_clusters", failed: int = 0) -> AttributionResult:
@@ -38,8 +47,10 @@ PEAKED = result(
 
 def test_text_lists_clusters_with_reasons() -> None:
     lines = render_text(PEAKED).splitlines()
-    assert lines[0] == ("Attributed 67.3% to cluster 1 [Evidence 1, 2]: VPN policy (https://wiki.example/vpn) "
-                        "(+1 similar) — removing it changed the answer most (similarity 0.41)")
+    assert lines[0] == (
+        "Attributed 67.3% to cluster 1 [Evidence 1, 2]: VPN policy (https://wiki.example/vpn) "
+        "(+1 similar) — removing it changed the answer most (similarity 0.41)"
+    )
     assert lines[1] == ("Attributed 20.1% to [Evidence 3]: Security FAQ (https://wiki.example/faq) — "
                         "removing it changed the answer (similarity 0.80)")
     assert "essentially unchanged" in lines[2]
@@ -78,7 +89,10 @@ def test_max_clusters_and_empty() -> None:
     many = result(*(cluster(i, p, 0.5, ref(i, f"P{i}", f"https://w.example/{i}"))
                     for i, p in enumerate([60.0, 20.0, 10.0, 6.0, 4.0], start=1)))
     view = explanation_view(many, max_clusters=3)
-    assert [v.title for v in view.sources] == ["P1", "P2", "P3"] and (view.more, view.more_percent) == (2, 10.0)
+    assert [v.title for v in view.sources] == ["P1", "P2", "P3"] and (view.more, view.more_percent) == (
+        2,
+        10.0,
+    )
     assert render_text(many, max_clusters=2).splitlines()[-1] == "… and 3 more (20.0% in total)"
     assert render_text(result()) == "No evidence to attribute."
     assert explanation_view(result()).sources == []
@@ -94,8 +108,10 @@ def test_naive_and_method_specific_reasons() -> None:
     suff = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1")), method="sufficiency")
     suff.details["sufficiency"] = [{"cluster_id": 1, "similarity": 0.97, "sufficient": True, "answers": []}]
     assert "alone it reproduces the answer (similarity 0.97)" in explanation_view(suff).sources[0].reason
-    same_page = result(cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1"), ref(2, "A", "https://w.example/1")),
-                       method="page")
+    same_page = result(
+        cluster(1, 100.0, 0.4, ref(1, "A", "https://w.example/1"), ref(2, "A", "https://w.example/1")),
+        method="page",
+    )
     assert "(+1 more from this page)" in render_text(same_page)
 
 
@@ -103,13 +119,25 @@ def test_evidence_is_named_by_page_heading_and_row_with_its_first_words() -> Non
     from pipeline.attribution.scoring import evidence_label, evidence_quote
     from pipeline.types import Evidence
 
-    row = Evidence(id="r", page_id="p", title="RAG meeting October", url="u", space="S", kind="row", position=3,
-                   text="Row 2 in Table 1: Member is Bruno, and Task is Collect 50 real questions from the support "
-                        "team before the next meeting in November", headings=("Minutes", "Action items"),
-                   table_index=1, row_index=2)
+    row = Evidence(
+        id="r",
+        page_id="p",
+        title="RAG meeting October",
+        url="u",
+        space="S",
+        kind="row",
+        position=3,
+        text="Row 2 in Table 1: Member is Bruno, and Task is Collect 50 real questions from the support "
+        "team before the next meeting in November",
+        headings=("Minutes", "Action items"),
+        table_index=1,
+        row_index=2,
+    )
     assert evidence_label(row) == "RAG meeting October › Action items › row 2 of table 1"
     quote = evidence_quote(row)
-    assert quote.startswith("Member is Bruno, and Task is Collect") and quote.endswith("…") and len(quote) <= 91
+    assert (
+        quote.startswith("Member is Bruno, and Task is Collect") and quote.endswith("…") and len(quote) <= 91
+    )
     passage = Evidence(id="x", page_id="p", title="Runbook", url="u", space="S", kind="passage", position=1,
                        text="Deploys go out on Tuesdays.")
     assert (evidence_label(passage), evidence_quote(passage)) == ("Runbook", "Deploys go out on Tuesdays.")

@@ -57,7 +57,11 @@ def test_round_trip_restores_store_and_index(tmp_path: Path, live: tuple[Path, P
     manifest = backup(tmp_path / "bk", store_path=store, index_dir=index)
     assert (tmp_path / "bk" / MANIFEST).is_file()
     assert manifest.store.bytes > 0
-    assert {e.path for e in manifest.index} == {"config.json", "segments/0/vectors.bin", "segments/0/payload.json"}
+    assert {e.path for e in manifest.index} == {
+        "config.json",
+        "segments/0/vectors.bin",
+        "segments/0/payload.json",
+    }
     assert manifest.total_bytes == manifest.store.bytes + sum(e.bytes for e in manifest.index)
     assert Manifest.read(tmp_path / "bk" / MANIFEST) == manifest
 
@@ -137,7 +141,9 @@ def test_restore_removes_a_stale_wal(tmp_path: Path, live: tuple[Path, Path]) ->
     assert len(_rows(store)) == 50
 
 
-def test_backup_refuses_non_empty_destination_and_missing_inputs(tmp_path: Path, live: tuple[Path, Path]) -> None:
+def test_backup_refuses_non_empty_destination_and_missing_inputs(
+    tmp_path: Path, live: tuple[Path, Path]
+) -> None:
     store, index = live
     dest = tmp_path / "bk"
     dest.mkdir()
@@ -174,8 +180,18 @@ async def test_server_snapshot_is_recorded(tmp_path: Path, live: tuple[Path, Pat
 
     async def create(request: web.Request) -> web.Response:
         seen.append(f"{request.method} {request.path}")
-        return web.json_response({"result": {"name": "evident-2025.snapshot", "creation_time": "2025-01-01T00:00:00",
-                                             "size": 4096, "checksum": "abc123"}, "status": "ok", "time": 0.01})
+        return web.json_response(
+            {
+                "result": {
+                    "name": "evident-2025.snapshot",
+                    "creation_time": "2025-01-01T00:00:00",
+                    "size": 4096,
+                    "checksum": "abc123",
+                },
+                "status": "ok",
+                "time": 0.01,
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/collections/{name}/snapshots", create)
@@ -192,7 +208,11 @@ async def test_server_snapshot_is_recorded(tmp_path: Path, live: tuple[Path, Pat
     finally:
         await runner.cleanup()
     assert seen == ["POST /collections/evident/snapshots"]
-    assert manifest.qdrant_snapshot == {"collection": "evident", "name": "evident-2025.snapshot", "size": 4096,
-                                        "checksum": "abc123"}
+    assert manifest.qdrant_snapshot == {
+        "collection": "evident",
+        "name": "evident-2025.snapshot",
+        "size": 4096,
+        "checksum": "abc123",
+    }
     on_disk = json.loads((tmp_path / "bk" / MANIFEST).read_text())
     assert on_disk["qdrant_snapshot"]["name"] == "evident-2025.snapshot"

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 from fake_slack import SIGNING_SECRET, EventSender, EventsServer, FakeSlack
-from helpers import RAG_MEETING_URL, EngineParts, make_engine, make_llm, open_copy, sample_index_fixture  # noqa: F401
+from helpers import (
+    RAG_MEETING_URL,
+    EngineParts,
+    make_engine,
+    make_llm,
+    open_copy,
+    sample_index_fixture,  # noqa: F401
+)
 from slack_sdk.web.async_client import AsyncWebClient
 from stub_llm import StubLLMServer
 
@@ -79,7 +86,12 @@ async def make_harness(sample_index_template: Path, tmp_path: Path) -> AsyncIter
         parts = make_engine(index, embedder, tmp_path / "evident.db", llm=make_llm(llm_url, max_retries=0))
         settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_signing_secret=SIGNING_SECRET,
                                  slack_transport="http", http_port=0)
-        bot = build_bot(settings.slack, settings.chat, parts.engine, client=AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url))
+        bot = build_bot(
+            settings.slack,
+            settings.chat,
+            parts.engine,
+            client=AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url),
+        )
         transport = await EventsServer(bot.app).start()
         sender = await EventSender(f"http://127.0.0.1:{transport.port}/slack/events").__aenter__()
 
@@ -138,7 +150,9 @@ async def test_followup_without_mention_shows_the_completed_question(make_harnes
     assert f"Answering: _{REPHRASED}_" in text
     assert f"Bruno collects 50 real questions from the support team <{RAG_MEETING_URL}|[1]>." in text
     rephrase = [r for r in stub.requests if _is_rephrase(r)]
-    assert len(rephrase) == 1 and "User: What is Alice's todo from the RAG meeting in October?" in _user(rephrase[0])
+    assert len(rephrase) == 1 and "User: What is Alice's todo from the RAG meeting in October?" in _user(
+        rephrase[0]
+    )
     assert [t.turn_no for t in await h.parts.store.history(f"T1:C1:{first['ts']}")] == [1, 2]
 
 

@@ -68,8 +68,14 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
         engine = engine or FakeEngine()
         engine.store = store = await Store.open(tmp_path / f"evident-{len(cleanups)}.db")
         # suggestions add a chat.update after each answer; only the test of them turns them on
-        settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_signing_secret=SIGNING_SECRET,
-                                 slack_transport="http", http_port=0, **{"followup_suggestions": False, **overrides})
+        settings = Settings.load(
+            env={},
+            slack_bot_token=BOT_TOKEN,
+            slack_signing_secret=SIGNING_SECRET,
+            slack_transport="http",
+            http_port=0,
+            **{"followup_suggestions": False, **overrides},
+        )
         client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url)
         bot = build_bot(settings.slack, settings.chat, engine, client=client)
         transport = await EventsServer(bot.app).start()
@@ -109,7 +115,9 @@ async def test_mention_placeholder_then_answer_in_thread_with_links(h: Harness) 
     assert "[2] <https://wiki.example.com/pages/2|Remote work guide> · HR" in text
     assert "React with :explain: or :mag: to see why" in text
     (ask,) = h.engine.asks
-    assert ask.key == f"T1:C1:{ev['ts']}" and ask.question == "How do I get VPN access?" and ask.user_id == "U1"
+    assert (
+        ask.key == f"T1:C1:{ev['ts']}" and ask.question == "How do I get VPN access?" and ask.user_id == "U1"
+    )
     assert ask.spaces is None and ask.history is None
     assert await h.slack.wait_for(lambda: _slack_ts(h, 1)) == update["ts"]
 
@@ -261,7 +269,9 @@ async def test_own_and_other_bot_messages_and_edits_are_ignored(h: Harness) -> N
     ev, _ = await _answer_once(h)
     thread = ev["ts"]
     await h.send.event(h.send.message("my own answer", user=BOT_USER, thread_ts=thread))
-    await h.send.event(h.send.message("beep", thread_ts=thread, bot_id="B999", subtype="bot_message", user=None))
+    await h.send.event(
+        h.send.message("beep", thread_ts=thread, bot_id="B999", subtype="bot_message", user=None)
+    )
     await h.send.event(h.send.message("beep", thread_ts=thread, bot_id="B999", user="U9"))
     await h.send.event(h.send.message("edited", thread_ts=thread, subtype="message_changed"))
     await h.send.event(h.send.message("", thread_ts=thread, subtype="channel_join"))
@@ -279,8 +289,10 @@ async def test_other_bots_answered_when_ignore_bots_is_off(make_harness: Factory
 
 
 def _injecting_answer(question: str) -> Answer:
-    return Answer(text="Hi <!channel> & <@U1>, see [1]. <https://evil.example|click>",
-                  citations=[Citation(1, "https://wiki.example.com/x", "<!channel> & <@U1>", "<!here>", ("e",))])
+    return Answer(
+        text="Hi <!channel> & <@U1>, see [1]. <https://evil.example|click>",
+        citations=[Citation(1, "https://wiki.example.com/x", "<!channel> & <@U1>", "<!here>", ("e",))],
+    )
 
 
 async def test_mrkdwn_injection_is_escaped(make_harness: Factory) -> None:
@@ -351,14 +363,27 @@ async def test_feedback_and_explain_buttons_under_an_answer(h: Harness) -> None:
     assert feedback["type"] == "feedback_buttons" and explain["action_id"] == "evident_explain"
     turn_id = int(explain["value"])
     assert feedback["positive_button"]["value"] == f"up:{turn_id}"
-    assert await h.send.block_action("evident_feedback", f"down:{turn_id}", user="U7", action_type="feedback_buttons",
-                                     message_ts=update["ts"]) == 200
+    assert (
+        await h.send.block_action(
+            "evident_feedback",
+            f"down:{turn_id}",
+            user="U7",
+            action_type="feedback_buttons",
+            message_ts=update["ts"],
+        )
+        == 200
+    )
     assert await h.send.block_action("evident_explain", str(turn_id), message_ts=update["ts"]) == 200
-    assert await h.send.block_action("evident_explain", str(turn_id), channel="C2") == 200  # not where it was asked
+    # not where it was asked
+    assert await h.send.block_action("evident_explain", str(turn_id), channel="C2") == 200
     await h.settle()
     assert await h.engine.store.get_feedback(turn_id) == {"U7": -1}
     explanations = [m for m in h.slack.of("chat.postMessage") if "Why this answer?" in m.get("text", "")]
-    assert len(explanations) == 1 and explanations[0]["channel"] == "C1" and explanations[0]["thread_ts"] == ev["ts"]
+    assert (
+        len(explanations) == 1
+        and explanations[0]["channel"] == "C1"
+        and explanations[0]["thread_ts"] == ev["ts"]
+    )
     # a reaction after the button: the answer is already explained
     await h.send.event(h.send.reaction("mag", "C1", update["ts"]))
     await h.settle()
@@ -387,7 +412,10 @@ async def test_unmapped_channels_and_dms_get_the_default_scope(make_harness: Fac
     await h.send.event(h.send.mention("holidays?", channel="C1"))
     await h.send.event(h.send.message("laptop?", channel="D1", channel_type="im"))
     await h.answered(2)
-    assert {a.question: a.spaces for a in h.engine.asks} == {"holidays?": ("HR", "IT"), "laptop?": ("HR", "IT")}
+    assert {a.question: a.spaces for a in h.engine.asks} == {
+        "holidays?": ("HR", "IT"),
+        "laptop?": ("HR", "IT"),
+    }
 
 
 async def test_default_scope_none_answers_nothing_until_mapped(make_harness: Factory) -> None:
@@ -414,8 +442,11 @@ async def test_mention_in_unseen_thread_backfills_history(h: Harness) -> None:
     await h.send.event(ev)
     await h.answered()
     assert len(h.slack.of("conversations.replies")) == 3  # 5 messages, 2 per page
-    assert h.engine.asks[0].history == [("user", "Our VPN keeps dropping"), ("user", "Same here since Monday"),
-                                        ("user", "Ticket created")]
+    assert h.engine.asks[0].history == [
+        ("user", "Our VPN keeps dropping"),
+        ("user", "Same here since Monday"),
+        ("user", "Ticket created"),
+    ]
     assert h.engine.asks[0].key == f"T1:C1:{root}"
     assert h.slack.of("chat.postMessage")[0]["thread_ts"] == root
 

@@ -1,4 +1,5 @@
-"""Slack as `evident serve` runs it (``serve_platforms`` with a ``SlackPlatform``): Socket Mode over a real local
+"""Slack as `evident serve` runs it (``serve_platforms`` with a ``SlackPlatform``): Socket Mode over a real
+local
 websocket, the HTTP transport on the shared server, fail-fast start-up, shutdown."""
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ async def test_http_transport_via_run_bot(slack: FakeSlack) -> None:
                 await asyncio.sleep(0.01)
         body = urllib.parse.urlencode({"type": "url_verification", "challenge": "abc"})
         async with EventSender(f"{url}/slack/events") as send:
-            status, text, _ = await send.post_raw('{"type": "url_verification", "challenge": "abc", "token": "x"}',
-                                                  "application/json")
+            status, text, _ = await send.post_raw(
+                '{"type": "url_verification", "challenge": "abc", "token": "x"}', "application/json"
+            )
             assert status == 200 and "abc" in text
             status, _, _ = await send.post_raw(body, "application/json")
             assert status == 400  # not JSON
@@ -142,14 +144,17 @@ async def test_run_bot_reports_rejected_token(slack: FakeSlack) -> None:
 async def test_run_bot_stops_at_a_rejected_app_token_without_a_connect_loop(slack: FakeSlack) -> None:
     slack.fail_next("apps.connections.open", error="invalid_auth")
     settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
-    with pytest.raises(AuthError, match=r"Slack rejected SLACK_APP_TOKEN \(apps.connections.open: invalid_auth\)") as err:
+    with pytest.raises(
+        AuthError, match=r"Slack rejected SLACK_APP_TOKEN \(apps.connections.open: invalid_auth\)"
+    ) as err:
         await asyncio.wait_for(run_bot(settings, FakeEngine(), client=_client(slack)), 10)
     assert APP_TOKEN not in str(err.value)
     assert len(slack.of("apps.connections.open")) == 1  # one call, no retry loop
 
 
 async def test_stop_while_socket_mode_is_still_connecting_is_honoured(slack: FakeSlack) -> None:
-    slack.hang_from["apps.connections.open"] = 1  # the start-up check passes, the connect itself never answers
+    # the start-up check passes, the connect itself never answers
+    slack.hang_from["apps.connections.open"] = 1
     settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     stop = asyncio.Event()
     runner = asyncio.create_task(run_bot(settings, FakeEngine(), client=_client(slack), stop=stop))
@@ -164,7 +169,9 @@ async def test_socket_mode_link_is_a_readiness_check(slack: FakeSlack) -> None:
     settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
     checks: dict[str, Any] = {}
     stop = asyncio.Event()
-    runner = asyncio.create_task(run_bot(settings, FakeEngine(), client=_client(slack), stop=stop, checks=checks))
+    runner = asyncio.create_task(
+        run_bot(settings, FakeEngine(), client=_client(slack), stop=stop, checks=checks)
+    )
     await slack.wait_for(lambda: "slack" in checks and len(slack.of("apps.connections.open")) >= 2)
     for _ in range(50):  # the link comes up right after the connection URL is handed out
         try:
@@ -233,8 +240,14 @@ async def test_extra_routes_next_to_socket_mode_and_on_the_http_transport(slack:
 
     for transport in ("socket", "http"):
         port = _free_port()
-        settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN,
-                                 slack_signing_secret=SIGNING_SECRET, slack_transport=transport, http_port=port)
+        settings = Settings.load(
+            env={},
+            slack_bot_token=BOT_TOKEN,
+            slack_app_token=APP_TOKEN,
+            slack_signing_secret=SIGNING_SECRET,
+            slack_transport=transport,
+            http_port=port,
+        )
         stop = asyncio.Event()
         runner = asyncio.create_task(run_bot(settings, FakeEngine(), client=_client(slack), stop=stop,
                                              host="127.0.0.1", routes=routes))

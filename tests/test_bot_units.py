@@ -24,11 +24,16 @@ CIT = [Citation(1, "https://w.example/p/1", "Page <one>", "ENG", ("e",)),
 
 
 def test_escape_neutralises_control_sequences() -> None:
-    assert escape("<!channel> & <@U1> <!here|here>") == "&lt;!channel&gt; &amp; &lt;@U1&gt; &lt;!here|here&gt;"
+    assert (
+        escape("<!channel> & <@U1> <!here|here>") == "&lt;!channel&gt; &amp; &lt;@U1&gt; &lt;!here|here&gt;"
+    )
 
 
 def test_link_escapes_label_and_url_and_refuses_other_schemes() -> None:
-    assert link("https://x.example/a?b=1&c=<2>", "A <b> & c") == "<https://x.example/a?b=1&amp;c=%3C2%3E|A &lt;b&gt; &amp; c>"
+    assert (
+        link("https://x.example/a?b=1&c=<2>", "A <b> & c")
+        == "<https://x.example/a?b=1&amp;c=%3C2%3E|A &lt;b&gt; &amp; c>"
+    )
     assert link("javascript:alert(1)", "x") == "x"
     assert link("https://x.example/a|b", "t") == "<https://x.example/a%7Cb|t>"
 
@@ -40,8 +45,11 @@ def test_bar_rounds_and_clamps() -> None:
 
 def test_link_markers_handles_groups_and_unknown_numbers() -> None:
     out = link_markers("See [1] and [1, 2] but not [7].", CIT)
-    assert out == ("See <https://w.example/p/1|[1]> and <https://w.example/p/1|[1]><https://w.example/p/2?a=1&amp;b=2|[2]>"
-                   " but not [7].")
+    assert out == (
+        "See <https://w.example/p/1|[1]> and "
+        "<https://w.example/p/1|[1]><https://w.example/p/2?a=1&amp;b=2|[2]>"
+        " but not [7]."
+    )
 
 
 def test_split_text_respects_limit_and_never_cuts_a_link() -> None:
@@ -60,10 +68,20 @@ def test_split_text_hard_cut_for_unbroken_text() -> None:
     assert [len(c) for c in chunks] == [3000, 3000, 1000]
 
 
-def _turn(text: str, *, followup: bool = False, extractive: bool = False, citations: list[Citation] | None = None,
-          completed: str = "") -> TurnResult:
-    return TurnResult(3, Answer(text=text, citations=CIT if citations is None else citations, extractive=extractive),
-                      completed, followup)
+def _turn(
+    text: str,
+    *,
+    followup: bool = False,
+    extractive: bool = False,
+    citations: list[Citation] | None = None,
+    completed: str = "",
+) -> TurnResult:
+    return TurnResult(
+        3,
+        Answer(text=text, citations=CIT if citations is None else citations, extractive=extractive),
+        completed,
+        followup,
+    )
 
 
 def _all_text(blocks: list[dict]) -> str:
@@ -98,7 +116,9 @@ def test_render_answer_without_citations_has_no_hint() -> None:
     r = render_answer(_turn("I don't know.", citations=[]))
     assert "React with" not in _all_text(r.blocks)
     assert [b["type"] for b in r.blocks] == ["section", "context_actions", "actions"]  # 👍/👎 and "Why?" stay
-    assert [b["type"] for b in render_answer(_turn("I don't know.", citations=[]), buttons=False).blocks] == ["section"]
+    assert [b["type"] for b in render_answer(_turn("I don't know.", citations=[]), buttons=False).blocks] == [
+        "section"
+    ]
 
 
 def test_render_answer_splits_long_answers_into_sections() -> None:
@@ -110,9 +130,15 @@ def test_render_answer_splits_long_answers_into_sections() -> None:
 
 
 def test_render_explanation_bars_links_clusters_partial() -> None:
-    res = ExplainResult(1, "", [ClusterShare(30.0, ["B <x>"], ["https://w/b"], 1),
-                                ClusterShare(70.0, ["A", "A2", "A3"], ["https://w/a", "https://w/a2", "https://w/a3"], 3)],
-                        partial=True)
+    res = ExplainResult(
+        1,
+        "",
+        [
+            ClusterShare(30.0, ["B <x>"], ["https://w/b"], 1),
+            ClusterShare(70.0, ["A", "A2", "A3"], ["https://w/a", "https://w/a2", "https://w/a3"], 3),
+        ],
+        partial=True,
+    )
     text = render_explanation(res)
     lines = text.splitlines()
     assert lines[1] == "`██████░░` 70%  <https://w/a|A> (+2 similar)"
@@ -165,7 +191,8 @@ def test_conversation_helpers() -> None:
     ({}, "SLACK_BOT_TOKEN missing"),
     ({"SLACK_BOT_TOKEN": "xoxp-user"}, "SLACK_BOT_TOKEN must be a bot token"),
     ({"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_APP_TOKEN missing: needed for Socket Mode"),
-    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xoxb-2"}, "SLACK_APP_TOKEN must be an app-level token"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xoxb-2"},
+     "SLACK_APP_TOKEN must be an app-level token"),
     ({"SLACK_BOT_TOKEN": "xoxb-1", "EVIDENT_SLACK_TRANSPORT": "http"},
      "SLACK_SIGNING_SECRET missing: needed for the HTTP transport"),
     ({"SLACK_BOT_TOKEN": "xoxb-1", "EVIDENT_SLACK_TRANSPORT": "carrier-pigeon"},
@@ -192,14 +219,31 @@ def test_user_messages_are_short_and_specific() -> None:
 
 def test_manifest_declares_exactly_the_needed_scopes_events_and_command() -> None:
     yaml = pytest.importorskip("yaml")
-    manifest = yaml.safe_load((Path(__file__).parent.parent / "deploy" / "slack-app-manifest.yaml").read_text())
+    manifest = yaml.safe_load(
+        (Path(__file__).parent.parent / "deploy" / "slack-app-manifest.yaml").read_text()
+    )
     assert set(manifest["oauth_config"]["scopes"]["bot"]) == {
-        "app_mentions:read", "chat:write", "im:history", "channels:history", "groups:history",
-        "reactions:read", "commands", "assistant:write"}  # nothing evident never calls (im:read, reactions:write,
+        "app_mentions:read",
+        "chat:write",
+        "im:history",
+        "channels:history",
+        "groups:history",
+        "reactions:read",
+        "commands",
+        "assistant:write",
+    }  # nothing evident never calls (im:read, reactions:write,
     # users:read are gone)
     assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
-        "app_mention", "message.im", "message.channels", "message.groups", "reaction_added", "reaction_removed",
-        "assistant_thread_started", "assistant_thread_context_changed", "app_home_opened"}
+        "app_mention",
+        "message.im",
+        "message.channels",
+        "message.groups",
+        "reaction_added",
+        "reaction_removed",
+        "assistant_thread_started",
+        "assistant_thread_context_changed",
+        "app_home_opened",
+    }
     assert manifest["features"]["app_home"]["home_tab_enabled"] is True
     assert "assistant_description" in manifest["features"]["assistant_view"]
     assert [c["command"] for c in manifest["features"]["slash_commands"]] == ["/ask"]

@@ -55,14 +55,19 @@ def test_sentence_boundary_truncation() -> None:
     units = split_units(text)
     assert units == ["The deadline is 5 May. ", "Reviews happen e.g. on Fridays and v1.2 ships then. ",
                      "Last sentence here!"]
-    assert truncate_at_boundary(text, 14, words) == "The deadline is 5 May. Reviews happen e.g. on Fridays and v1.2 ships then."
+    assert (
+        truncate_at_boundary(text, 14, words)
+        == "The deadline is 5 May. Reviews happen e.g. on Fridays and v1.2 ships then."
+    )
     assert truncate_at_boundary(text, 13, words) == "The deadline is 5 May."
     assert truncate_at_boundary(text, 4, words) == ""
 
 
 def test_item_with_no_fitting_unit_is_dropped_with_the_rest() -> None:
     big = "x " * 50  # one sentence, no boundary
-    r = fit_evidence([("a", "one two three"), ("b", big), ("c", "tiny")], budget_tokens=10, count_tokens=words)
+    r = fit_evidence(
+        [("a", "one two three"), ("b", big), ("c", "tiny")], budget_tokens=10, count_tokens=words
+    )
     assert r.kept == [("a", "one two three")] and r.dropped == ["b", "c"] and r.truncated == []
 
 

@@ -32,7 +32,9 @@ SOURCES = [hit("e1", "A"), hit("e2", "B"), hit("e3", "A"), hit("e4", "C"), hit("
 def test_marker_forms(raw: str, clean: str) -> None:
     text, cits = parse_citations(raw, SOURCES)
     assert text == clean
-    assert [(c.number, c.url) for c in cits][:2] == [(1, "https://wiki/x/B"), (2, "https://wiki/x/C")][: len(cits)]
+    assert [(c.number, c.url) for c in cits][:2] == [(1, "https://wiki/x/B"), (2, "https://wiki/x/C")][
+        : len(cits)
+    ]
 
 
 def test_evidence_of_one_page_merge_into_one_citation_in_first_appearance_order() -> None:

@@ -42,7 +42,9 @@ def data_dir(cli_data: CliData) -> Path:
 
 def test_ingest_sample_summary_line(cli_data: CliData) -> None:
     summary = cli_data.ingest_stdout.strip().splitlines()[-1]
-    assert summary.startswith("pages 10 (added 10, updated 0, unchanged 0, deleted 0, failed 0) · evidence 68 (")
+    assert summary.startswith(
+        "pages 10 (added 10, updated 0, unchanged 0, deleted 0, failed 0) · evidence 68 ("
+    )
     assert "(list 10, passage 28, row 24, table 6)" in summary
     assert summary.endswith(f"index {cli_data.path / 'index'}")
 
@@ -50,7 +52,10 @@ def test_ingest_sample_summary_line(cli_data: CliData) -> None:
 def test_reingest_is_all_unchanged(data_dir: Path) -> None:
     result = invoke(data_dir, "ingest", "--sample", "--no-progress")
     assert result.exit_code == 0, result.output
-    assert "pages 10 (added 0, updated 0, unchanged 10, deleted 0, failed 0) · evidence 0 (none)" in result.stdout
+    assert (
+        "pages 10 (added 0, updated 0, unchanged 10, deleted 0, failed 0) · evidence 0 (none)"
+        in result.stdout
+    )
 
 
 def test_search_prints_ranked_hits_and_json(data_dir: Path) -> None:
@@ -136,7 +141,9 @@ def test_config_show_masks_secrets(tmp_path: Path) -> None:
 
 
 def test_missing_path(tmp_path: Path) -> None:
-    assert_user_error(invoke(tmp_path, "ingest", "--no-progress", str(tmp_path / "nope")), "path not found", "nope")
+    assert_user_error(
+        invoke(tmp_path, "ingest", "--no-progress", str(tmp_path / "nope")), "path not found", "nope"
+    )
 
 
 def test_empty_folder(tmp_path: Path) -> None:
@@ -152,7 +159,9 @@ def test_non_json_file_names_the_file_and_the_reason(tmp_path: Path) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "broken.json").write_text("{not json", encoding="utf-8")
-    assert_user_error(invoke(tmp_path, "ingest", "--no-progress", str(folder)), "broken.json", "not valid JSON")
+    assert_user_error(
+        invoke(tmp_path, "ingest", "--no-progress", str(folder)), "broken.json", "not valid JSON"
+    )
 
 
 def _page(page_id: str, content: str) -> str:

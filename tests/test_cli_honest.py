@@ -89,15 +89,24 @@ def test_failing_commands_print_no_secret(cli_data: CliData, echo: EchoServer, t
 def test_failed_turns_exit_non_zero(cli_data: CliData) -> None:
     empty = invoke_cli(cli_data.path, "ask", "   ")
     assert empty.exit_code == 1 and empty.stderr.splitlines()[-1].startswith("error: Please ask a question")
-    unreachable = invoke_cli(cli_data.path, "ask", "Who is on call?",
-                             env={"EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1", "EVIDENT_LLM_MAX_RETRIES": "0"})
+    unreachable = invoke_cli(
+        cli_data.path,
+        "ask",
+        "Who is on call?",
+        env={"EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1", "EVIDENT_LLM_MAX_RETRIES": "0"},
+    )
     assert unreachable.exit_code == 1 and unreachable.stderr.splitlines()[-1].startswith("error: ")
 
 
 async def test_rejected_llm_key_exits_non_zero(cli_data: CliData) -> None:
     async with StubLLMServer(require_key="right-key") as stub:
-        result = await asyncio.to_thread(invoke_cli, cli_data.path, "ask", "Who is on call?",
-                                         env={"EVIDENT_LLM_BASE_URL": stub.base_url, "EVIDENT_LLM_API_KEY": "wrong-key"})
+        result = await asyncio.to_thread(
+            invoke_cli,
+            cli_data.path,
+            "ask",
+            "Who is on call?",
+            env={"EVIDENT_LLM_BASE_URL": stub.base_url, "EVIDENT_LLM_API_KEY": "wrong-key"},
+        )
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines()[-1].startswith("error: ") and "wrong-key" not in result.output
 

@@ -30,7 +30,9 @@ def test_only_a_sure_retrieval_narrows_the_context() -> None:
     assert len(adaptive_hits(hits, "medium", 5)) == 10 and len(adaptive_hits(hits, "high", 0)) == 10
 
 
-async def test_the_engine_reports_the_confidence_of_each_turn(sample_index_template: Path, tmp_path: Path) -> None:
+async def test_the_engine_reports_the_confidence_of_each_turn(
+    sample_index_template: Path, tmp_path: Path
+) -> None:
     from helpers import options
 
     index, embedder = await open_copy(sample_index_template, tmp_path / "index")

@@ -1,4 +1,5 @@
-"""docs/configuration.md is generated from the settings areas; these tests catch drift and broken rendering."""
+"""docs/configuration.md is generated from the settings areas; these tests catch drift and broken
+rendering."""
 
 from __future__ import annotations
 

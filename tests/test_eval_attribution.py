@@ -135,9 +135,7 @@ def scripted_reply(body: dict[str, Any]) -> str:
         if fact and fact in source:
             return f"{answer} [Source {i}]."
     return OUT_OF_SCOPE
-
-
-async def open_world(tmp: Path, llm_url: str | None, model: str = "stub-model", **overrides: Any):  # type: ignore[no-untyped-def]
+async def open_world(tmp: Path, llm_url: str | None, model: str = "stub-model", **overrides: Any):
     """The eval engine over the hand-made wiki: real Edge index, BM25, hash embedder, real SQLite."""
     from connectors.local import LocalFolderConnector
 
@@ -148,7 +146,9 @@ async def open_world(tmp: Path, llm_url: str | None, model: str = "stub-model", 
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     await ingest_pages(LocalFolderConnector([write_wiki(tmp)]).iter_pages(), index=index, embedder=embedder,
                        sparse=sparse, options=ingest_options(settings))
-    return await eval_engine(settings, index=index, embedder=embedder, sparse=sparse, store_path=tmp / "eval.db")
+    return await eval_engine(
+        settings, index=index, embedder=embedder, sparse=sparse, store_path=tmp / "eval.db"
+    )
 
 
 async def close_world(engine: Any) -> None:
@@ -194,7 +194,9 @@ async def test_report_schema(tmp_path: Path, stub: StubLLMServer) -> None:
     convs = load_conversations(write_questions(tmp_path / "q.json", ATTR_QUESTIONS))
     engine = await open_world(tmp_path, stub.base_url)
     try:
-        run = await run_attribution_eval(convs, engine, methods=("naive", "cfa_clusters"), langs=("en",), limit=2)
+        run = await run_attribution_eval(
+            convs, engine, methods=("naive", "cfa_clusters"), langs=("en",), limit=2
+        )
     finally:
         await close_world(engine)
     report = summarize_attribution(run, config={"documents": "x"})
@@ -295,7 +297,9 @@ def test_summary_counts_errors_and_ratios() -> None:
         return AttributionOutcome(method, "en", "1", 1, "table", "simple", correct, None, 4, 300.0, 200.0,
                                   error=error)
 
-    run = AttributionEval(answered=[], outcomes=[outcome("cfa", 1.0), outcome("cfa", 0.0, "TransientError: x")])
+    run = AttributionEval(
+        answered=[], outcomes=[outcome("cfa", 1.0), outcome("cfa", 0.0, "TransientError: x")]
+    )
     row = summarize_attribution(run)["rows"][0]
     assert row["accuracy"] == 0.5 and row["errors"] == 1 and row["explain_answer_ratio"] == 1.5
     assert row["llm_calls_mean"] == 4.0

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import DEPLOY_URL, HARDWARE_URL, RAG_MEETING_URL, CliData, cli_data_fixture, invoke_cli  # noqa: F401
+from helpers import (
+    DEPLOY_URL,
+    HARDWARE_URL,
+    RAG_MEETING_URL,
+    CliData,
+    cli_data_fixture,  # noqa: F401
+    invoke_cli,
+)
 
 from connectors.local import sample_space_dir
 from pipeline.evaluation.copies import copy_groups, page_copies, shingles, with_copies
@@ -23,8 +30,19 @@ from pipeline.evaluation.metrics import (
 )
 from pipeline.evaluation.retrieval import QuestionResult, summarize
 
-ROW_KEYS = {"query", "lang", "n", "p_at_1", "hit_at_5", "hit_at_10", "mrr_at_10", "ndcg_at_10", "latency_ms_p50",
-            "latency_ms_p95", "p_at_1_copies"}
+ROW_KEYS = {
+    "query",
+    "lang",
+    "n",
+    "p_at_1",
+    "hit_at_5",
+    "hit_at_10",
+    "mrr_at_10",
+    "ndcg_at_10",
+    "latency_ms_p50",
+    "latency_ms_p95",
+    "p_at_1_copies",
+}
 
 # ---------------------------------------------------------------- metrics
 
@@ -75,25 +93,40 @@ def test_rank_metrics(rank: int | None, p1: float, h5: float, h10: float, rr10: 
     assert rr_at(rank, 10) == pytest.approx(rr10)
 
 
-@pytest.mark.parametrize(("rank", "ndcg"), [(1, 1.0), (2, 0.6309), (3, 0.5), (10, 0.2891), (11, 0.0), (None, 0.0)])
+@pytest.mark.parametrize(("rank", "ndcg"),
+                         [(1, 1.0), (2, 0.6309), (3, 0.5), (10, 0.2891), (11, 0.0), (None, 0.0)])
 def test_ndcg_at_10_with_one_relevant_page(rank: int | None, ndcg: float) -> None:
     assert ndcg_at(rank, 10) == pytest.approx(ndcg, abs=1e-4)
 
 
 def test_percentile_nearest_rank() -> None:
     values = [float(v) for v in range(1, 21)]  # 1..20
-    assert percentile(values, 50) == 10.0 and percentile(values, 95) == 19.0 and percentile(values, 100) == 20.0
+    assert (
+        percentile(values, 50) == 10.0 and percentile(values, 95) == 19.0 and percentile(values, 100) == 20.0
+    )
     assert percentile([7.0], 95) == 7.0 and percentile([], 50) == 0.0
 
 
-def _result(rank: int | None, *, qt: str = "completed", lang: str = "en", turn: int = 1, source: str = "table",
-            q_type: str = "simple", latency: float = 10.0) -> QuestionResult:
+def _result(
+    rank: int | None,
+    *,
+    qt: str = "completed",
+    lang: str = "en",
+    turn: int = 1,
+    source: str = "table",
+    q_type: str = "simple",
+    latency: float = 10.0,
+) -> QuestionResult:
     return QuestionResult(qt, lang, "c1", turn, source, q_type, "q", rank, latency)
 
 
 def test_summarize_on_known_ranks() -> None:
-    results = [_result(1, latency=10), _result(2, latency=20, source="passage"), _result(None, latency=30, turn=2),
-               _result(4, latency=40, turn=7, q_type="complex")]
+    results = [
+        _result(1, latency=10),
+        _result(2, latency=20, source="passage"),
+        _result(None, latency=30, turn=2),
+        _result(4, latency=40, turn=7, q_type="complex"),
+    ]
     report = summarize(results, by=("source", "turn"), config={"k": 10})
     assert report["config"] == {"k": 10}
     (row,) = report["rows"]
@@ -119,7 +152,8 @@ def test_summarize_keeps_query_types_and_languages_apart() -> None:
 
 # ---------------------------------------------------------------- `evident eval retrieval` end to end
 
-ONCALL_GOLD = "https://ACME.example/wiki/spaces/ACME/pages/100003/On%20call%20rotation/"  # normalises to the page
+# normalises to the page
+ONCALL_GOLD = "https://ACME.example/wiki/spaces/ACME/pages/100003/On%20call%20rotation/"
 
 
 def _turn(turn_id: int, en: str, de: str, completed_en: str, completed_de: str, url: str, source: str,

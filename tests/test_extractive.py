@@ -14,9 +14,17 @@ def hit(eid: str, page: str, text: str, rank: int, kind: EvidenceKind = "passage
 
 
 HITS = [
-    hit("e1", "A", "The onboarding checklist is maintained by HR. New laptops are ordered two weeks ahead.", 1),
-    hit("e2", "B", "Row 2 in Table 1: Member is Alice Smith, and Task is Prepare the Q3 budget review. "
-                   "Due date is 5 May.", 2, "row"),
+    hit(
+        "e1", "A", "The onboarding checklist is maintained by HR. New laptops are ordered two weeks ahead.", 1
+    ),
+    hit(
+        "e2",
+        "B",
+        "Row 2 in Table 1: Member is Alice Smith, and Task is Prepare the Q3 budget review. "
+        "Due date is 5 May.",
+        2,
+        "row",
+    ),
     hit("e3", "A", "Laptops are ordered through the IT portal.", 3),
     hit("e4", "C", "Quarterly planning happens in the first week of each quarter.", 4),
 ]
@@ -39,24 +47,35 @@ def test_verbalized_row_is_one_unit() -> None:
 
 def test_two_sentences_from_one_page_share_a_citation() -> None:
     a = extractive_answer("How are laptops ordered?", HITS, max_sentences=2)
-    assert a.text == "New laptops are ordered two weeks ahead [1]. Laptops are ordered through the IT portal [1]."
+    assert (
+        a.text
+        == "New laptops are ordered two weeks ahead [1]. Laptops are ordered through the IT portal [1]."
+    )
     assert len(a.citations) == 1 and a.citations[0].evidence_ids == ("e1", "e3")
 
 
 def test_rank_breaks_ties() -> None:
     same = [hit("x1", "P", "The budget owner is Carol.", 1), hit("x2", "Q", "The budget owner is Dave.", 2)]
-    assert extractive_answer("Who is the budget owner?", same, max_sentences=1).text == "The budget owner is Carol [1]."
+    assert (
+        extractive_answer("Who is the budget owner?", same, max_sentences=1).text
+        == "The budget owner is Carol [1]."
+    )
     flipped = list(reversed(same))
-    assert extractive_answer("Who is the budget owner?", flipped, max_sentences=1).text == "The budget owner is Dave [1]."
+    assert (
+        extractive_answer("Who is the budget owner?", flipped, max_sentences=1).text
+        == "The budget owner is Dave [1]."
+    )
 
 
 def test_no_overlap_or_no_hits_is_out_of_scope() -> None:
-    for a in (extractive_answer("What is the wifi password?", HITS), extractive_answer("Who orders laptops?", []),
+    for a in (extractive_answer("What is the wifi password?", HITS),
+              extractive_answer("Who orders laptops?", []),
               extractive_answer("Who is it?", HITS)):  # stop words only
         assert a.text == OUT_OF_SCOPE and a.out_of_scope and a.citations == [] and a.extractive
 
 
-# ---------------------------------------------------------------------- dense similarity (the embedder at hand)
+# ---------------------------------------------------------------------- dense similarity (the embedder at
+# hand)
 
 LAPTOPS = "New laptops are ordered two weeks ahead."
 PORTAL = "Laptops are ordered through the IT portal."
@@ -79,9 +98,12 @@ def test_within_one_language_similarity_never_overrides_a_refusal() -> None:
 
 def test_similarity_breaks_ties_between_units_with_the_same_overlap() -> None:
     question = "How are laptops ordered?"
-    assert extractive_answer(question, HITS, max_sentences=1).text.startswith("New laptops")  # rank wins today
+    # rank wins today
+    assert extractive_answer(question, HITS, max_sentences=1).text.startswith("New laptops")
     a = extractive_answer(question, HITS, max_sentences=1, similarity={LAPTOPS: 0.80, PORTAL: 0.88})
-    assert a.text == "Laptops are ordered through the IT portal [1]." and a.citations[0].evidence_ids == ("e3",)
+    assert a.text == "Laptops are ordered through the IT portal [1]." and a.citations[0].evidence_ids == (
+        "e3",
+    )
 
 
 class _Embedder:
@@ -119,5 +141,5 @@ async def test_the_engine_path_embeds_the_top_units_and_falls_back_to_overlap() 
     assert set(toy.embedded) >= {LAPTOPS, PORTAL} and len(HITS) <= DENSE_HITS
     portal, laptops = a.trace.unit_scores[1], a.trace.unit_scores[0]  # in source order: e1's unit, then e3's
     assert "IT portal" in a.text and portal > laptops  # the closer unit scores higher
-    broken = await extractive_answer_dense("How are laptops ordered?", HITS, _Embedder(fail=True))  # type: ignore[arg-type]
+    broken = await extractive_answer_dense("How are laptops ordered?", HITS, _Embedder(fail=True))
     assert broken.text == extractive_answer("How are laptops ordered?", HITS).text  # overlap only, no error

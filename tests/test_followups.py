@@ -16,8 +16,11 @@ CITED = [Citation(2, "u2", "VPN guide", "IT", ()), Citation(1, "u1", "Remote wor
 
 
 def test_parse_drops_bullets_numbering_duplicates_and_the_asked_question() -> None:
-    text = "1. How do I reset my token?\n- how do i reset my token?\n* Who approves access?\n\nHow do I get VPN?\n" \
-           "• Is there a Linux client?\nA fourth one?"
+    text = (
+        "1. How do I reset my token?\n- how do i reset my token?\n* Who approves access?\n\nHow do I get "
+        "VPN?\n"
+        "• Is there a Linux client?\nA fourth one?"
+    )
     assert parse_suggestions(text, "How do I get VPN?") == [
         "How do I reset my token?", "Who approves access?", "Is there a Linux client?"]
 

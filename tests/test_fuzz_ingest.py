@@ -30,7 +30,9 @@ async def test_fuzzed_export_folder(tmp_path: Path, seed: int) -> None:
 
 
 async def test_bounds_are_reported_not_silent(tmp_path: Path) -> None:
-    cases = [c for c in generate(CATEGORIES * 2) if c.category in ("evidence-flood", "huge-table", "too-large")]
+    cases = [
+        c for c in generate(CATEGORIES * 2) if c.category in ("evidence-flood", "huge-table", "too-large")
+    ]
     result = await run_cases(cases, tmp_path, embedder=HashEmbedder(), sparse=Bm25Encoder(), options=OPTIONS)
     assert result.report is not None
     reasons = [why for _, why in (*result.report.failed, *result.report.partial, *result.report.warnings)]

@@ -90,7 +90,9 @@ async def test_a_raising_check_is_named_in_the_503() -> None:
     async def index_broken() -> None:
         raise RuntimeError("segment file missing")
 
-    async with HealthServer(0, {"store": store_ok, "index": index_broken}, Metrics(), host="127.0.0.1") as server:
+    async with HealthServer(
+        0, {"store": store_ok, "index": index_broken}, Metrics(), host="127.0.0.1"
+    ) as server:
         status, _, body = await _get(server.url + "/readyz")
     assert status == 503
     payload = json.loads(body)

@@ -95,8 +95,10 @@ async def test_mismatch_message_names_the_directory(tmp_path: Path) -> None:
     with pytest.raises(IndexMismatchError) as err:
         await EdgeIndex(tmp_path / "index").open(dense_dim=768, embedder="big")
     assert str(err.value) == (
-        f"index at {tmp_path / 'index'} was built with embedder '{EMBEDDER}' (dim {DIM}); this run uses 'big' "
-        "(dim 768): re-embed with `evident ingest --rebuild PATH` or `evident sync --rebuild`, or use another "
+        f"index at {tmp_path / 'index'} was built with embedder '{EMBEDDER}' (dim {DIM}); this run uses "
+        "'big' "
+        "(dim 768): re-embed with `evident ingest --rebuild PATH` or `evident sync --rebuild`, or use "
+        "another "
         "--index-dir / EVIDENT_COLLECTION"
     )
 
@@ -211,8 +213,11 @@ async def test_pending_rows_left_by_a_crash_are_settled_from_the_shard(tmp_path:
 
 
 @pytest.mark.parametrize(("every", "left_for_optimize"), [(15, False), (1_000, True)])
-async def test_writes_index_segments_as_they_fill(tmp_path: Path, every: int, left_for_optimize: bool) -> None:
-    """Past ``optimize_every_points`` the write itself builds the filled segment; ``optimize()`` finds less to do."""
+async def test_writes_index_segments_as_they_fill(
+    tmp_path: Path, every: int, left_for_optimize: bool
+) -> None:
+    """Past ``optimize_every_points`` the write itself builds the filled segment; ``optimize()`` finds less to
+    do."""
     layout = EdgeLayout(optimize_every_points=every, indexing_threshold_kb=1)
     idx = EdgeIndex(tmp_path / "index", layout=layout)
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)
@@ -220,7 +225,9 @@ async def test_writes_index_segments_as_they_fill(tmp_path: Path, every: int, le
         for page in ("P", "Q", "R"):
             await idx.replace_page(page, f"hash-{page}", page_version(page, page, 10))
         assert await idx.optimize() is left_for_optimize
-        hits = await idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", dense_k=10, limit=10))
+        hits = await idx.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", dense_k=10, limit=10)
+        )
         assert sorted({h.evidence.page_id for h in hits}) == ["P", "Q", "R"]
     finally:
         await idx.close()
@@ -229,7 +236,9 @@ async def test_writes_index_segments_as_they_fill(tmp_path: Path, every: int, le
 @pytest.mark.parametrize(("setting", "serving", "in_worker"), [
     ("auto", True, True), ("auto", False, False), ("yes", False, True), ("no", True, False),
 ])
-def test_serving_processes_get_the_index_in_a_worker(tmp_path: Path, setting: str, serving: bool, in_worker: bool) -> None:
+def test_serving_processes_get_the_index_in_a_worker(
+    tmp_path: Path, setting: str, serving: bool, in_worker: bool
+) -> None:
     settings = Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_PROCESS": setting})
     index = make_index_from(settings, serving=serving)
     assert isinstance(index, ProcessEdgeIndex if in_worker else EdgeIndex)

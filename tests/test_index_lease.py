@@ -27,7 +27,9 @@ def test_second_holder_waits_then_names_the_holder(tmp_path: Path) -> None:
     first.acquire()
     notes: list[str] = []
     second = IndexLease(tmp_path, command="evident search", wait_s=0.8, notify=notes.append)
-    with pytest.raises(IndexBusyError, match=r"in use by `evident ingest` \(pid \d+\) since .*EVIDENT_INDEX_WAIT_S"):
+    with pytest.raises(
+        IndexBusyError, match=r"in use by `evident ingest` \(pid \d+\) since .*EVIDENT_INDEX_WAIT_S"
+    ):
         second.acquire()
     assert notes and "waiting for the index" in notes[0] and "`evident ingest`" in notes[0]
     assert not list((tmp_path / WAITING_DIR).iterdir())  # the marker goes with the waiter
@@ -40,7 +42,9 @@ def test_holder_sees_waiters_and_ignores_dead_ones(tmp_path: Path) -> None:
     holder = IndexLease(tmp_path)
     holder.acquire()
     (tmp_path / WAITING_DIR).mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     (tmp_path / WAITING_DIR / f"{dead.stdout.strip()}-deadbeef").touch()
     assert not holder.others_waiting()
     assert not list((tmp_path / WAITING_DIR).iterdir())  # the stale marker is swept
@@ -79,7 +83,9 @@ async def test_two_indexes_on_one_directory_take_turns(tmp_path: Path) -> None:
     await second.open(dense_dim=embedder.dim, embedder=embedder.name)  # first idles: its watcher hands over
     assert await second.count() == before
     assert first.handovers == 1
-    request = SearchRequest(dense=tuple(embedder.embed_queries(["on-call"])[0]), sparse=None, mode="dense", limit=3)
+    request = SearchRequest(
+        dense=tuple(embedder.embed_queries(["on-call"])[0]), sparse=None, mode="dense", limit=3
+    )
     hits, _ = await asyncio.gather(first.search(request), second.search(request))  # both get their turn
     assert len(hits) == 3
     await second.delete_pages([hits[0].evidence.page_id])
@@ -98,7 +104,9 @@ async def test_concurrent_operations_after_a_hand_over_take_the_lease_back_once(
     other = IndexLease(index_dir, command="another process", wait_s=10)
     await asyncio.to_thread(other.acquire)  # first idles: its watcher hands over
     assert first.handovers == 1
-    request = SearchRequest(dense=tuple(embedder.embed_queries(["on-call"])[0]), sparse=None, mode="dense", limit=3)
+    request = SearchRequest(
+        dense=tuple(embedder.embed_queries(["on-call"])[0]), sparse=None, mode="dense", limit=3
+    )
     searches = asyncio.gather(*(first.search(request) for _ in range(3)))
     await asyncio.sleep(0.3)  # all three wait for the lease
     other.release()
@@ -120,7 +128,8 @@ HOLDER = textwrap.dedent("""
         await idx.open(dense_dim=emb.dim, embedder=emb.name)
         print("open", await idx.count(), flush=True)
         sys.stdin.readline()  # idle, holding the index, until the test says go on
-        req = SearchRequest(dense=tuple(emb.embed_queries(["release"])[0]), sparse=None, mode="dense", limit=2)
+        query = tuple(emb.embed_queries(["release"])[0])
+        req = SearchRequest(dense=query, sparse=None, mode="dense", limit=2)
         print("after", len(await idx.search(req)), await idx.count(), idx.handovers, flush=True)
         await idx.close()
 
@@ -135,8 +144,14 @@ async def test_real_processes_share_the_index(tmp_path: Path) -> None:
     total = await idx.count()
     await idx.close()
     script = HOLDER.format(tests=str(REPO / "tests"), repo=str(REPO), index=str(index_dir))
-    holder = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdin=asyncio.subprocess.PIPE,
-                                                  stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         assert holder.stdout is not None
         first_line = await asyncio.wait_for(holder.stdout.readline(), 60)

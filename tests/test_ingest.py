@@ -30,8 +30,13 @@ async def test_reingest_is_idempotent_without_embedding(tmp_path: Path) -> None:
         assert (first.added, first.updated, first.unchanged, first.failed) == (10, 0, 0, [])
         assert first.evidence == embedder.documents_embedded == await index.count() == 68
         calls = embedder.document_calls
-        second = await ingest_pages(await _sample_pages(), index=index, embedder=embedder, sparse=Bm25Encoder(),
-                                    options=IngestOptions())
+        second = await ingest_pages(
+            await _sample_pages(),
+            index=index,
+            embedder=embedder,
+            sparse=Bm25Encoder(),
+            options=IngestOptions(),
+        )
         assert (second.added, second.updated, second.unchanged, second.failed) == (0, 0, 10, [])
         assert second.evidence == 0 and embedder.document_calls == calls
         assert await index.count() == 68
@@ -43,8 +48,13 @@ async def test_changed_options_reindex_everything(tmp_path: Path) -> None:
     """The indexing configuration is part of the page hash: changing it is not 'unchanged'."""
     index, embedder, _ = await ingest_folder(tmp_path / "index")
     try:
-        report = await ingest_pages(await _sample_pages(), index=index, embedder=embedder, sparse=Bm25Encoder(),
-                                    options=IngestOptions(table_indexing="rows"))
+        report = await ingest_pages(
+            await _sample_pages(),
+            index=index,
+            embedder=embedder,
+            sparse=Bm25Encoder(),
+            options=IngestOptions(table_indexing="rows"),
+        )
         assert report.updated == 10 and report.unchanged == 0
         assert "table" not in report.evidence_by_kind and await index.count() == report.evidence
     finally:
@@ -71,7 +81,9 @@ async def test_changed_page_is_replaced_as_a_unit(tmp_path: Path) -> None:
         gone = old_ids - {ev.id for ev in new_evidence}
         assert gone and await index.get(sorted(gone)) == []
         assert any("zeppelin" in t for t in await _lexical(index, "quarterly zeppelin report"))
-        assert not any("Prepare the evaluation todo list" in t for t in await _lexical(index, "evaluation todo list"))
+        assert not any(
+            "Prepare the evaluation todo list" in t for t in await _lexical(index, "evaluation todo list")
+        )
         hashes = await index.page_hashes()
         assert len(hashes) == 10
     finally:
@@ -90,8 +102,13 @@ async def test_failing_pages_are_reported_and_the_rest_indexed(tmp_path: Path) -
     index = EdgeIndex(tmp_path / "index")
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     try:
-        report = await ingest_pages([bad[0], *pages[:5], bad[1], *pages[5:], bad[2]], index=index, embedder=embedder,
-                                    sparse=Bm25Encoder(), options=IngestOptions())
+        report = await ingest_pages(
+            [bad[0], *pages[:5], bad[1], *pages[5:], bad[2]],
+            index=index,
+            embedder=embedder,
+            sparse=Bm25Encoder(),
+            options=IngestOptions(),
+        )
         assert report.pages_seen == 13 and report.added == 10
         reasons = dict(report.failed)
         assert set(reasons) == {"bad-empty", "bad-notext", "bad-huge"}
@@ -121,15 +138,25 @@ async def test_twenty_confquestions_pages(confq_dir: Path, tmp_path: Path) -> No
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     connector = LocalFolderConnector(files)
     try:
-        report = await ingest_pages(connector.iter_pages(), index=index, embedder=embedder, sparse=Bm25Encoder(),
-                                    options=IngestOptions())
+        report = await ingest_pages(
+            connector.iter_pages(),
+            index=index,
+            embedder=embedder,
+            sparse=Bm25Encoder(),
+            options=IngestOptions(),
+        )
         assert connector.failures == []
         assert report.pages_seen >= 20
         assert report.added + len(report.failed) == report.pages_seen and report.added >= 18
         assert report.evidence == await index.count() > 100
         assert set(report.evidence_by_kind) <= {"passage", "list", "table", "row"}
-        again = await ingest_pages(connector.iter_pages(), index=index, embedder=embedder, sparse=Bm25Encoder(),
-                                   options=IngestOptions())
+        again = await ingest_pages(
+            connector.iter_pages(),
+            index=index,
+            embedder=embedder,
+            sparse=Bm25Encoder(),
+            options=IngestOptions(),
+        )
         assert again.unchanged == report.added
     finally:
         await index.close()

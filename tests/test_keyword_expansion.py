@@ -1,4 +1,5 @@
-"""Keyword expansion: the corpus vocabulary kept by ingest and sync, and unknown query words mapped onto it."""
+"""Keyword expansion: the corpus vocabulary kept by ingest and sync, and unknown query words mapped onto
+it."""
 
 from __future__ import annotations
 
@@ -74,7 +75,9 @@ async def _ingest(index: EdgeIndex, pages: Sequence[Page], vocab: Path | None, *
     assert report.failed == []
 
 
-async def test_ingest_keeps_the_vocabulary_and_an_unknown_word_finds_its_page(index: EdgeIndex, tmp_path: Path) -> None:
+async def test_ingest_keeps_the_vocabulary_and_an_unknown_word_finds_its_page(
+    index: EdgeIndex, tmp_path: Path
+) -> None:
     path = tmp_path / "vocab.npz"
     await _ingest(index, PAGES, path)
     vocab = Vocabulary.load(path)
@@ -85,9 +88,16 @@ async def test_ingest_keeps_the_vocabulary_and_an_unknown_word_finds_its_page(in
     plain = await retrieve("how do I rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
                            config=lexical)
     assert plain.hits == []  # BM25 alone: "rollbak" matches nothing
-    r = await retrieve("how do I rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
-                       config=RetrievalSettings(mode="lexical", final_k=3, confidence=False, keyword_weight=0.5,
-                                              keyword_min_similarity=0.5), expander=expander)
+    r = await retrieve(
+        "how do I rollbak",
+        index=index,
+        embedder=TrigramEmbedder(),
+        sparse=Bm25Encoder(),
+        config=RetrievalSettings(
+            mode="lexical", final_k=3, confidence=False, keyword_weight=0.5, keyword_min_similarity=0.5
+        ),
+        expander=expander,
+    )
     assert [(w, t) for w, t, _ in r.expansions] == [("rollbak", "rollback")]
     assert r.hits and r.hits[0].evidence.page_id == "1" and "expand" in r.timings_ms
 
@@ -99,8 +109,14 @@ async def test_known_words_and_weight_zero_are_not_expanded(index: EdgeIndex, tm
     vocab = expander.vocabulary()
     assert vocab is not None
     assert expander.unknown_words("Which firmware do the servers run, and the rollbak?", vocab) == ["rollbak"]
-    r = await retrieve("rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
-                       config=RetrievalSettings(mode="lexical", confidence=False, keyword_weight=0.0), expander=expander)
+    r = await retrieve(
+        "rollbak",
+        index=index,
+        embedder=TrigramEmbedder(),
+        sparse=Bm25Encoder(),
+        config=RetrievalSettings(mode="lexical", confidence=False, keyword_weight=0.0),
+        expander=expander,
+    )
     assert r.expansions == [] and r.hits == []
     strict = expander.expansions("rollbak", min_similarity=0.99)
     assert strict == []  # nothing that close
@@ -133,7 +149,8 @@ async def test_a_vocabulary_of_another_embedder_or_an_unreadable_file_turns_expa
     path.write_bytes(b"not a zip")
     assert KeywordExpander(path, TrigramEmbedder(), Bm25Encoder()).vocabulary() is None
     TermCounts.path_for(path).write_bytes(b"PK\x03\x04 damaged")
-    await _ingest(index, PAGES, path)  # unreadable counts and vocabulary: counted afresh from the unchanged pages
+    # unreadable counts and vocabulary: counted afresh from the unchanged pages
+    await _ingest(index, PAGES, path)
     assert "rollback" in Vocabulary.load(path).terms and TermCounts.load(path).df["rollback"] == 2
 
 
@@ -153,7 +170,9 @@ async def test_settings_place_the_vocabulary_with_its_index_and_drop_removes_it(
     assert not path.exists() and not TermCounts.path_for(path).exists()
 
 
-async def test_sync_without_word_counts_reads_every_page_once_to_count_them(index: EdgeIndex, tmp_path: Path) -> None:
+async def test_sync_without_word_counts_reads_every_page_once_to_count_them(
+    index: EdgeIndex, tmp_path: Path
+) -> None:
     pages = [FakePage(id=p.id, title=p.title, space=p.space, body=p.body, when=BASE_TIME) for p in PAGES]
     async with FakeConfluence(pages, mode="dc") as fc:
         store = Store(tmp_path / "evident.db")
@@ -177,7 +196,8 @@ async def test_sync_without_word_counts_reads_every_page_once_to_count_them(inde
 
 async def test_a_sync_over_several_spaces_loads_and_saves_the_word_counts_once(
         index: EdgeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One load and one save per sync cycle, however many spaces it covers; every space's words are counted."""
+    """One load and one save per sync cycle, however many spaces it covers; every space's words are
+    counted."""
     calls = {"load": 0, "save": 0}
     real_load, real_save = TermCounts.load.__func__, TermCounts.save  # type: ignore[attr-defined]
 
@@ -194,14 +214,28 @@ async def test_a_sync_over_several_spaces_loads_and_saves_the_word_counts_once(
     spaces = ["OPS", "DEV", "SEC"]
     pages = [FakePage(id=f"{i}{p.id}", title=f"{p.title} {key}", space=key, body=p.body, when=BASE_TIME)
              for i, key in enumerate(spaces) for p in PAGES]
-    pages.append(FakePage(id="99", title="Security notes", space="SEC", when=BASE_TIME,
-                          body="<h2>A</h2><p>Quarantine the laptop.</p><h2>B</h2><p>A quarantine lasts a day.</p>"))
+    pages.append(
+        FakePage(
+            id="99",
+            title="Security notes",
+            space="SEC",
+            when=BASE_TIME,
+            body="<h2>A</h2><p>Quarantine the laptop.</p><h2>B</h2><p>A quarantine lasts a day.</p>",
+        )
+    )
     path = tmp_path / "vocab.npz"
     async with FakeConfluence(pages, mode="dc") as fc:
         store = Store(tmp_path / "evident.db")
         source = ConfluenceSource(ConfluenceClient(fc.url, token=fc.token), spaces=spaces)
-        report = await sync_confluence(source=source, index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
-                                       store=store, options=IngestOptions(), vocabulary=path)
+        report = await sync_confluence(
+            source=source,
+            index=index,
+            embedder=TrigramEmbedder(),
+            sparse=Bm25Encoder(),
+            store=store,
+            options=IngestOptions(),
+            vocabulary=path,
+        )
         source.close()
         await store.close()
     assert report.pages_seen == 10 and report.failed == []

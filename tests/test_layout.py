@@ -17,7 +17,9 @@ def test_size_check_names_long_modules_and_functions(tmp_path: Path) -> None:
     pkg = tmp_path / "pipeline"
     pkg.mkdir()
     body = "\n".join(f"    x{i} = {i}" for i in range(check_sizes.MAX_FUNCTION_LINES))
-    (pkg / "long_function.py").write_text(f"def too_long():\n{body}\n    return 0\n\n\ndef short():\n    return 1\n")
+    (pkg / "long_function.py").write_text(
+        f"def too_long():\n{body}\n    return 0\n\n\ndef short():\n    return 1\n"
+    )
     (pkg / "big.py").write_text("\n".join(f"y{i} = {i}" for i in range(check_sizes.MAX_MODULE_LINES + 5)))
     (pkg / "fine.py").write_text("def ok():\n    return 1\n")
     found = check_sizes.problems(tmp_path)

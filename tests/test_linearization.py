@@ -30,7 +30,11 @@ def test_markdown_table_evidence_has_header_once() -> None:
     table = Table(headers=HEADERS, rows=(ROW, ("Bob", "Book the room")))
     ev = build_evidence(page, [table], linearization="markdown")
     whole = next(e for e in ev if e.kind == "table")
-    assert whole.text == "| Member | Task |\n|---|---|\n| Alice | Prepare the evaluation todo list |\n| Bob | Book the room |"
+    assert (
+        whole.text
+        == "| Member | Task |\n|---|---|\n| Alice | Prepare the evaluation todo list |\n"
+           "| Bob | Book the room |"
+    )
     rows = [e for e in ev if e.kind == "row"]
     assert rows[1].text == "| Member | Task |\n|---|---|\n| Bob | Book the room |"
 

@@ -1,4 +1,5 @@
-"""Local folders beyond exports: Markdown, text, PDF and Word files, citable URLs, and deleted files leaving the index."""
+"""Local folders beyond exports: Markdown, text, PDF and Word files, citable URLs, and deleted files leaving
+the index."""
 
 from __future__ import annotations
 
@@ -38,17 +39,19 @@ async def test_markdown_text_and_pdf_become_pages_with_evidence(tmp_path: Path) 
     docs.mkdir()
     (docs / "runbook.md").write_text(RUNBOOK_MD)
     (docs / "notes.txt").write_text("First paragraph\nstill first.\n\nSecond paragraph.\n")
-    (docs / "vpn.pdf").write_bytes(minimal_pdf(["The VPN gateway is vpn2.example.com.", "Ask the platform team."],
-                                               title="VPN guide"))
+    (docs / "vpn.pdf").write_bytes(
+        minimal_pdf(["The VPN gateway is vpn2.example.com.", "Ask the platform team."], title="VPN guide")
+    )
     src, pages = await _pages(docs)
     assert set(pages) == {"Deploy runbook", "notes", "VPN guide"} and src.failures == []
     md = pages["Deploy runbook"]
-    assert md.space == "OPS" and md.id.startswith("doc-") and md.url.startswith("file://")  # type: ignore[attr-defined]
+    assert md.space == "OPS" and md.id.startswith("doc-") and md.url.startswith("file://")
     evidence = page_to_evidence(md, IngestOptions())  # type: ignore[arg-type]
     kinds = {e.kind for e in evidence}
     assert {"row", "list", "table", "passage"} <= kinds
     assert any("Owner is Alice" in e.text for e in evidence)
-    assert any("<script>alert(1)</script> is shown as text" in e.text for e in evidence)  # escaped, not markup
+    # escaped, not markup
+    assert any("<script>alert(1)</script> is shown as text" in e.text for e in evidence)
     txt = page_to_evidence(pages["notes"], IngestOptions())  # type: ignore[arg-type]
     lines = [line for e in txt for line in e.text.split("\n")]
     assert lines == ["First paragraph still first.", "Second paragraph."]  # paragraphs at blank lines
@@ -104,12 +107,14 @@ async def test_a_base_url_makes_file_pages_citable(tmp_path: Path) -> None:
     sub = tmp_path / "team docs"
     sub.mkdir()
     (sub / "on call.md").write_text("# On call\n\nThe rotation is weekly.\n")
-    (sub / "export.html").write_text("<html><head><title>Export</title></head><body><p>Hello.</p></body></html>")
+    (sub / "export.html").write_text(
+        "<html><head><title>Export</title></head><body><p>Hello.</p></body></html>"
+    )
     (sub / "record.json").write_text(json.dumps({"id": "42", "title": "Record", "url": "https://wiki/x/42",
                                                   "space": "ENG", "content": "<p>r</p>"}))
     _, pages = await _pages(tmp_path, base_url="https://docs.example.com/runbooks")
-    assert pages["On call"].url == "https://docs.example.com/runbooks/team%20docs/on%20call.md"  # type: ignore[attr-defined]
-    assert pages["Export"].url == "https://docs.example.com/runbooks/team%20docs/export.html"  # type: ignore[attr-defined]
+    assert pages["On call"].url == "https://docs.example.com/runbooks/team%20docs/on%20call.md"
+    assert pages["Export"].url == "https://docs.example.com/runbooks/team%20docs/export.html"
     assert pages["Record"].url == "https://wiki/x/42"  # type: ignore[attr-defined]  # its own URL is kept
 
 
@@ -121,8 +126,11 @@ async def test_deleted_files_and_pages_leave_the_index_and_failed_files_keep_the
     (folder / "c.json").write_text(json.dumps([
         {"id": "1", "title": "One", "url": "https://w/1", "space": "S", "content": "<p>one</p>"},
         {"id": "2", "title": "Two", "url": "https://w/2", "space": "S", "content": "<p>two</p>"}]))
-    (folder / "d.json").write_text(json.dumps({"id": "3", "title": "Three", "url": "https://w/3", "space": "S",
-                                               "content": "<p>three</p>"}))
+    (folder / "d.json").write_text(
+        json.dumps(
+            {"id": "3", "title": "Three", "url": "https://w/3", "space": "S", "content": "<p>three</p>"}
+        )
+    )
     settings = Settings.load(env={**CLI_ISOLATE, "EVIDENT_DATA_DIR": str(data)})
     first = await ingest_folders(settings, [folder])
     assert first.ingest.added == 5 and first.deleted == []

@@ -31,7 +31,8 @@ def test_vectors_batches_order_and_prefixes() -> None:
         docs = emb.embed_documents(texts)
         assert docs.shape == (30, 48) and docs.dtype == np.float32
         expected = np.vstack([FakeEmbeddingsServer.vector("passage: " + t, 48) for t in texts])
-        assert np.allclose(docs, expected, atol=1e-5)  # right rows in the right order, though answered reversed
+        # right rows in the right order, though answered reversed
+        assert np.allclose(docs, expected, atol=1e-5)
         query = emb.embed_queries(["who"])
         assert np.allclose(query[0], FakeEmbeddingsServer.vector("query: who", 48), atol=1e-5)
         sizes = [len(r["input"]) for r in server.requests[1:]]
@@ -114,7 +115,7 @@ async def test_ingest_through_a_remote_embedder(tmp_path: Path) -> None:
     with FakeEmbeddingsServer(latency_s=0.01) as server:
         emb = make_embedder("openai:fake-embed", batch_size=16,
                             remote=RemoteEmbedding(base_url=server.base_url, concurrency=4))
-        index, _, report = await ingest_folder(tmp_path / "index", sample_space_dir(), embedder=emb)  # type: ignore[arg-type]
+        index, _, report = await ingest_folder(tmp_path / "index", sample_space_dir(), embedder=emb)
         assert report.ok and report.evidence > 50
         stats = await index.stats()
         assert stats["embedder"] == emb.name and stats["dim"] == 64

@@ -101,13 +101,19 @@ async def _qdrant_state(path: Path, collection: str) -> tuple[int, dict[str, str
         await index.close()
 
 
-def _assert_same(a: tuple[int, dict[str, str], list[list[Hit]]], b: tuple[int, dict[str, str], list[list[Hit]]]) -> None:
-    """Same counts and pages; every query ranks alike in each leg (up to ties: Qdrant orders ties arbitrarily)."""
+def _assert_same(
+    a: tuple[int, dict[str, str], list[list[Hit]]], b: tuple[int, dict[str, str], list[list[Hit]]]
+) -> None:
+    """Same counts and pages; every query ranks alike in each leg (up to ties: Qdrant orders ties
+    arbitrarily)."""
     assert a[0] == b[0]
     assert a[1] == b[1]
     assert all(x for x in a[2])
     for x, y in zip(a[2], b[2], strict=True):
-        assert same_ranking(x, y), ([(h.evidence.id, h.score) for h in x], [(h.evidence.id, h.score) for h in y])
+        assert same_ranking(x, y), (
+            [(h.evidence.id, h.score) for h in x],
+            [(h.evidence.id, h.score) for h in y],
+        )
 
 
 def _questions(store_path: Path) -> list[str]:
@@ -163,8 +169,13 @@ def data_dir(work: Path, built_index: Path) -> Path:
 
 
 def _cli(args: list[str], data_dir: Path) -> Result:
-    env = {"EVIDENT_DATA_DIR": str(data_dir), "EVIDENT_INDEX_DIR": "", "EVIDENT_STORE_PATH": "", "QDRANT_URL": "",
-           "EVIDENT_CONFIG": ""}
+    env = {
+        "EVIDENT_DATA_DIR": str(data_dir),
+        "EVIDENT_INDEX_DIR": "",
+        "EVIDENT_STORE_PATH": "",
+        "QDRANT_URL": "",
+        "EVIDENT_CONFIG": "",
+    }
     return CliRunner().invoke(main, args, env=env, catch_exceptions=False)
 
 
@@ -232,8 +243,9 @@ async def test_migrate_preserves_counts_and_top_k(work: Path, data_dir: Path) ->
     _assert_same(await _qdrant_state(dest, "moved"), (count, hashes, top))
 
     # Resumable / idempotent: a second run copies nothing.
-    again = await asyncio.to_thread(_cli, ["index", "migrate", "--to", f"path:{dest}", "--collection", "moved"],
-                                    data_dir)
+    again = await asyncio.to_thread(
+        _cli, ["index", "migrate", "--to", f"path:{dest}", "--collection", "moved"], data_dir
+    )
     assert again.exit_code == 0, again.output
     assert f"0 pages copied (0 points), {len(hashes)} unchanged" in again.output
 
@@ -242,10 +254,20 @@ async def test_migrate_refuses_extra_destination_pages_without_force(work: Path,
     dest = work / "qdrant"
     index = QdrantServerIndex(path=dest, collection="evident")
     await index.open(dense_dim=BowEmbedder.dim, embedder=BowEmbedder.name)
-    ev = Evidence(id="stray-1", page_id="stray", title="Stray", url="https://x/stray", space="X", kind="passage",
-                  position=0, text="stray page")
+    ev = Evidence(
+        id="stray-1",
+        page_id="stray",
+        title="Stray",
+        url="https://x/stray",
+        space="X",
+        kind="passage",
+        position=0,
+        text="stray page",
+    )
     vec = tuple(float(x) for x in BowEmbedder().embed_documents(["stray page"])[0])
-    await index.replace_page("stray", "h1", [IndexPoint(ev, "stray page", vec, SparseVector((1,), (1.0,)), "h1")])
+    await index.replace_page(
+        "stray", "h1", [IndexPoint(ev, "stray page", vec, SparseVector((1,), (1.0,)), "h1")]
+    )
     await index.close()
 
     res = await asyncio.to_thread(_cli, ["index", "migrate", "--to", f"path:{dest}"], data_dir)

@@ -20,13 +20,24 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def base_env(data: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVIDENT_", "CONFLUENCE_", "SLACK_", "QDRANT_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("EVIDENT_", "CONFLUENCE_", "SLACK_", "QDRANT_"))
+    }
     return {**env, "EVIDENT_DATA_DIR": str(data), "PYTHONPATH": str(REPO)}
 
 
 async def evident(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "evident", *args, env=env,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "evident",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 180)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
@@ -44,12 +55,27 @@ async def test_serve_and_sync_and_search_share_the_embedded_index(tmp_path: Path
     port = free_port()
     try:
         async with FakeConfluence(pages, mode="dc") as fc:
-            env = {**base_env(tmp_path), "CONFLUENCE_URL": fc.url, "CONFLUENCE_TOKEN": "s3cret-token", "CONFLUENCE_SPACES": "ENG,OPS",
-                   "SLACK_BOT_TOKEN": "xoxb-proc-test", "SLACK_SIGNING_SECRET": "sig", "EVIDENT_SLACK_TRANSPORT": "http",
-                   "EVIDENT_HTTP_PORT": str(port), "EVIDENT_SLACK_API_URL": slack.base_url,
-                   "EVIDENT_SYNC_INTERVAL_S": "3600"}
-            serve = await asyncio.create_subprocess_exec(sys.executable, "-m", "evident", "serve", env=env,
-                                                         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            env = {
+                **base_env(tmp_path),
+                "CONFLUENCE_URL": fc.url,
+                "CONFLUENCE_TOKEN": "s3cret-token",
+                "CONFLUENCE_SPACES": "ENG,OPS",
+                "SLACK_BOT_TOKEN": "xoxb-proc-test",
+                "SLACK_SIGNING_SECRET": "sig",
+                "EVIDENT_SLACK_TRANSPORT": "http",
+                "EVIDENT_HTTP_PORT": str(port),
+                "EVIDENT_SLACK_API_URL": slack.base_url,
+                "EVIDENT_SYNC_INTERVAL_S": "3600",
+            }
+            serve = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "evident",
+                "serve",
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             try:
                 await wait_ready(port, serve)  # serve syncs once at start and keeps the index open
                 code, out, err = await evident(env, "sync")

@@ -44,8 +44,13 @@ def test_followup_markers_in_english_and_german(question: str) -> None:
 def test_strategies() -> None:
     history = [T1, T2]
     assert build_query("  And Chen?  ", history, strategy="raw") == "And Chen?"
-    assert build_query("And Chen?", history, strategy="prev_questions") == f"And Chen? {T2.question} {T1.question}"
-    assert build_query("And Chen?", history, strategy="prev_questions", max_prev=1) == f"And Chen? {T2.question}"
+    assert (
+        build_query("And Chen?", history, strategy="prev_questions")
+        == f"And Chen? {T2.question} {T1.question}"
+    )
+    assert (
+        build_query("And Chen?", history, strategy="prev_questions", max_prev=1) == f"And Chen? {T2.question}"
+    )
     assert build_query(NEW_TOPIC, history, strategy="prev_questions").startswith(NEW_TOPIC + " And Bruno?")
 
 

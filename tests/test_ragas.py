@@ -1,4 +1,5 @@
-"""RAGAS-style metrics with a judge model, and the judge's agreement with the hand-labelled sample in tests/data."""
+"""RAGAS-style metrics with a judge model, and the judge's agreement with the hand-labelled sample in
+tests/data."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def _judge_reply(body: dict[str, Any]) -> str:
     user = body["messages"][-1]["content"]
     if "whether an answer is supported" in system:
         supported = "Paris" in user.split("Answer:")[1].split("Source 1:")[0]
-        return json.dumps({"claims": [{"claim": "x", "supported": supported}, {"claim": "y", "supported": True}]})
+        return json.dumps(
+            {"claims": [{"claim": "x", "supported": supported}, {"claim": "y", "supported": True}]}
+        )
     if "write the questions it answers" in system:
         evasive = "no idea" in user
         return json.dumps({"questions": ["What is the capital of France?", "Which city is France's capital?"],
@@ -72,8 +75,10 @@ async def test_the_four_metrics_follow_the_judges_json() -> None:
         evasive = await judge.answer_relevancy("What is the capital of France?", "I have no idea.")
         assert evasive == 0.0
         oos = await judge.score("What is the capital of France?", OUT_OF_SCOPE, "Paris", sources)
-        assert oos.faithfulness is None and oos.answer_relevancy == 0.0  # no claims; a refusal answers nothing
-        assert await judge.context_verdicts("q", "g", ["only", "two", "three"]) is None  # 1 verdict for 3 sources
+        # no claims; a refusal answers nothing
+        assert oos.faithfulness is None and oos.answer_relevancy == 0.0
+        # 1 verdict for 3 sources
+        assert await judge.context_verdicts("q", "g", ["only", "two", "three"]) is None
         await llm.close()
 
 
@@ -103,7 +108,13 @@ def test_agreement_compares_the_judge_with_the_labels() -> None:
     scores = [RagasScores(1.0, 0.9, 1.0, 1.0, (1, 0)), RagasScores(1.0, 0.2, 0.5, 0.0, (0, 1)),
               RagasScores(None, 0.0, None, None, ())]
     report = agreement(sample, scores)
-    assert report["faithfulness"] == {"n": 2, "missing": 0, "accuracy": 0.5, "kappa": 0.0, "mean_abs_diff": 0.5}
+    assert report["faithfulness"] == {
+        "n": 2,
+        "missing": 0,
+        "accuracy": 0.5,
+        "kappa": 0.0,
+        "mean_abs_diff": 0.5,
+    }
     assert report["context_recall"]["accuracy"] == 1.0 and report["context_recall"]["missing"] == 1
     assert report["answer_relevancy"]["auc"] == 1.0 and report["answer_relevancy"]["mean_relevant"] == 0.9
     assert report["context_precision"] == {"sources": 4, "missing_items": 1, "accuracy": 1.0, "kappa": 1.0}
@@ -122,8 +133,10 @@ def test_the_hand_labelled_sample_is_complete_and_varied() -> None:
 
 def test_a_malformed_sample_is_one_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"items": [{"id": "x", "lang": "en", "question": "q", "sources": ["a"], "answer": "b", '
-                   '"gold": "c", "labels": {"faithfulness": 1, "relevant": 1, "useful": [1, 0], "recall": 1}}]}')
+    bad.write_text(
+        '{"items": [{"id": "x", "lang": "en", "question": "q", "sources": ["a"], "answer": "b", '
+        '"gold": "c", "labels": {"faithfulness": 1, "relevant": 1, "useful": [1, 0], "recall": 1}}]}'
+    )
     with pytest.raises(InputError, match=r"bad.json: not a judge sample .*2 'useful' labels for 1 sources"):
         load_sample(bad)
 

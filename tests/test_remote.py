@@ -29,11 +29,14 @@ def test_retry_after_header_parsing() -> None:
     assert retry_after_s({"retry-after": "soon"}) is None
 
 
-@pytest.mark.parametrize(("status", "kind"), [(429, RateLimitedError), (503, TransientError), (500, TransientError),
+@pytest.mark.parametrize(("status", "kind"), [(429, RateLimitedError), (503, TransientError),
+                                             (500, TransientError),
                                              (408, TransientError), (401, AuthError), (403, AuthError),
                                              (404, NotFoundError), (400, RemoteError)])
 def test_status_error_classes_carry_the_servers_wait(status: int, kind: type[RemoteError]) -> None:
-    exc = status_error(status, service="x", what="X answered", headers={"Retry-After": "7"}, auth_hint="X_TOKEN")
+    exc = status_error(
+        status, service="x", what="X answered", headers={"Retry-After": "7"}, auth_hint="X_TOKEN"
+    )
     assert type(exc) is kind and exc.status == status and exc.service == "x"
     assert exc.retry_after_s == (7.0 if status in (429, 503, 500, 408) else None)
     assert (("check X_TOKEN" in str(exc)) == (kind is AuthError)) and f"HTTP {status}" in str(exc)
@@ -58,7 +61,9 @@ async def test_a_503_waits_as_long_as_its_retry_after_says() -> None:
         waits.append(s)
 
     policy = RetryPolicy(max_retries=3, initial_s=0.4, max_s=30)
-    assert await call_with_retries(call, policy, CallOptions(logging.getLogger("t"), "x"), sleep=sleep) == "ok"
+    assert (
+        await call_with_retries(call, policy, CallOptions(logging.getLogger("t"), "x"), sleep=sleep) == "ok"
+    )
     assert 2.5 <= waits[0] <= 2.6
 
 
@@ -74,7 +79,9 @@ async def test_a_refused_host_that_answers_is_not_retried_and_the_budget_is_kept
         return None
 
     with pytest.raises(UnreachableError):
-        await call_with_retries(refused, RetryPolicy(max_retries=3), CallOptions(logging.getLogger("t"), "x"), sleep=nap)
+        await call_with_retries(
+            refused, RetryPolicy(max_retries=3), CallOptions(logging.getLogger("t"), "x"), sleep=nap
+        )
     assert tries == 1
 
     async def busy() -> None:
@@ -84,5 +91,7 @@ async def test_a_refused_host_that_answers_is_not_retried_and_the_budget_is_kept
 
     tries = 0
     with pytest.raises(RateLimitedError):
-        await call_with_retries(busy, RetryPolicy(max_retries=2), CallOptions(logging.getLogger("t"), "x"), sleep=nap)
+        await call_with_retries(
+            busy, RetryPolicy(max_retries=2), CallOptions(logging.getLogger("t"), "x"), sleep=nap
+        )
     assert tries == 3

@@ -83,8 +83,10 @@ def test_make_reranker_none_and_unknown() -> None:
     assert make_reranker("") is None
     with pytest.raises(ConfigError) as err:
         make_reranker("colbert")
-    assert str(err.value) == ("unknown reranker 'colbert': choose none, bge-reranker-v2-m3, st:<cross-encoder>, "
-                              "sentences:<one of those or dense>")
+    assert str(err.value) == (
+        "unknown reranker 'colbert': choose none, bge-reranker-v2-m3, st:<cross-encoder>, "
+        "sentences:<one of those or dense>"
+    )
     for bad in ("sentences:", "sentences:colbert", "sentences:sentences:dense"):
         with pytest.raises(ConfigError, match="unknown reranker"):
             make_reranker(bad)
@@ -103,15 +105,33 @@ class OverlapScorer:
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         self.calls.append(list(texts))
         words = set(query.lower().replace("?", "").split())
-        return [len(words & set(t.lower().replace(".", " ").replace(":", " ").split())) / len(words) for t in texts]
+        return [
+            len(words & set(t.lower().replace(".", " ").replace(":", " ").split())) / len(words)
+            for t in texts
+        ]
 
 
 def test_sentence_reranking_scores_evidence_by_its_best_sentence() -> None:
     long = ("The canary runs for twenty minutes. Error rates are watched. Latency is watched. "
             "Rollback restores billing quickly.")
-    hits = [hit(0, "billing rollback rollback is a word that appears in many places of this page", score=0.9),
-            Hit(evidence=Evidence(id="ev-1", page_id="p2", title="Runbook", url="u", space="S", kind="passage",
-                                  position=0, text=long, headings=("Rollback",)), score=0.5, rank=2)]
+    hits = [
+        hit(0, "billing rollback rollback is a word that appears in many places of this page", score=0.9),
+        Hit(
+            evidence=Evidence(
+                id="ev-1",
+                page_id="p2",
+                title="Runbook",
+                url="u",
+                space="S",
+                kind="passage",
+                position=0,
+                text=long,
+                headings=("Rollback",),
+            ),
+            score=0.5,
+            rank=2,
+        ),
+    ]
     scorer = OverlapScorer()
     out = SentenceReranker(scorer).rerank("rollback restores billing quickly", hits)
     assert [h.evidence.id for h in out] == ["ev-1", "ev-0"]  # one sentence of ev-1 answers it all
@@ -140,7 +160,8 @@ def test_dense_scorer_is_the_embedders_cosine_and_sentences_dense_builds() -> No
     assert out[0].evidence.id in {"ev-1", "ev-2"} and [h.rank for h in out] == [1, 2, 3, 4]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is not None, reason="FlagEmbedding is installed")
+@pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is not None,
+                    reason="FlagEmbedding is installed")
 def test_bge_reranker_without_extra_names_it() -> None:
     with pytest.raises(ConfigError, match=r"pip install 'evident-bot\[bge\]'"):
         make_reranker("bge-reranker-v2-m3")
@@ -148,7 +169,10 @@ def test_bge_reranker_without_extra_names_it() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None, reason="st is installed")
 def test_st_reranker_without_extra_names_it() -> None:
-    for name in ("st:cross-encoder/ms-marco-MiniLM-L-6-v2", "sentences:st:cross-encoder/ms-marco-MiniLM-L-6-v2"):
+    for name in (
+        "st:cross-encoder/ms-marco-MiniLM-L-6-v2",
+        "sentences:st:cross-encoder/ms-marco-MiniLM-L-6-v2",
+    ):
         with pytest.raises(ConfigError, match=r"pip install 'evident-bot\[st\]'"):
             make_reranker(name)
 

@@ -81,7 +81,9 @@ def _titles(hits: Sequence[Hit]) -> list[str]:
 
 async def test_legs_disagree_and_fusion_rewards_agreement(index: EdgeIndex) -> None:
     cfg = RetrievalSettings(lexical_k=2, dense_k=2, final_k=3)
-    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True)
+    r = await retrieve(
+        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True
+    )
     assert _titles(r.lexical) == ["A", "B"]
     assert _titles(r.dense) == ["C", "B"]
     # B is second in both legs, so RRF puts it ahead of either leg's winner.
@@ -93,10 +95,19 @@ async def test_legs_disagree_and_fusion_rewards_agreement(index: EdgeIndex) -> N
 
 async def test_score_pooling_setting_reaches_the_index(index: EdgeIndex, tmp_path: Path) -> None:
     """EVIDENT_FUSION=dbsf: the legs' scores are pooled (C's perfect dense score now beats B's agreement)."""
-    cfg = Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_FUSION": "dbsf", "EVIDENT_LEXICAL_K": "2",
-                             "EVIDENT_DENSE_K": "2", "EVIDENT_FINAL_K": "3"}).retrieval
+    cfg = Settings.load(
+        env={
+            "EVIDENT_DATA_DIR": str(tmp_path),
+            "EVIDENT_FUSION": "dbsf",
+            "EVIDENT_LEXICAL_K": "2",
+            "EVIDENT_DENSE_K": "2",
+            "EVIDENT_FINAL_K": "3",
+        }
+    ).retrieval
     assert cfg.fusion == "dbsf"
-    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True)
+    r = await retrieve(
+        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True
+    )
     legs = [[(h.evidence.id, h.score) for h in leg] for leg in (r.lexical, r.dense)]
     assert [h.evidence.id for h in r.hits] == [eid for eid, _ in dbsf_fuse(legs)]
     rrf = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(),
@@ -108,21 +119,31 @@ async def test_single_leg_modes(index: EdgeIndex) -> None:
     emb, sparse = QueryVector(), Bm25Encoder()
     lexical = await retrieve(QUERY, index=index, embedder=emb, sparse=sparse,
                              config=RetrievalSettings(mode="lexical", final_k=4))
-    dense = await retrieve(QUERY, index=index, embedder=emb, sparse=sparse, config=RetrievalSettings(mode="dense", final_k=4))
+    dense = await retrieve(
+        QUERY, index=index, embedder=emb, sparse=sparse, config=RetrievalSettings(mode="dense", final_k=4)
+    )
     assert _titles(lexical.hits) == ["A", "B"]  # only documents with the term
     assert _titles(dense.hits) == ["C", "B", "A", "D"]
 
 
 async def test_space_filter(index: EdgeIndex) -> None:
-    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=RetrievalSettings(),
-                       spaces=("OTHER",))
+    r = await retrieve(
+        QUERY,
+        index=index,
+        embedder=QueryVector(),
+        sparse=Bm25Encoder(),
+        config=RetrievalSettings(),
+        spaces=("OTHER",),
+    )
     assert r.hits == []
 
 
 async def test_reranker_gets_the_pool_and_decides_the_final_order(index: EdgeIndex) -> None:
     reranker = ShortestFirst()
     cfg = RetrievalSettings(lexical_k=4, dense_k=4, final_k=2, rerank_pool=4)
-    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker)
+    r = await retrieve(
+        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker
+    )
     (seen,) = reranker.seen
     assert len(seen) == 4 and set(seen) == set(DOCS)  # rerank_pool candidates, not just final_k
     assert _titles(r.hits) == ["D", "B"]  # "zeta eta" (8 chars) < "alpha gamma" (11)
@@ -133,5 +154,7 @@ async def test_reranker_gets_the_pool_and_decides_the_final_order(index: EdgeInd
 async def test_reranker_pool_never_smaller_than_final_k(index: EdgeIndex) -> None:
     reranker = ShortestFirst()
     cfg = RetrievalSettings(lexical_k=4, dense_k=4, final_k=3, rerank_pool=1)
-    r = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker)
+    r = await retrieve(
+        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker
+    )
     assert len(reranker.seen[0]) == 3 and len(r.hits) == 3

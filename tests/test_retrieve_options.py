@@ -25,7 +25,8 @@ def test_steepest_cut_keeps_the_hits_before_the_largest_drop() -> None:
     hits = [_hit(f"e{i}", f"P{i}", s, i + 1) for i, s in enumerate(scores)]
     assert [h.evidence.id for h in steepest_cut(hits, 1)] == ["e0", "e1", "e2", "e3", "e4"]  # 0.95 -> 0.2
     assert [h.evidence.id for h in steepest_cut(hits[:5], 1)] == ["e0", "e1"]  # 1.8 -> 1.1
-    assert [h.evidence.id for h in steepest_cut(hits[:5], 3)] == ["e0", "e1", "e2"]  # drops from the 3rd: 0.1, 0.05
+    # drops from the 3rd: 0.1, 0.05
+    assert [h.evidence.id for h in steepest_cut(hits[:5], 3)] == ["e0", "e1", "e2"]
     assert steepest_cut(hits[:2], 3) == hits[:2]  # fewer than the minimum: all
 
 
@@ -44,7 +45,10 @@ def test_hub_centrality_is_the_mean_similarity_to_the_others() -> None:
 def test_hub_rerank_lifts_the_evidence_at_the_centre_of_what_was_retrieved() -> None:
     texts = {"lucky": "quarterly bonus payout calendar", "hub": "vpn gateway setup for the office vpn",
              "near1": "office vpn gateway address", "near2": "vpn setup steps for the gateway"}
-    hits = [replace(_hit(name, name, 1.0 - 0.01 * i, i + 1), content=text) for i, (name, text) in enumerate(texts.items())]
+    hits = [
+        replace(_hit(name, name, 1.0 - 0.01 * i, i + 1), content=text)
+        for i, (name, text) in enumerate(texts.items())
+    ]
     moved = hub_rerank(hits, Bm25Encoder(), 0.5)
     order = [h.evidence.id for h in moved]
     assert order[0] == "hub" and order[-1] == "lucky" and [h.rank for h in moved] == [1, 2, 3, 4]

@@ -59,7 +59,9 @@ async def test_qdrant_open_names_the_rejected_key_and_the_unreachable_url(
         await closed.open(dense_dim=4, embedder="e")
 
 
-async def test_an_unreachable_index_is_retried_until_a_stop(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_unreachable_index_is_retried_until_a_stop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="evident.serve")
     settings = Settings.load(env={}, data_dir=str(tmp_path), qdrant_url=f"http://127.0.0.1:{free_port()}")
     stop = asyncio.Event()
@@ -69,7 +71,9 @@ async def test_an_unreachable_index_is_retried_until_a_stop(tmp_path: Path, capl
             break
         await asyncio.sleep(0.05)
     assert caplog.text.count("cannot reach Qdrant") >= 2, caplog.text
-    assert "not ready: opening the index and models failed (UnreachableError: cannot reach Qdrant" in caplog.text
+    assert (
+        "not ready: opening the index and models failed (UnreachableError: cannot reach Qdrant" in caplog.text
+    )
     assert not starting.done()
     t0 = asyncio.get_running_loop().time()
     stop.set()  # what SIGTERM does
@@ -93,8 +97,15 @@ async def test_sigterm_during_start_up_exits_cleanly_and_a_bad_key_exits_2(
     status, url = qdrant_answering
     env = {**base_env(tmp_path), "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_APP_TOKEN": APP_TOKEN,
            "QDRANT_URL": f"http://127.0.0.1:{free_port()}"}
-    serve = await asyncio.create_subprocess_exec(sys.executable, "-m", "evident", "serve", env=env,
-                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    serve = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "evident",
+        "serve",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert serve.stderr is not None
     seen = b""
     while b"not ready" not in seen:  # the model has loaded; start-up now waits for the index
@@ -109,8 +120,15 @@ async def test_sigterm_during_start_up_exits_cleanly_and_a_bad_key_exits_2(
 
     status[0] = 403
     bad = {**env, "QDRANT_URL": url, "QDRANT_API_KEY": "qdrant-s3cret"}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "evident", "serve", env=bad,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "evident",
+        "serve",
+        env=bad,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     text = (out + err).decode()
     assert proc.returncode == 2, text[-2000:]
@@ -133,8 +151,16 @@ async def test_socket_mode_counts_events_and_reconnects_and_drains_by_the_settin
         await slack.socket_send({"type": "disconnect", "reason": "refresh_requested"})
         await slack.wait_for(lambda: metrics.reconnects.value(platform="slack") == 1)
         mention = EventSender("unused").mention("vpn?")
-        await slack.socket_send({"envelope_id": "e1", "type": "events_api", "payload": EventSender("unused").envelope(
-            mention), "accepts_response_payload": False, "retry_attempt": 0, "retry_reason": ""})
+        await slack.socket_send(
+            {
+                "envelope_id": "e1",
+                "type": "events_api",
+                "payload": EventSender("unused").envelope(mention),
+                "accepts_response_payload": False,
+                "retry_attempt": 0,
+                "retry_reason": "",
+            }
+        )
         await slack.wait_calls("chat.postMessage")  # the placeholder: the 30 s answer is running
         assert metrics.events.value(platform="slack") == 1
         age = metrics.seconds_since_event("slack")

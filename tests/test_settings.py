@@ -84,7 +84,9 @@ def test_channel_names_wildcards_and_mixed_defaults_are_rejected(env: dict[str, 
 
 
 def test_teams_channel_ids_and_default_scope_are_read() -> None:
-    s = Settings.load(env={"EVIDENT_CHANNEL_SPACES": "19:abc@thread.tacv2=ENG;C1=HR", "EVIDENT_DEFAULT_SPACES": "none"})
+    s = Settings.load(
+        env={"EVIDENT_CHANNEL_SPACES": "19:abc@thread.tacv2=ENG;C1=HR", "EVIDENT_DEFAULT_SPACES": "none"}
+    )
     assert s.chat.channel_spaces == {"19:abc@thread.tacv2": ("ENG",), "C1": ("HR",)}
     assert s.chat.default_spaces == ("none",)
 
@@ -158,21 +160,46 @@ def test_engine_options_reject_an_explain_method_that_cannot_run(tmp_path: Path)
     with pytest.raises(ConfigError, match="EVIDENT_ATTRIBUTION_METHOD='bogus' is not one of"):  # now at load
         engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "bogus"}, data_dir=tmp_path))
     with pytest.raises(ConfigError, match="EVIDENT_LLM_PROMPT_LOGPROBS"):
-        engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "logprob",
-                                          "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
-    ok = engine_options(Settings.load(env={"EVIDENT_ATTRIBUTION_METHOD": "logprob", "EVIDENT_LLM_PROMPT_LOGPROBS": "1",
-                                           "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
+        engine_options(
+            Settings.load(
+                env={
+                    "EVIDENT_ATTRIBUTION_METHOD": "logprob",
+                    "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+                },
+                data_dir=tmp_path,
+            )
+        )
+    ok = engine_options(
+        Settings.load(
+            env={
+                "EVIDENT_ATTRIBUTION_METHOD": "logprob",
+                "EVIDENT_LLM_PROMPT_LOGPROBS": "1",
+                "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+            },
+            data_dir=tmp_path,
+        )
+    )
     assert ok.attribution_method == "logprob" and ok.prompt_logprobs is True
     with pytest.raises(ConfigError, match=r"raw_chatlm\.j2' not found"):
-        engine_options(Settings.load(env={"EVIDENT_LLM_PROMPT_LOGPROBS": "1", "EVIDENT_LLM_RAW_TEMPLATE": "raw_chatlm",
-                                          "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1"}, data_dir=tmp_path))
+        engine_options(
+            Settings.load(
+                env={
+                    "EVIDENT_LLM_PROMPT_LOGPROBS": "1",
+                    "EVIDENT_LLM_RAW_TEMPLATE": "raw_chatlm",
+                    "EVIDENT_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+                },
+                data_dir=tmp_path,
+            )
+        )
 
 
 @pytest.mark.parametrize(("env", "fragment"), [
     ({"EVIDENT_FINAL_K": "-3"}, "EVIDENT_FINAL_K=-3 is below its minimum 1"),
-    ({"EVIDENT_LLM_BASE_URL": "localhost:8000"}, "EVIDENT_LLM_BASE_URL='localhost:8000' is not an http(s) URL"),
+    ({"EVIDENT_LLM_BASE_URL": "localhost:8000"},
+     "EVIDENT_LLM_BASE_URL='localhost:8000' is not an http(s) URL"),
     ({"QDRANT_URL": "http://user:pw@"}, "QDRANT_URL='http://***@' is not an http(s) URL"),
-    ({"EVIDENT_RETRIEVAL_MODE": "fancy"}, "EVIDENT_RETRIEVAL_MODE='fancy' is not one of: lexical, dense, hybrid"),
+    ({"EVIDENT_RETRIEVAL_MODE": "fancy"},
+     "EVIDENT_RETRIEVAL_MODE='fancy' is not one of: lexical, dense, hybrid"),
     ({"EVIDENT_HTTP_PORT": "70000"}, "EVIDENT_HTTP_PORT=70000 is above its maximum 65535"),
     ({"EVIDENT_MIN_TEXT_COVERAGE": "1.5"}, "EVIDENT_MIN_TEXT_COVERAGE=1.5 is above its maximum 1"),
     ({"EVIDENT_ATTRIBUTION_METHOD": "bogus"}, "EVIDENT_ATTRIBUTION_METHOD='bogus' is not one of: naive"),
@@ -226,7 +253,10 @@ def test_every_setting_has_one_flat_key_and_one_owner() -> None:
     assert len(envs) == len(set(envs)) == len(Settings.keys())
     owners = {name: area.__module__ for name, area in Settings.areas().items()}
     assert owners["slack"] == "bot.slack.settings" and owners["teams"] == "bot.teams.settings"
-    assert owners["retrieval"] == "pipeline.answer.settings" and owners["confluence"] == "connectors.confluence.settings"
+    assert (
+        owners["retrieval"] == "pipeline.answer.settings"
+        and owners["confluence"] == "connectors.confluence.settings"
+    )
 
 
 def test_the_options_tests_build_by_default_are_productions() -> None:

@@ -1,5 +1,7 @@
-"""Slack's AI-app surface through the real HTTP transport: assistant threads, status, title, prompts, scope."""
-# ruff: noqa: F811  (the harness fixtures are imported from test_bot_http and shadowed by parameters, as pytest wants)
+"""Slack's AI-app surface through the real HTTP transport: assistant threads, status, title, prompts,
+scope."""
+# ruff: noqa: F811  (the harness fixtures are imported from test_bot_http and shadowed by parameters, as
+# pytest wants)
 
 from __future__ import annotations
 
@@ -13,10 +15,19 @@ from pipeline.types import Answer, Citation
 DM = "D1"
 
 
-def _started(h: Harness, thread_ts: str, kind: str = "assistant_thread_started", context_channel: str = "C9") -> dict:
-    return {"type": kind, "event_ts": h.send.new_ts(),
-            "assistant_thread": {"user_id": "U1", "channel_id": DM, "thread_ts": thread_ts,
-                                 "context": {"channel_id": context_channel, "team_id": "T1", "enterprise_id": None}}}
+def _started(
+    h: Harness, thread_ts: str, kind: str = "assistant_thread_started", context_channel: str = "C9"
+) -> dict:
+    return {
+        "type": kind,
+        "event_ts": h.send.new_ts(),
+        "assistant_thread": {
+            "user_id": "U1",
+            "channel_id": DM,
+            "thread_ts": thread_ts,
+            "context": {"channel_id": context_channel, "team_id": "T1", "enterprise_id": None},
+        },
+    }
 
 
 def _ask(h: Harness, text: str, thread_ts: str) -> dict[str, Any]:
@@ -26,7 +37,11 @@ def _ask(h: Harness, text: str, thread_ts: str) -> dict[str, Any]:
 async def _answers(h: Harness, n: int) -> list[dict[str, Any]]:
     """Answers streamed into assistant threads, once their stream has stopped (oldest first)."""
     def found() -> list[dict[str, Any]]:
-        done = [m for m in h.slack.messages.values() if "|[1]>" in m.get("text", "") and m.get("streaming") is False]
+        done = [
+            m
+            for m in h.slack.messages.values()
+            if "|[1]>" in m.get("text", "") and m.get("streaming") is False
+        ]
         return sorted(done, key=lambda m: float(m["ts"]))
 
     await h.slack.wait_for(lambda: len(found()) >= n)
@@ -38,7 +53,11 @@ async def test_thread_started_greets_and_suggests_prompts(h: Harness) -> None:
     await h.send.event(_started(h, thread))
     (prompts,) = await h.slack.wait_calls("assistant.threads.setSuggestedPrompts")
     greeting = h.slack.of("chat.postMessage")[0]
-    assert greeting["channel"] == DM and greeting["thread_ts"] == thread and "Ask me anything" in greeting["text"]
+    assert (
+        greeting["channel"] == DM
+        and greeting["thread_ts"] == thread
+        and "Ask me anything" in greeting["text"]
+    )
     assert prompts["channel_id"] == DM and prompts["thread_ts"] == thread
     assert len(prompts["prompts"]) >= 1 and all({"title", "message"} <= set(p) for p in prompts["prompts"])
 
@@ -52,8 +71,10 @@ async def test_question_in_a_thread_gets_status_title_and_answer_from_the_viewed
     (answer,) = await _answers(h, 1)
     assert answer["channel"] == DM and answer["thread_ts"] == thread
     # streamed with plain [n], then shown as an unstreamed answer is: linked markers
-    assert answer["text"] == ("To how do i get vpn access?, open the VPN portal <https://wiki.example.com/pages/1|[1]>"
-                              " and follow the guide <https://wiki.example.com/pages/2|[2]>.")
+    assert answer["text"] == (
+        "To how do i get vpn access?, open the VPN portal <https://wiki.example.com/pages/1|[1]>"
+        " and follow the guide <https://wiki.example.com/pages/2|[2]>."
+    )
     start = h.slack.of("chat.startStream")[0]
     assert start["recipient_user_id"] == "U1" and start["recipient_team_id"] == "T1"
     (stop,) = h.slack.of("chat.stopStream")
@@ -112,7 +133,9 @@ async def _streamed(h: Harness, thread: str, question: str = "How do I get VPN a
     await h.slack.wait_calls("chat.startStream")
 
 
-async def test_an_llm_failure_mid_stream_ends_the_stream_saying_so_in_the_same_message(make_harness: Factory) -> None:
+async def test_an_llm_failure_mid_stream_ends_the_stream_saying_so_in_the_same_message(
+    make_harness: Factory,
+) -> None:
     from fake_slack import LLM_DOWN, FakeEngine
 
     engine = FakeEngine(delay_s=0.2)
@@ -125,10 +148,13 @@ async def test_an_llm_failure_mid_stream_ends_the_stream_saying_so_in_the_same_m
     (message,) = [m for m in h.slack.messages.values() if m["ts"] == stop["ts"]]
     assert message["streaming"] is False and message["text"].startswith("To how do")
     assert message["text"].endswith(f":warning: {LLM_DOWN}")
-    assert not [c for c in h.slack.of("chat.postMessage") if LLM_DOWN in c.get("text", "")]  # not a new message
+    # not a new message
+    assert not [c for c in h.slack.of("chat.postMessage") if LLM_DOWN in c.get("text", "")]
 
 
-async def test_a_stream_slack_ended_is_replaced_by_the_whole_answer_not_left_beside_it(make_harness: Factory) -> None:
+async def test_a_stream_slack_ended_is_replaced_by_the_whole_answer_not_left_beside_it(
+    make_harness: Factory,
+) -> None:
     from fake_slack import FakeEngine
 
     h = await make_harness(FakeEngine(delay_s=0.3))
@@ -156,7 +182,9 @@ async def test_a_cancelled_answer_ends_its_stream(make_harness: Factory) -> None
 
 
 def _cited(question: str) -> Answer:
-    return Answer(text="See [1].", citations=[Citation(1, "https://w/p/9", "Release versioning policy", "ENG", ("e",))])
+    return Answer(
+        text="See [1].", citations=[Citation(1, "https://w/p/9", "Release versioning policy", "ENG", ("e",))]
+    )
 
 
 async def test_suggested_prompts_come_from_pages_answers_cited_in_scope(make_harness: Factory) -> None:
@@ -183,12 +211,16 @@ def _home_text(view: dict[str, Any]) -> str:
 
 async def test_app_home_shows_index_status_recent_questions_and_admin_feedback(make_harness: Factory) -> None:
     h = await make_harness(admin_users="UADMIN")
-    await h.engine.store.record_sync("confluence", "added 3, failed 1", [("page:42", "table too large <@U9>")])
+    await h.engine.store.record_sync(
+        "confluence", "added 3, failed 1", [("page:42", "table too large <@U9>")]
+    )
     await h.send.event(h.send.mention("How do I get VPN <!channel> access?", user="U1"))
     (update,) = await h.answered()
     await h.settle()
     turn_id = int(next(e for b in update["blocks"] if b["type"] == "actions" for e in b["elements"])["value"])
-    await h.send.block_action("evident_feedback", f"down:{turn_id}", user="U2", action_type="feedback_buttons")
+    await h.send.block_action(
+        "evident_feedback", f"down:{turn_id}", user="U2", action_type="feedback_buttons"
+    )
     await h.settle()
     for user in ("U1", "UADMIN"):
         await h.send.event({"type": "app_home_opened", "user": user, "channel": "D9", "tab": "home",

@@ -1,4 +1,5 @@
-"""The one Slack rendering of an explanation (bot.slack.blocks.render_explanation) from the engine's structured result."""
+"""The one Slack rendering of an explanation (bot.slack.blocks.render_explanation) from the engine's
+structured result."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ def test_bars_links_reasons_and_collapsed_clusters() -> None:
     text = render_explanation(explained(PEAKED))
     lines = text.splitlines()
     assert lines[0] == "*Why this answer?* How much each source contributed:"
-    assert lines[1].startswith("`█████░░░` 67%  <https://wiki.example/vpn|VPN policy> (+1 similar) — removing it")
+    assert lines[1].startswith(
+        "`█████░░░` 67%  <https://wiki.example/vpn|VPN policy> (+1 similar) — removing it"
+    )
     assert "Onboarding" not in text  # the duplicate is collapsed into its cluster's line
     assert lines[2].startswith("`██░░░░░░` 20%  <https://wiki.example/faq|Security FAQ> — ")
     assert "Low confidence" not in text and "partial" not in text
@@ -31,7 +34,9 @@ def test_page_text_is_escaped() -> None:
     assert "<!channel>" not in text and "<b>" not in text
     assert "&lt;!channel&gt; Q&amp;A &lt;b&gt;" in text
     assert "https://wiki.example/a%7Cb%3Ec|" in text
-    unsafe = render_explanation(explained(result(cluster(1, 100.0, 0.2, ref(1, "click", "javascript:alert(1)")))))
+    unsafe = render_explanation(
+        explained(result(cluster(1, 100.0, 0.2, ref(1, "click", "javascript:alert(1)"))))
+    )
     assert "<javascript" not in unsafe and "click" in unsafe
 
 

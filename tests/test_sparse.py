@@ -78,7 +78,15 @@ def test_right_document_ranks_first(bm25: Bm25Encoder, query: str, best: int) ->
 def test_tokenize_keeps_versions_and_splits_compounds() -> None:
     assert tokenize("BIOS v2.1 / 2.14.1, IP 10.0.0.1.") == ["bios", "v2.1", "2.14.1", "ip", "10.0.0.1"]
     assert tokenize("on-call host ab-7040") == ["on", "call", "oncall", "host", "ab", "7040", "ab7040"]
-    assert tokenize("snake_case and acme.example/wiki") == ["snake", "case", "snakecase", "and", "acme", "example", "wiki"]
+    assert tokenize("snake_case and acme.example/wiki") == [
+        "snake",
+        "case",
+        "snakecase",
+        "and",
+        "acme",
+        "example",
+        "wiki",
+    ]
     assert tokenize("Größe Übergabe café") == ["größe", "übergabe", "café"]
     assert tokenize("") == []
 
@@ -159,7 +167,8 @@ def test_bad_settings_are_config_errors() -> None:
     assert isinstance(make_sparse_encoder("bm25"), Bm25Encoder)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is not None, reason="FlagEmbedding is installed")
+@pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is not None,
+                    reason="FlagEmbedding is installed")
 def test_bge_sparse_without_extra_names_it() -> None:
     with pytest.raises(ConfigError, match=r"pip install 'evident-bot\[bge\]'"):
         make_sparse_encoder("bge-m3")

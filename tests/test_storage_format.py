@@ -161,7 +161,8 @@ def test_links_users_images_emoticons_time() -> None:
     )
     assert parse_storage(xhtml) == [
         Paragraph(
-            "Build Guide | the guide | rich body | @alice | @user:5b10ac8d82e05b22cc7d4ef5 | @user:ff808081 | "
+            "Build Guide | the guide | rich body | @alice | @user:5b10ac8d82e05b22cc7d4ef5 | @user:ff808081 "
+            "| "
             "spec.pdf | [image: diagram.png] | 2018-08-17 | site"
         )
     ]
@@ -204,7 +205,8 @@ def test_table_rowspan_and_colspan_expanded() -> None:
 
 def test_colspan_header_gets_unique_names_and_grouped_headers_merge() -> None:
     table = _table(
-        '<table><tr><th colspan="2">Result</th><th>Note</th></tr><tr><td>a</td><td>b</td><td>c</td></tr></table>'
+        '<table><tr><th '
+        'colspan="2">Result</th><th>Note</th></tr><tr><td>a</td><td>b</td><td>c</td></tr></table>'
     )
     assert table.headers == ("Result", "Result (2)", "Note")
     grouped = _table(
@@ -226,7 +228,8 @@ def test_empty_headers_become_column_names_and_single_row_is_data() -> None:
 def test_nested_table_flattened_into_cell_and_emitted_after_outer() -> None:
     xhtml = (
         "<p>before</p><table><tr><th>Key</th><th>Detail</th></tr>"
-        "<tr><td>k1</td><td>See: <table><tr><th>A</th><th>B</th></tr><tr><td>1</td><td>2</td></tr></table></td></tr>"
+        "<tr><td>k1</td><td>See: "
+        "<table><tr><th>A</th><th>B</th></tr><tr><td>1</td><td>2</td></tr></table></td></tr>"
         "</table><p>after</p>"
     )
     out = parse_storage(xhtml)
@@ -254,7 +257,8 @@ def test_table_with_thead_tbody_and_caption() -> None:
     table = _table(
         "<table><caption>Owners</caption><colgroup><col/><col/></colgroup>"
         "<thead><tr><th>Area</th><th>Owner</th></tr></thead>"
-        "<tbody><tr><td>Build</td><td><ac:link><ri:user ri:username='bob'/></ac:link></td></tr></tbody></table>"
+        "<tbody><tr><td>Build</td><td><ac:link><ri:user "
+        "ri:username='bob'/></ac:link></td></tr></tbody></table>"
     )
     assert table == Table(headers=("Area", "Owner"), rows=(("Build", "@bob"),), caption="Owners")
 
@@ -314,7 +318,8 @@ def test_parses_every_confquestions_page(confq_dir: Path) -> None:
         page = Page(id=doc["id"], title=doc["title"], url=doc["url"], space=doc["space"], body="")
         kinds.update(ev.kind for ev in build_evidence(page, elements))
     print(
-        f"\n{len(files)} pages parsed in {parse_s:.2f}s; elements {dict(elements_total)}; evidence {dict(kinds)}"
+        f"\n{len(files)} pages parsed in {parse_s:.2f}s; elements {dict(elements_total)}; evidence "
+        f"{dict(kinds)}"
     )
     assert kinds["passage"] > 0 and kinds["list"] > 0 and kinds["table"] > 0 and kinds["row"] > 0
     assert parse_s < 2.0

@@ -43,12 +43,17 @@ async def test_version_1_store_keeps_its_answer_links(tmp_path: Path) -> None:
 
     MIGRATIONS[0](sqlite_utils.Database(conn))
     conn.execute("PRAGMA user_version=1")
-    conn.execute("INSERT INTO conversations(key, created_at, updated_at, meta) VALUES ('T1:C1:1.0', 'x', 'x', '{}')")
     conn.execute(
-        "INSERT INTO turns(conversation_key, turn_no, created_at, question, answer, retrieved, slack_ts, meta) "
+        "INSERT INTO conversations(key, created_at, updated_at, meta) VALUES ('T1:C1:1.0', 'x', 'x', '{}')"
+    )
+    conn.execute(
+        "INSERT INTO turns(conversation_key, turn_no, created_at, question, answer, retrieved, slack_ts, "
+        "meta) "
         "VALUES ('T1:C1:1.0', 1, 'x', 'q', 'a [1]', ?, '9.9', ?)",
-        ('[{"evidence_id": "e1", "score": 0.1, "rank": 1, "page_id": "p", "url": "u", "title": "t"}]',
-         '{"raw_answer": "a [1] raw", "notice": null}'),
+        (
+            '[{"evidence_id": "e1", "score": 0.1, "rank": 1, "page_id": "p", "url": "u", "title": "t"}]',
+            '{"raw_answer": "a [1] raw", "notice": null}',
+        ),
     )
     conn.commit()
     conn.close()
@@ -122,13 +127,15 @@ async def test_update_turn_rejects_unknown_field_and_missing_turn(store: Store) 
 
 async def test_turn_by_message_matches_key_or_channel_prefix(store: Store) -> None:
     a = await store.add_turn(TurnRecord(conversation_key="T1:C1:100.1", question="q"))
-    b = await store.add_turn(TurnRecord(conversation_key="T1:C1_x:200.2", question="q"))  # '_' must not act as a LIKE wildcard
+    # '_' must not act as a LIKE wildcard
+    b = await store.add_turn(TurnRecord(conversation_key="T1:C1_x:200.2", question="q"))
     await store.set_message_ref(a, "555.5")
     await store.set_message_ref(b, "555.5")
     assert (await store.turn_by_message("T1:C1:100.1", "555.5")).id == a  # type: ignore[union-attr]
     assert (await store.turn_by_message("T1:C1", "555.5")).id == a  # type: ignore[union-attr]
     assert (await store.turn_by_message("T1:C1_x", "555.5")).id == b  # type: ignore[union-attr]
-    assert (await store.turn_by_message("C1", "555.5")).id == a  # type: ignore[union-attr]  # bare channel id, as reactions give it
+    # bare channel id, as reactions give it
+    assert (await store.turn_by_message("C1", "555.5")).id == a
     assert (await store.turn_by_message("C1_x", "555.5")).id == b  # type: ignore[union-attr]
     assert await store.turn_by_message("T1:C1", "999.9") is None
     assert await store.turn_by_message("T1:C", "555.5") is None
@@ -158,14 +165,18 @@ async def test_feedback_records_platform_and_keeps_a_comment(tmp_path: Path) -> 
     await s.set_feedback(tid, "U1", -1, platform="teams")  # a later reaction keeps the comment
     await s.close()
     conn = sqlite3.connect(tmp_path / "f.db")
-    assert conn.execute("SELECT value, platform, comment FROM feedback").fetchall() == [(-1, "teams", "wrong page")]
+    assert conn.execute("SELECT value, platform, comment FROM feedback").fetchall() == [
+        (-1, "teams", "wrong page")
+    ]
     conn.close()
 
 
 async def test_sync_runs_keep_the_latest_with_their_first_failures(store: Store) -> None:
     assert await store.last_sync() is None
     for i in range(4):
-        await store.record_sync("confluence", f"run {i}", [(f"page:{n}", "bad table") for n in range(i * 10)], keep=3)
+        await store.record_sync(
+            "confluence", f"run {i}", [(f"page:{n}", "bad table") for n in range(i * 10)], keep=3
+        )
     last = await store.last_sync()
     assert last is not None and last.summary == "run 3" and last.failed == 30
     assert len(last.errors) == 20 and last.errors[0] == "page:0: bad table"
@@ -209,7 +220,9 @@ async def test_fifty_concurrent_writers(tmp_path: Path) -> None:
 
     async def writer(i: int) -> int:
         store = s if i % 2 else other
-        tid = await store.add_turn(TurnRecord(conversation_key=f"cli:{i % 5}", question=f"q{i}", user_id=f"U{i}"))
+        tid = await store.add_turn(
+            TurnRecord(conversation_key=f"cli:{i % 5}", question=f"q{i}", user_id=f"U{i}")
+        )
         await store.update_turn(tid, answer=f"a{i}", timings={"total": i})
         await store.set_feedback(tid, f"U{i}", 1 if i % 3 else -1)
         return tid

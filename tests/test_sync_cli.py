@@ -14,9 +14,17 @@ from tests.fake_confluence import FakeConfluence, synthetic_pages
 
 
 def _env(data: Path, url: str = "", token: str = "s3cret-token") -> dict[str, str]:
-    return {"EVIDENT_DATA_DIR": str(data), "EVIDENT_INDEX_DIR": "", "EVIDENT_STORE_PATH": "", "QDRANT_URL": "",
-            "EVIDENT_CONFIG": "", "CONFLUENCE_URL": url, "CONFLUENCE_TOKEN": token, "CONFLUENCE_USER": "",
-            "CONFLUENCE_SPACES": "ENG,OPS"}
+    return {
+        "EVIDENT_DATA_DIR": str(data),
+        "EVIDENT_INDEX_DIR": "",
+        "EVIDENT_STORE_PATH": "",
+        "QDRANT_URL": "",
+        "EVIDENT_CONFIG": "",
+        "CONFLUENCE_URL": url,
+        "CONFLUENCE_TOKEN": token,
+        "CONFLUENCE_USER": "",
+        "CONFLUENCE_SPACES": "ENG,OPS",
+    }
 
 
 async def test_sync_cli_full_then_no_change(tmp_path: Path) -> None:
@@ -31,7 +39,9 @@ async def test_sync_cli_full_then_no_change(tmp_path: Path) -> None:
         second = await asyncio.to_thread(runner.invoke, main, ["sync"], env=env)
         assert second.exit_code == 0, second.output
         assert f"added 0, updated 0, deleted 0, unchanged {len(pages)}" in second.output
-        wrong = await asyncio.to_thread(runner.invoke, main, ["sync"], env=_env(tmp_path / "b", fc.url, "nope"))
+        wrong = await asyncio.to_thread(
+            runner.invoke, main, ["sync"], env=_env(tmp_path / "b", fc.url, "nope")
+        )
         assert wrong.exit_code == 2
         assert "error: Confluence rejected the credentials (HTTP 401)" in wrong.output
         assert "Traceback" not in wrong.output
@@ -39,7 +49,9 @@ async def test_sync_cli_full_then_no_change(tmp_path: Path) -> None:
     store = Store(tmp_path / "evident.db")  # each run is recorded for the operator (Slack's App Home)
     last = await store.last_sync()
     await store.close()
-    assert last is not None and last.summary.startswith(f"added 0, updated 0, deleted 0, unchanged {len(pages)}")
+    assert last is not None and last.summary.startswith(
+        f"added 0, updated 0, deleted 0, unchanged {len(pages)}"
+    )
     assert last.failed == 0 and last.errors == ()
 
 

@@ -1,4 +1,5 @@
-"""The Teams adapter end to end: signed activities into the real endpoint, replies to a local Bot Connector."""
+"""The Teams adapter end to end: signed activities into the real endpoint, replies to a local Bot
+Connector."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ class Harness:
         def found() -> list[dict[str, Any]]:
             return [p.activity for p in self.connector.messages() if p.activity.get("entities")]
 
-        assert await self.connector.wait_for(lambda: len(found()) >= n), f"expected {n} answer(s): {self.connector.posted}"
+        assert await self.connector.wait_for(lambda: len(found()) >= n), (
+            f"expected {n} answer(s): {self.connector.posted}"
+        )
         return found()
 
 
@@ -177,12 +180,16 @@ async def test_explain_button_for_another_conversations_turn_is_ignored(h: Harne
     assert h.engine.explain_computations == [] and _cards(h) == []
 
 
-async def test_feedback_invoke_is_acknowledged_and_stored_with_platform_and_comment(h: Harness, tmp_path: Path) -> None:
+async def test_feedback_invoke_is_acknowledged_and_stored_with_platform_and_comment(
+    h: Harness, tmp_path: Path
+) -> None:
     act = h.send.personal("How do I get VPN access?")
     await h.send.send(act)
     (answer,) = await h.answers()
     answer_id = next(p.id for p in h.connector.posted if p.activity is answer)
-    status, body = await h.send.send(h.send.feedback(act["conversation"]["id"], answer_id, "dislike", "wrong page"))
+    status, body = await h.send.send(
+        h.send.feedback(act["conversation"]["id"], answer_id, "dislike", "wrong page")
+    )
     assert status == 200 and body == {}
     await h.settle()
     conn = sqlite3.connect(h.store.path)
@@ -200,10 +207,21 @@ async def test_redelivered_activity_is_answered_once(h: Harness) -> None:
     assert len(h.engine.asks) == 1
 
 
-UNSIGNED_CASES = ["missing", "wrong-key", "wrong-audience", "expired", "other-service-url", "garbage",
-                  "no-service-url-claim", "key-endorsed-for-another-channel", "no-channel-id-under-an-endorsed-key",
-                  "tenant-issuer-with-the-bot-framework-key", "bot-framework-issuer-with-the-tenant-key",
-                  "tenant-token-of-another-tenant", "untrusted-issuer"]
+UNSIGNED_CASES = [
+    "missing",
+    "wrong-key",
+    "wrong-audience",
+    "expired",
+    "other-service-url",
+    "garbage",
+    "no-service-url-claim",
+    "key-endorsed-for-another-channel",
+    "no-channel-id-under-an-endorsed-key",
+    "tenant-issuer-with-the-bot-framework-key",
+    "bot-framework-issuer-with-the-tenant-key",
+    "tenant-token-of-another-tenant",
+    "untrusted-issuer",
+]
 
 
 @pytest.mark.parametrize("case", UNSIGNED_CASES)
@@ -221,11 +239,14 @@ async def test_requests_not_signed_by_the_bot_framework_get_401(h: Harness, case
         "garbage": {"authorization": "Bearer not.a.jwt"},
         # a genuine token without the claim, on an activity that points at another host
         "no-service-url-claim": {"token": ident.sign(None)},
-        "key-endorsed-for-another-channel": {"token": ident.sign(url, key=ident.webchat_key, kid=ident.webchat_kid)},
+        "key-endorsed-for-another-channel": {
+            "token": ident.sign(url, key=ident.webchat_key, kid=ident.webchat_kid)
+        },
         "no-channel-id-under-an-endorsed-key": {"token": ident.sign(url)},
         "tenant-issuer-with-the-bot-framework-key": {"token": ident.sign(url, issuer=ident.TENANT_ISSUER)},
-        "bot-framework-issuer-with-the-tenant-key": {"token": ident.sign(url, key=ident.tenant_key,
-                                                                         kid=ident.tenant_kid)},
+        "bot-framework-issuer-with-the-tenant-key": {
+            "token": ident.sign(url, key=ident.tenant_key, kid=ident.tenant_kid)
+        },
         "tenant-token-of-another-tenant": {"token": ident.sign(url, tid="tenant-2", **tenant)},
         "untrusted-issuer": {"token": ident.sign(url, issuer="https://sts.windows.net/tenant-2/")},
     }[case]
@@ -239,11 +260,14 @@ async def test_requests_not_signed_by_the_bot_framework_get_401(h: Harness, case
     assert h.engine.asks == [] and h.connector.posted == []
 
 
-async def test_a_single_tenant_bot_accepts_its_tenants_tokens_checked_with_the_tenants_keys(h: Harness) -> None:
+async def test_a_single_tenant_bot_accepts_its_tenants_tokens_checked_with_the_tenants_keys(
+    h: Harness,
+) -> None:
     act = h.send.personal("How do I get VPN access?")
     ident = h.identity
-    token = ident.sign(act["serviceUrl"], issuer=ident.TENANT_ISSUER, key=ident.tenant_key, kid=ident.tenant_kid,
-                       tid=TENANT)
+    token = ident.sign(
+        act["serviceUrl"], issuer=ident.TENANT_ISSUER, key=ident.tenant_key, kid=ident.tenant_kid, tid=TENANT
+    )
     assert (await h.send.send(act, token=token))[0] == 200
     (answer,) = await h.answers()
     assert "VPN portal" in answer["text"] and "tenant" in ident.metadata_reads
@@ -285,8 +309,10 @@ async def test_non_activity_bodies_are_400(h: Harness) -> None:
 
 
 def _injecting_answer(question: str) -> Answer:
-    return Answer(text="Ask <at>Boss</at> or see [click](https://evil.example) **now** [1].",
-                  citations=[Citation(1, "https://wiki.example.com/x", "Title *with* <b>markup</b>", "IT", ("e",))])
+    return Answer(
+        text="Ask <at>Boss</at> or see [click](https://evil.example) **now** [1].",
+        citations=[Citation(1, "https://wiki.example.com/x", "Title *with* <b>markup</b>", "IT", ("e",))],
+    )
 
 
 async def test_page_text_cannot_mention_link_or_format(make_harness: Factory) -> None:
@@ -300,12 +326,20 @@ async def test_page_text_cannot_mention_link_or_format(make_harness: Factory) ->
 
 
 def test_mention_stripping_keeps_other_mentions_as_text() -> None:
-    act = Activity.parse({"type": "message", "text": "<at>evident</at> does <at>Bob</at> know about &amp; VPN",
-                          "recipient": {"id": BOT_ID}, "conversation": {"id": "c"},
-                          "entities": [{"type": "mention", "text": "<at>evident</at>", "mentioned": {"id": BOT_ID}},
-                                       {"type": "mention", "text": "<at>Bob</at>", "mentioned": {"id": "29:bob"}},
-                                       "not-an-entity"],
-                          "from": ["wrong", "type"]})
+    act = Activity.parse(
+        {
+            "type": "message",
+            "text": "<at>evident</at> does <at>Bob</at> know about &amp; VPN",
+            "recipient": {"id": BOT_ID},
+            "conversation": {"id": "c"},
+            "entities": [
+                {"type": "mention", "text": "<at>evident</at>", "mentioned": {"id": BOT_ID}},
+                {"type": "mention", "text": "<at>Bob</at>", "mentioned": {"id": "29:bob"}},
+                "not-an-entity",
+            ],
+            "from": ["wrong", "type"],
+        }
+    )
     assert act.question() == "does Bob know about & VPN" and act.mentions_bot and act.user_id == ""
 
 
@@ -321,7 +355,8 @@ def _cards(h: Harness) -> list[dict[str, Any]]:
 
 
 async def test_teams_alone_serves_health_on_the_http_port_and_drains_on_stop(tmp_path: Path) -> None:
-    """As `evident serve` runs Teams alone: /api/messages on EVIDENT_TEAMS_PORT, /healthz /readyz /livez /metrics on
+    """As `evident serve` runs Teams alone: /api/messages on EVIDENT_TEAMS_PORT, /healthz /readyz /livez
+    /metrics on
     EVIDENT_HTTP_PORT (as docs/deploy.md says), a stop waits for the answer in flight."""
     import functools
 
@@ -332,9 +367,16 @@ async def test_teams_alone_serves_health_on_the_http_port_and_drains_on_stop(tmp
     identity, connector = await FakeIdentity().start(), await FakeConnector().start()
     engine = FakeEngine(delay_s=0.3)
     engine.store = store = await Store.open(tmp_path / "serve.db")
-    settings = Settings.load(env={}, teams_app_id=APP_ID, teams_app_password=APP_PASSWORD, teams_tenant_id=TENANT,
-                             teams_openid_url=identity.openid_url, teams_token_url=identity.token_url, teams_port=0,
-                             http_port=0)
+    settings = Settings.load(
+        env={},
+        teams_app_id=APP_ID,
+        teams_app_password=APP_PASSWORD,
+        teams_tenant_id=TENANT,
+        teams_openid_url=identity.openid_url,
+        teams_token_url=identity.token_url,
+        teams_port=0,
+        http_port=0,
+    )
     platform = TeamsPlatform(settings.teams, settings.chat, engine, host="127.0.0.1")
     stop, ports, checks = asyncio.Event(), [], {}
     health = functools.partial(add_health_routes, checks=checks, metrics=Metrics())
@@ -397,9 +439,14 @@ def test_app_package_has_the_bot_id_scopes_and_icons(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "must be the bot's Microsoft App ID" in bad.output
 
 
-async def test_team_mapping_applies_to_its_unmapped_channels_and_ask_is_a_command_word(make_harness: Factory) -> None:
+async def test_team_mapping_applies_to_its_unmapped_channels_and_ask_is_a_command_word(
+    make_harness: Factory,
+) -> None:
     h = await make_harness(channel_spaces="19:team=OPS;19:hr@thread.tacv2=HR")
     await h.send.send(h.send.channel_mention("ask how do I deploy?"))  # channel 19:eng in team 19:team
     await h.send.send(h.send.channel_mention("holidays?", channel="19:hr@thread.tacv2"))
     await h.answers(2)
-    assert {a.question: a.spaces for a in h.engine.asks} == {"how do I deploy?": ("OPS",), "holidays?": ("HR",)}
+    assert {a.question: a.spaces for a in h.engine.asks} == {
+        "how do I deploy?": ("OPS",),
+        "holidays?": ("HR",),
+    }

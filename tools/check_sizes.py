@@ -30,7 +30,9 @@ def problems(root: Path) -> list[str]:
                     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                     length = (node.end_lineno or node.lineno) - first + 1
                     if length > MAX_FUNCTION_LINES:
-                        out.append(f"{rel}:{node.lineno}: {node.name} is {length} lines (max {MAX_FUNCTION_LINES})")
+                        out.append(
+                            f"{rel}:{node.lineno}: {node.name} is {length} lines (max {MAX_FUNCTION_LINES})"
+                        )
     return out
 
 

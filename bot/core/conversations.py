@@ -61,7 +61,8 @@ class Surface(Protocol):
         """A short plain message where the answer would have gone (never silence)."""
 
     async def suggest(self, message_id: str, questions: list[str]) -> None:
-        """Offer ``questions`` as next questions with the answer ``message_id`` (a no-op where unsupported)."""
+        """Offer ``questions`` as next questions with the answer ``message_id`` (a no-op where
+        unsupported)."""
 
     async def rate_limited(self, retry_after_s: int) -> None:
         """Tell the asker to slow down, in whole seconds (privately where the platform allows)."""
@@ -147,8 +148,14 @@ class Conversations:
         if q.join_late and not await self.known(key):
             history = await surface.earlier_messages()
         try:
-            result = await self.engine.ask(key, q.text, user_id=q.user or None, spaces=spaces, history=history,
-                                           on_text=surface.text_sink())
+            result = await self.engine.ask(
+                key,
+                q.text,
+                user_id=q.user or None,
+                spaces=spaces,
+                history=history,
+                on_text=surface.text_sink(),
+            )
         except Exception as exc:  # every failure must reach the user; details only to the log
             log.exception("answering failed in %s", q.scope)
             await surface.say(user_message(exc))
@@ -207,7 +214,8 @@ class Conversations:
         turn_id = turn.id
         if turn.explained_at or not self._explained.add(str(turn_id)):
             return  # already explained (or being explained)
-        if turn.out_of_scope:  # no answer from the wiki: shares of evidence that produced nothing mean nothing
+        # no answer from the wiki: shares of evidence that produced nothing mean nothing
+        if turn.out_of_scope:
             await surface.say(NOTHING_TO_EXPLAIN)
             await self._mark_explained(turn_id)
             return

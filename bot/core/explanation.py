@@ -12,8 +12,15 @@ def view_of(result: ExplainResultLike, max_sources: int = 5) -> ExplanationView:
     if result.result is not None:
         return explanation_view(result.result, max_clusters=max_sources)
     clusters = sorted(result.clusters, key=lambda c: c.percent, reverse=True)
-    shown = [SourceShare(c.percent, c.evidence_titles[0] if c.evidence_titles else "", c.urls[0] if c.urls else "",
-                         f" (+{c.size - 1} similar)" if c.size > 1 else "") for c in clusters[:max_sources]]
+    shown = [
+        SourceShare(
+            c.percent,
+            c.evidence_titles[0] if c.evidence_titles else "",
+            c.urls[0] if c.urls else "",
+            f" (+{c.size - 1} similar)" if c.size > 1 else "",
+        )
+        for c in clusters[:max_sources]
+    ]
     rest = clusters[max_sources:]
     notes = ["Partial explanation: some counterfactual runs failed."] if result.partial else []
     return ExplanationView(shown, notes, len(rest), sum(c.percent for c in rest))

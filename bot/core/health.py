@@ -56,13 +56,21 @@ def _sync_result(age_s: float | None, max_age_s: float) -> dict[str, object]:
     if age_s is None:
         return {"ok": False, "error": "no sync has completed yet"}
     if age_s > max_age_s:
-        return {"ok": False, "age_s": round(age_s, 1), "error": f"last sync {age_s:.0f} s ago (max {max_age_s:g} s)"}
+        return {
+            "ok": False,
+            "age_s": round(age_s, 1),
+            "error": f"last sync {age_s:.0f} s ago (max {max_age_s:g} s)",
+        }
     return {"ok": True, "age_s": round(age_s, 1)}
 
 
-async def evaluate_readiness(checks: Mapping[str, Check], *, last_sync_age: Callable[[], float | None] | None = None,
-                             max_sync_age_s: float | None = None,
-                             check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S) -> Readiness:
+async def evaluate_readiness(
+    checks: Mapping[str, Check],
+    *,
+    last_sync_age: Callable[[], float | None] | None = None,
+    max_sync_age_s: float | None = None,
+    check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+) -> Readiness:
     """Run all checks concurrently (each bounded by ``check_timeout_s``) plus the sync-freshness rule.
 
     ``last_sync_age`` is called on the event loop, so it must be cheap (e.g. return a cached timestamp's age);
@@ -98,10 +106,17 @@ async def loop_lag_s() -> float:
     return max(0.0, await ran - queued)
 
 
-def add_health_routes(app: web.Application, *, checks: Mapping[str, Check], metrics: Metrics,
-                      last_sync_age: Callable[[], float | None] | None = None, max_sync_age_s: float | None = None,
-                      check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S) -> None:
-    """Mount ``GET /healthz``, ``/livez``, ``/readyz`` and ``/metrics`` on an existing app (the HTTP transport's)."""
+def add_health_routes(
+    app: web.Application,
+    *,
+    checks: Mapping[str, Check],
+    metrics: Metrics,
+    last_sync_age: Callable[[], float | None] | None = None,
+    max_sync_age_s: float | None = None,
+    check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+) -> None:
+    """Mount ``GET /healthz``, ``/livez``, ``/readyz`` and ``/metrics`` on an existing app (the HTTP
+    transport's)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -132,9 +147,17 @@ def add_health_routes(app: web.Application, *, checks: Mapping[str, Check], metr
 class HealthServer:
     """A standalone aiohttp server for the health routes (Socket Mode has no HTTP server of its own)."""
 
-    def __init__(self, port: int, checks: Mapping[str, Check], metrics: Metrics,
-                 last_sync_age: Callable[[], float | None] | None = None, max_sync_age_s: float | None = None, *,
-                 host: str = "0.0.0.0", check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        port: int,
+        checks: Mapping[str, Check],
+        metrics: Metrics,
+        last_sync_age: Callable[[], float | None] | None = None,
+        max_sync_age_s: float | None = None,
+        *,
+        host: str = "0.0.0.0",
+        check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+    ) -> None:
         self.host = host
         self._port = port
         self.app = web.Application()
@@ -178,7 +201,8 @@ class HealthServer:
 def http_get_check(url: str, *, headers: Mapping[str, str] | None = None, timeout_s: float = 5.0) -> Check:
     """A readiness check that GETs ``url`` (e.g. the LLM endpoint's ``/models``) and wants a 2xx.
 
-    Raises the ``pipeline.errors`` RemoteError subclass matching the failure, so ``/readyz`` shows its meaning.
+    Raises the ``pipeline.errors`` RemoteError subclass matching the failure, so ``/readyz`` shows its
+    meaning.
     Pass revealed secrets in ``headers``; they are never echoed in the result.
     """
 

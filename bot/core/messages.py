@@ -5,8 +5,16 @@ from __future__ import annotations
 from pipeline.runtime.user_messages import GENERIC, user_message
 from pipeline.types import Answer
 
-__all__ = ["CERTAINTY_NOTE", "EXPLAIN_FAILED", "GENERIC", "NOTHING_TO_EXPLAIN", "RESTARTING", "certainty_note",
-           "rate_limited_message", "user_message"]
+__all__ = [
+    "CERTAINTY_NOTE",
+    "EXPLAIN_FAILED",
+    "GENERIC",
+    "NOTHING_TO_EXPLAIN",
+    "RESTARTING",
+    "certainty_note",
+    "rate_limited_message",
+    "user_message",
+]
 
 RESTARTING = "I'm restarting and couldn't finish this answer. Please ask again in a minute."
 EXPLAIN_FAILED = "I couldn't work out why I gave that answer, sorry. Please try again later."
@@ -26,4 +34,8 @@ CERTAINTY_NOTE = ("Low confidence: the wiki's keyword and meaning searches disag
 def certainty_note(answer: Answer) -> str | None:
     """The note under an answer whose evidence retrieval was unsure of (``pipeline.answer.confidence``);
     never under a refusal."""
-    return CERTAINTY_NOTE if answer.confidence == "low" and not answer.out_of_scope and answer.text.strip() else None
+    return (
+        CERTAINTY_NOTE
+        if answer.confidence == "low" and not answer.out_of_scope and answer.text.strip()
+        else None
+    )

@@ -17,7 +17,9 @@ NOT_CONNECTED = ("This conversation isn't connected to any wiki space yet. Ask a
 
 
 class Scope:
-    def __init__(self, channel_spaces: Mapping[str, tuple[str, ...]], default_spaces: tuple[str, ...]) -> None:
+    def __init__(
+        self, channel_spaces: Mapping[str, tuple[str, ...]], default_spaces: tuple[str, ...]
+    ) -> None:
         self.channel_spaces = dict(channel_spaces)
         special = {x.strip().lower() for x in default_spaces}
         if not default_spaces or special == {"*"}:

@@ -1,4 +1,5 @@
-"""Work done after the platform's acknowledgement: tracked tasks, once per event across restarts, drained on shutdown.
+"""Work done after the platform's acknowledgement: tracked tasks, once per event across restarts, drained on
+shutdown.
 
 Chat platforms want an ack within seconds, so adapters only decide *whether* to act and hand the work
 here. ``spawn`` keeps every task referenced (an unreferenced task can be garbage-collected mid-flight),
@@ -33,7 +34,8 @@ class BackgroundWork:
     def spawn(self, coro: Coroutine[Any, Any, None], name: str,
               event_id: str | None = None) -> asyncio.Task[None] | None:
         """Run ``coro`` after the ack (once per ``event_id`` across restarts); keep the task referenced.
-        During a drain nothing new starts (None): adapters check ``closing`` first so the platform redelivers."""
+        During a drain nothing new starts (None): adapters check ``closing`` first so the platform
+        redelivers."""
         if self._closing:
             coro.close()
             log.warning("shutting down: dropped %s", name)

@@ -41,9 +41,15 @@ def ensure_retry_handlers(client: AsyncWebClient) -> AsyncWebClient:
     return client
 
 
-def build_bot(slack: SlackSettings, chat: ChatSettings, engine: EngineLike, *, client: AsyncWebClient | None = None,
-              request_verification_enabled: bool | None = None,
-              limiter: UserRateLimiter | None = None) -> EvidentBot:
+def build_bot(
+    slack: SlackSettings,
+    chat: ChatSettings,
+    engine: EngineLike,
+    *,
+    client: AsyncWebClient | None = None,
+    request_verification_enabled: bool | None = None,
+    limiter: UserRateLimiter | None = None,
+) -> EvidentBot:
     """The bot with its Bolt app attached as ``bot.app``.
 
     ``request_verification_enabled`` defaults to "a signing secret is configured": the HTTP transport

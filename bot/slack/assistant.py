@@ -56,11 +56,19 @@ class ThreadContexts(AsyncAssistantThreadContextStore):
 
     async def save(self, *, channel_id: str, thread_ts: str, context: dict[str, str]) -> None:
         meta = await self.store.conversation_meta(self._key(channel_id, thread_ts))
-        await self.store.set_conversation_meta(self._key(channel_id, thread_ts), {**meta, "assistant_context": context})
+        await self.store.set_conversation_meta(
+            self._key(channel_id, thread_ts), {**meta, "assistant_context": context}
+        )
 
     async def find(self, *, channel_id: str, thread_ts: str) -> AssistantThreadContext | None:
-        context = (await self.store.conversation_meta(self._key(channel_id, thread_ts))).get("assistant_context")
-        return AssistantThreadContext(context) if isinstance(context, dict) and context.get("channel_id") else None
+        context = (await self.store.conversation_meta(self._key(channel_id, thread_ts))).get(
+            "assistant_context"
+        )
+        return (
+            AssistantThreadContext(context)
+            if isinstance(context, dict) and context.get("channel_id")
+            else None
+        )
 
     async def started(self, channel_id: str, thread_ts: str, context: dict[str, str]) -> None:
         """Remember that Slack opened this thread as an assistant thread, and the channel it looks at (one
@@ -115,7 +123,9 @@ class AssistantListeners:
         context = thread.get("context") or {}
         if channel and ts:
             await self.contexts.started(channel, ts, context)
-            self.bot.spawn(self._greet(channel, ts, str(context.get("channel_id") or channel)), f"greet:{channel}:{ts}")
+            self.bot.spawn(
+                self._greet(channel, ts, str(context.get("channel_id") or channel)), f"greet:{channel}:{ts}"
+            )
 
     async def _greet(self, channel: str, thread_ts: str, scope: str) -> None:
         client = self.bot.client
@@ -127,7 +137,9 @@ class AssistantListeners:
         except SlackClientError as exc:
             log.warning("could not greet in assistant thread %s: %s", thread_ts, exc)
 
-    async def on_user_message(self, payload: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
+    async def on_user_message(
+        self, payload: dict[str, Any], body: dict[str, Any], context: dict[str, Any]
+    ) -> None:
         channel, ts = str(payload.get("channel") or ""), str(payload.get("ts") or "")
         thread = str(payload.get("thread_ts") or "")
         if not channel or not ts or not thread or not self.bot.dedup.claim_message(channel, ts):
@@ -140,14 +152,20 @@ class AssistantListeners:
         self.bot.spawn(self._route(q, team, thread, context, flagged), f"assistant:{channel}:{ts}",
                        self.bot.event_id(context))
 
-    async def _route(self, q: Question, team: str, thread_ts: str, context: dict[str, Any], flagged: bool) -> None:
+    async def _route(
+        self, q: Question, team: str, thread_ts: str, context: dict[str, Any], flagged: bool
+    ) -> None:
         """An assistant thread's question on the assistant path; any other DM thread's as a thread."""
         try:
             assistant = flagged or await self.contexts.is_assistant_thread(q.scope, thread_ts)
         except StoreError:
-            log.exception("could not tell whether %s is an assistant thread; answering it as a thread", thread_ts)
+            log.exception(
+                "could not tell whether %s is an assistant thread; answering it as a thread", thread_ts
+            )
             assistant = False
-        surface = self.bot.thread_surface(team, q.scope, q.user, q.text, thread_ts, context, assistant=assistant)
+        surface = self.bot.thread_surface(
+            team, q.scope, q.user, q.text, thread_ts, context, assistant=assistant
+        )
         if assistant:
             await self._answer(q, surface, thread_ts)
         else:
@@ -159,8 +177,9 @@ class AssistantListeners:
             q = Question(q.user, q.text, found.channel_id, q.key)
         if q.key and not await self.bot.core.known(q.key) and q.text:
             try:
-                await self.bot.client.assistant_threads_setTitle(channel_id=surface.channel, thread_ts=thread_ts,
-                                                                  title=q.text[:80])
+                await self.bot.client.assistant_threads_setTitle(
+                    channel_id=surface.channel, thread_ts=thread_ts, title=q.text[:80]
+                )
             except SlackClientError as exc:
                 log.info("could not title assistant thread %s: %s", thread_ts, exc)
         await self.bot.core.answer(q, surface)

@@ -53,12 +53,20 @@ def _reaction_name(name: str) -> str:
 
 
 class EvidentBot:
-    """Slack's events and commands, translated for the conversation core. Construct via :func:`bot.slack.app.build_bot`."""
+    """Slack's events and commands, translated for the conversation core. Construct via
+    :func:`bot.slack.app.build_bot`."""
 
     app: AsyncApp  # set by register()
 
-    def __init__(self, slack: SlackSettings, chat: ChatSettings, engine: EngineLike, client: AsyncWebClient, *,
-                 limiter: UserRateLimiter | None = None) -> None:
+    def __init__(
+        self,
+        slack: SlackSettings,
+        chat: ChatSettings,
+        engine: EngineLike,
+        client: AsyncWebClient,
+        *,
+        limiter: UserRateLimiter | None = None,
+    ) -> None:
         self.settings = slack
         self.engine = engine
         self.client = client
@@ -89,7 +97,8 @@ class EvidentBot:
     def register(self, app: AsyncApp) -> None:
         self.app = app
         app.middleware(self._dedupe_events)
-        app.assistant(AssistantListeners(self).assistant())  # DM threads in the AI-app panel (before "message")
+        # DM threads in the AI-app panel (before "message")
+        app.assistant(AssistantListeners(self).assistant())
         app.event("app_mention")(self.on_app_mention)
         app.event("message")(self.on_message)
         app.event("reaction_added")(self.on_reaction_added)
@@ -134,7 +143,9 @@ class EvidentBot:
 
     # ------------------------------------------------------------------ listeners
 
-    async def on_app_mention(self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
+    async def on_app_mention(
+        self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
+    ) -> None:
         if self.settings.ignore_bots and self._is_other_bot(event):  # evident's own: Bolt drops them
             return
         if event.get("subtype") not in _QUESTION_SUBTYPES:
@@ -152,7 +163,9 @@ class EvidentBot:
             key, reply_in, late = conversation_key(team, channel, thread), thread, thread
         else:
             key, reply_in, late = conversation_key(team, channel, ts), ts, None
-        surface = self.thread_surface(team, channel, user, question, reply_in, context, backfill_thread=late, before_ts=ts)
+        surface = self.thread_surface(
+            team, channel, user, question, reply_in, context, backfill_thread=late, before_ts=ts
+        )
         q = Question(user, question, channel, key, join_late=late is not None)
         self.spawn(self.core.answer(q, surface), f"answer:{channel}:{ts}", context.get(_EVENT_ID))
 
@@ -172,8 +185,11 @@ class EvidentBot:
                 return
             question = clean_question(text, bot_user)
             q = Question(user, question, channel, conversation_key(team, channel, thread or DM_MAIN))
-            self.spawn(self.core.answer(q, self.thread_surface(team, channel, user, question, thread, context)),
-                       f"answer:{channel}:{ts}", context.get(_EVENT_ID))
+            self.spawn(
+                self.core.answer(q, self.thread_surface(team, channel, user, question, thread, context)),
+                f"answer:{channel}:{ts}",
+                context.get(_EVENT_ID),
+            )
             return
         if mentions(text, bot_user) or not thread or thread == ts:
             return  # mentions arrive as app_mention too; top-level chatter is not for us
@@ -199,8 +215,17 @@ class EvidentBot:
         team = str(body.get("team_id") or context.get("team_id") or "T")
         channel, user = str(body.get("channel_id", "")), str(body.get("user_id", ""))
         key = conversation_key(team, channel, f"ask-{body.get('trigger_id', '')}") if ephemeral else None
-        surface = self.thread_surface(team, channel, user, question, None, context, respond=respond, ephemeral=ephemeral,
-                               asked_by=user if _USER_ID.match(user) else None)
+        surface = self.thread_surface(
+            team,
+            channel,
+            user,
+            question,
+            None,
+            context,
+            respond=respond,
+            ephemeral=ephemeral,
+            asked_by=user if _USER_ID.match(user) else None,
+        )
         self.spawn(self.core.answer(Question(user, question, channel, key), surface), f"ask:{channel}:{user}")
 
     async def on_reaction_added(self, event: dict[str, Any], context: dict[str, Any]) -> None:
@@ -221,8 +246,11 @@ class EvidentBot:
         if target is None or _reaction_name(str(event.get("reaction", ""))) not in _FEEDBACK:
             return
         channel, ts = target
-        self.spawn(self._feedback(channel, ts, str(event.get("user") or ""), None), f"unfeedback:{channel}:{ts}",
-                   context.get(_EVENT_ID))
+        self.spawn(
+            self._feedback(channel, ts, str(event.get("user") or ""), None),
+            f"unfeedback:{channel}:{ts}",
+            context.get(_EVENT_ID),
+        )
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
@@ -238,9 +266,14 @@ class EvidentBot:
             evidence = None
         try:
             feedback = await store.feedback_summary() if user in self.settings.admin_users else None
-            view = home_view(evidence=evidence, spaces=await store.sync_status(), last_sync=await store.last_sync(),
-                             recent=await store.recent_questions(user), feedback=feedback,
-                             links=await self._permalinks(feedback.worst if feedback else ()))
+            view = home_view(
+                evidence=evidence,
+                spaces=await store.sync_status(),
+                last_sync=await store.last_sync(),
+                recent=await store.recent_questions(user),
+                feedback=feedback,
+                links=await self._permalinks(feedback.worst if feedback else ()),
+            )
             await self.client.views_publish(user_id=user, view=view)
         except (StoreError, SlackClientError) as exc:
             log.error("could not publish the App Home of %s: %s", user, exc)
@@ -269,10 +302,17 @@ class EvidentBot:
         value = {"up": 1, "down": -1}.get(kind)
         channel, user = _where(body)
         if value is not None and turn_id.isdigit():
-            self.spawn(self._button_feedback(channel, int(turn_id), user, value), f"feedback-button:{turn_id}")
+            self.spawn(
+                self._button_feedback(channel, int(turn_id), user, value), f"feedback-button:{turn_id}"
+            )
 
-    async def on_suggestion(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any], action: dict[str, Any],
-                            context: dict[str, Any]) -> None:
+    async def on_suggestion(
+        self,
+        ack: Callable[..., Awaitable[Any]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        context: dict[str, Any],
+    ) -> None:
         """A suggested next question was clicked: ask it in the answer's thread, as the one who clicked."""
         await ack()
         channel, user = _where(body)
@@ -282,7 +322,9 @@ class EvidentBot:
         if not (channel and thread and question):
             return
         team = str((body.get("team") or {}).get("id") or context.get("team_id") or "T")
-        surface = self.thread_surface(team, channel, user, question, thread, context, assistant=channel.startswith("D"))
+        surface = self.thread_surface(
+            team, channel, user, question, thread, context, assistant=channel.startswith("D")
+        )
         q = Question(user, question, channel, conversation_key(team, channel, thread))
         self.spawn(self.core.answer(q, surface), f"suggestion:{channel}:{thread}")
 
@@ -308,9 +350,18 @@ class EvidentBot:
 
     def thread_surface(self, team: str, channel: str, user: str, question: str, thread_ts: str | None,
                 context: dict[str, Any], **extra: Any) -> SlackThread:
-        return SlackThread(self.client, team, channel, user, question, thread_ts,
-                           explain_emojis=self.settings.explain_emojis, bot_user_id=context.get("bot_user_id"),
-                           bot_id=context.get("bot_id"), **extra)
+        return SlackThread(
+            self.client,
+            team,
+            channel,
+            user,
+            question,
+            thread_ts,
+            explain_emojis=self.settings.explain_emojis,
+            bot_user_id=context.get("bot_user_id"),
+            bot_id=context.get("bot_id"),
+            **extra,
+        )
 
     async def _explain(self, channel: str, ts: str) -> None:
         turn = await self.core.turn_for(channel, ts)
@@ -346,4 +397,6 @@ class EvidentBot:
 def _where(body: dict[str, Any]) -> tuple[str, str]:
     """(channel id, user id) of a block action."""
     channel = body.get("channel") or (body.get("container") or {})
-    return str(channel.get("id") or channel.get("channel_id") or ""), str((body.get("user") or {}).get("id") or "")
+    return str(channel.get("id") or channel.get("channel_id") or ""), str(
+        (body.get("user") or {}).get("id") or ""
+    )

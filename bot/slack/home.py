@@ -40,14 +40,22 @@ def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tup
     indexed = "unavailable" if evidence is None else f"{evidence:,} evidence indexed"
     blocks.append(_section(f"*Wiki index:* {indexed}"))
     if spaces:
-        lines = [f"• *{escape(s.space)}* synced up to {escape(s.checkpoint_utc)} (run {escape(s.updated_at[:19])})"
-                 for s in spaces]
+        lines = [
+            f"• *{escape(s.space)}* synced up to {escape(s.checkpoint_utc)} (run {escape(s.updated_at[:19])})"
+            for s in spaces
+        ]
         blocks.append(_section("*Confluence spaces*\n" + "\n".join(lines)))
     else:
-        blocks.append(_context("No Confluence sync has run yet (`evident sync`, or `evident serve` with CONFLUENCE_URL)."))
+        blocks.append(
+            _context(
+                "No Confluence sync has run yet (`evident sync`, or `evident serve` with CONFLUENCE_URL)."
+            )
+        )
     if last_sync is not None:
         icon = ":warning:" if last_sync.failed else ":white_check_mark:"
-        blocks.append(_context(f"{icon} Last sync {escape(last_sync.finished_at[:19])}: {escape(last_sync.summary)}"))
+        blocks.append(
+            _context(f"{icon} Last sync {escape(last_sync.finished_at[:19])}: {escape(last_sync.summary)}")
+        )
         for error in last_sync.errors[:MAX_SHOWN]:
             blocks.append(_context(f"• {escape(error[:280])}"))
     blocks.append(DividerBlock().to_dict())

@@ -54,8 +54,9 @@ class SlackPlatform:
         log.info("connected to Slack as %s (team %s)", ident.get("user", "?"), ident.get("team", "?"))
         if self.settings.transport == "socket":
             await verify_app_token(self.settings, self.client)
-            self._socket = SocketTransport(self.bot.app, self.settings.app_token.get_secret_value(), self.client,
-                                           metrics=self.metrics)
+            self._socket = SocketTransport(
+                self.bot.app, self.settings.app_token.get_secret_value(), self.client, metrics=self.metrics
+            )
             await self._socket.start()
         self._started = True
 

@@ -10,17 +10,26 @@ from pipeline.runtime.config import Area, CommaList, HttpUrl, Lower, SecretStr, 
 class SlackSettings(Area):
     title = "Slack"
 
-    bot_token: SecretStr = setting(SecretStr(""), "SLACK_BOT_TOKEN", "Bot token (xoxb-...); set it to serve Slack.")
-    app_token: SecretStr = setting(SecretStr(""), "SLACK_APP_TOKEN", "App-level token (xapp-...) for Socket Mode.")
+    bot_token: SecretStr = setting(
+        SecretStr(""), "SLACK_BOT_TOKEN", "Bot token (xoxb-...); set it to serve Slack."
+    )
+    app_token: SecretStr = setting(
+        SecretStr(""), "SLACK_APP_TOKEN", "App-level token (xapp-...) for Socket Mode."
+    )
     signing_secret: SecretStr = setting(SecretStr(""), "SLACK_SIGNING_SECRET",
                                         "Signing secret for the HTTP transport.")
     transport: Annotated[Literal["socket", "http"], Lower] = setting("socket", "EVIDENT_SLACK_TRANSPORT",
                                                                      "socket | http.")
-    api_url: HttpUrl = setting(None, "EVIDENT_SLACK_API_URL", "Slack Web API base URL (GovSlack, an egress proxy); "
-                               "default https://slack.com/api/.")
+    api_url: HttpUrl = setting(
+        None,
+        "EVIDENT_SLACK_API_URL",
+        "Slack Web API base URL (GovSlack, an egress proxy); default https://slack.com/api/.",
+    )
     explain_emojis: CommaList = setting(("explain", "mag"), "EVIDENT_EXPLAIN_EMOJIS",
                                         "Reactions that request an explanation.")
-    ask_ephemeral: bool = setting(False, "EVIDENT_ASK_EPHEMERAL", "Answer /ask ephemerally instead of in channel.")
+    ask_ephemeral: bool = setting(
+        False, "EVIDENT_ASK_EPHEMERAL", "Answer /ask ephemerally instead of in channel."
+    )
     ignore_bots: bool = setting(True, "EVIDENT_IGNORE_BOTS", "Ignore messages from other bots.")
     admin_users: CommaList = setting((), "EVIDENT_ADMIN_USERS",
                                      "Slack user ids who see the feedback summary in evident's App Home.")

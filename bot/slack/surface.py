@@ -56,7 +56,9 @@ class SlackThread:
         if self.assistant and await self._status("is searching the wiki…"):
             return None
         try:
-            resp = await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=PLACEHOLDER)
+            resp = await self.client.chat_postMessage(
+                channel=self.channel, thread_ts=self.thread_ts, text=PLACEHOLDER
+            )
         except SlackClientError as exc:
             log.error("could not post the placeholder in %s: %s", self.channel, slack_error(exc))
             if self.respond is not None:
@@ -110,19 +112,28 @@ class SlackThread:
             log.info("could not add suggestions in %s: %s", self.channel, slack_error(exc))
 
     def text_sink(self) -> Callable[[str], Awaitable[None]] | None:
-        """Assistant threads stream the answer as it is generated (chat.startStream/appendStream/stopStream)."""
+        """Assistant threads stream the answer as it is generated
+        (chat.startStream/appendStream/stopStream)."""
         if not self.assistant or self.placeholder is not None or self.ephemeral or self.thread_ts is None:
             return None
         self.stream = SlackStream(self.client, self.channel, self.thread_ts, self.team, self.user)
         return self.stream.add
 
     async def answer(self, result: TurnResultLike) -> str | None:
-        rendered = render_answer(result, explain_emojis=self.explain_emojis,
-                                 asked_by=self.asked_by if not self.ephemeral else None, question=self.question,
-                                 buttons=not self.ephemeral)
+        rendered = render_answer(
+            result,
+            explain_emojis=self.explain_emojis,
+            asked_by=self.asked_by if not self.ephemeral else None,
+            question=self.question,
+            buttons=not self.ephemeral,
+        )
         if result.error:
-            rendered.blocks.append({"type": "context",
-                                    "elements": [{"type": "mrkdwn", "text": f":warning: {escape(result.error)}"}]})
+            rendered.blocks.append(
+                {
+                    "type": "context",
+                    "elements": [{"type": "mrkdwn", "text": f":warning: {escape(result.error)}"}],
+                }
+            )
         self.shown = rendered
         if self.ephemeral:
             await self._respond(rendered.text, rendered)
@@ -153,7 +164,9 @@ class SlackThread:
 
     async def _replace(self, ts: str, rendered: Rendered, *, quiet: bool = False) -> bool:
         try:
-            await self.client.chat_update(channel=self.channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
+            await self.client.chat_update(
+                channel=self.channel, ts=ts, text=rendered.text, blocks=rendered.blocks
+            )
         except SlackClientError as exc:
             log.log(logging.INFO if quiet else logging.ERROR, "could not update the answer in %s: %s",
                     self.channel, slack_error(exc))
@@ -174,9 +187,13 @@ class SlackThread:
                 return
         try:
             if self.placeholder:
-                await self.client.chat_update(channel=self.channel, ts=self.placeholder, text=message, blocks=[])
+                await self.client.chat_update(
+                    channel=self.channel, ts=self.placeholder, text=message, blocks=[]
+                )
             else:
-                await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=message)
+                await self.client.chat_postMessage(
+                    channel=self.channel, thread_ts=self.thread_ts, text=message
+                )
         except SlackClientError as exc:
             log.error("could not tell the user in %s: %s", self.channel, slack_error(exc))
 
@@ -186,8 +203,9 @@ class SlackThread:
             await self._respond(text)
             return
         try:
-            await self.client.chat_postEphemeral(channel=self.channel, user=self.user, thread_ts=self.thread_ts,
-                                                 text=text)
+            await self.client.chat_postEphemeral(
+                channel=self.channel, user=self.user, thread_ts=self.thread_ts, text=text
+            )
         except SlackClientError as exc:
             log.warning("could not send the rate-limit notice: %s", slack_error(exc))
 
@@ -245,7 +263,13 @@ class SlackStream:
     FLUSH_S = 0.25
 
     def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str, team: str, user: str) -> None:
-        self.client, self.channel, self.thread_ts, self.team, self.user = client, channel, thread_ts, team, user
+        self.client, self.channel, self.thread_ts, self.team, self.user = (
+            client,
+            channel,
+            thread_ts,
+            team,
+            user,
+        )
         self.ts: str | None = None
         self.failed = False
         self.done = False  # stopped (or given up on): nothing more goes into it
@@ -257,7 +281,11 @@ class SlackStream:
             return
         self._pending += escape(text)
         now = time.monotonic()
-        if self.ts is not None and len(self._pending) < self.FLUSH_CHARS and now - self._flushed_at < self.FLUSH_S:
+        if (
+            self.ts is not None
+            and len(self._pending) < self.FLUSH_CHARS
+            and now - self._flushed_at < self.FLUSH_S
+        ):
             return
         await self._flush(now)
 
@@ -273,18 +301,25 @@ class SlackStream:
                 await self.client.chat_appendStream(channel=self.channel, ts=self.ts, markdown_text=text)
             self._flushed_at = now
         except SlackClientError as exc:
-            log.info("answer streaming unavailable in %s (%s): posting it whole", self.channel, slack_error(exc))
+            log.info(
+                "answer streaming unavailable in %s (%s): posting it whole", self.channel, slack_error(exc)
+            )
             self.failed = True
 
     async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "") -> bool:
-        """Flush what is left (plus ``closing``) and stop with ``blocks`` under the text; False when the stream
+        """Flush what is left (plus ``closing``) and stop with ``blocks`` under the text; False when the
+        stream
         had failed or Slack had ended it (``message_not_in_streaming_state``). Either way it is done."""
         if self.ts is None or self.failed or self.done:
             return False
         self.done = True
         try:
-            await self.client.chat_stopStream(channel=self.channel, ts=self.ts,
-                                              markdown_text=(self._pending + closing) or None, blocks=blocks or None)
+            await self.client.chat_stopStream(
+                channel=self.channel,
+                ts=self.ts,
+                markdown_text=(self._pending + closing) or None,
+                blocks=blocks or None,
+            )
             return True
         except SlackClientError as exc:
             log.warning("could not finish the answer stream in %s: %s", self.channel, slack_error(exc))

@@ -43,7 +43,11 @@ class Activity:
 
     @classmethod
     def parse(cls, body: dict[str, Any]) -> Activity:
-        conv, sender, recipient = _d(body.get("conversation")), _d(body.get("from")), _d(body.get("recipient"))
+        conv, sender, recipient = (
+            _d(body.get("conversation")),
+            _d(body.get("from")),
+            _d(body.get("recipient")),
+        )
         data = _d(body.get("channelData"))
         mentions = tuple(
             (_s(_d(e.get("mentioned")).get("id")), _s(e.get("text")))
@@ -51,14 +55,23 @@ class Activity:
         )
         reactions = tuple(_s(_d(r).get("type")) for r in body.get("reactionsAdded") or [])
         return cls(
-            type=_s(body.get("type")), id=_s(body.get("id")), service_url=_s(body.get("serviceUrl")),
-            conversation_id=_s(conv.get("id")), conversation_type=_s(conv.get("conversationType")) or "personal",
+            type=_s(body.get("type")),
+            id=_s(body.get("id")),
+            service_url=_s(body.get("serviceUrl")),
+            conversation_id=_s(conv.get("id")),
+            conversation_type=_s(conv.get("conversationType")) or "personal",
             tenant_id=_s(conv.get("tenantId")) or _s(_d(data.get("tenant")).get("id")),
-            user_id=_s(sender.get("aadObjectId")) or _s(sender.get("id")), recipient_id=_s(recipient.get("id")),
-            text=_s(body.get("text")), name=_s(body.get("name")), reply_to_id=_s(body.get("replyToId")),
-            value=_d(body.get("value")), channel_id=_s(_d(data.get("channel")).get("id")),
+            user_id=_s(sender.get("aadObjectId")) or _s(sender.get("id")),
+            recipient_id=_s(recipient.get("id")),
+            text=_s(body.get("text")),
+            name=_s(body.get("name")),
+            reply_to_id=_s(body.get("replyToId")),
+            value=_d(body.get("value")),
+            channel_id=_s(_d(data.get("channel")).get("id")),
             team_id=_s(_d(data.get("team")).get("id")),
-            mentions=mentions, reactions_added=reactions, bot_channel=_s(body.get("channelId")),
+            mentions=mentions,
+            reactions_added=reactions,
+            bot_channel=_s(body.get("channelId")),
         )
 
     @property
@@ -72,7 +85,8 @@ class Activity:
 
     @property
     def conversation_key(self) -> str:
-        """One conversation per personal chat, group chat or channel reply chain (``;messageid=`` included)."""
+        """One conversation per personal chat, group chat or channel reply chain (``;messageid=``
+        included)."""
         return f"teams:{self.tenant_id or '-'}:{self.conversation_id}"
 
     def question(self) -> str:

@@ -67,7 +67,9 @@ def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, metrics: Metrics | None 
             return web.json_response({"error": "not an activity"}, status=400)
         activity = Activity.parse(body)
         try:
-            await auth.verify(request.headers.get("Authorization"), activity.service_url, activity.bot_channel)
+            await auth.verify(
+                request.headers.get("Authorization"), activity.service_url, activity.bot_channel
+            )
         except AuthError as exc:
             log.warning("rejected a Teams request: %s", exc)
             return web.json_response({"error": "unauthorized"}, status=401)

@@ -4,7 +4,8 @@ Inbound: every activity carries ``Authorization: Bearer <JWT>``. ``ActivityAuth`
 these hold (the Bot Framework's connector authentication rules, as the SDKs apply them):
 
 - it is RS256-signed by a key of **its issuer's** OpenID metadata: Bot Framework channel tokens
-  (``https://api.botframework.com``) by ``EVIDENT_TEAMS_OPENID_URL``'s keys; Entra ID tokens of a single-tenant
+  (``https://api.botframework.com``) by ``EVIDENT_TEAMS_OPENID_URL``'s keys; Entra ID tokens of a
+  single-tenant
   bot's tenant (``https://sts.windows.net/<tenant>/``, ``https://login.microsoftonline.com/<tenant>/v2.0``) by
   the tenant's own metadata, and their ``tid`` names that tenant. A key of one issuer never validates
   another's token;
@@ -76,7 +77,9 @@ class ActivityAuth:
             for issuer in tenant_issuers(tenant_id):
                 self._sources[issuer] = tenant_keys
 
-    async def verify(self, authorization: str | None, service_url: str, channel_id: str = "") -> dict[str, Any]:
+    async def verify(
+        self, authorization: str | None, service_url: str, channel_id: str = ""
+    ) -> dict[str, Any]:
         """The token's claims; ``AuthError`` (one line, no token in it) when the request is not genuine."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token:
@@ -98,7 +101,11 @@ class ActivityAuth:
         except jwt.PyJWTError as exc:
             raise AuthError(f"token rejected: {exc}", service="teams", status=401) from None
         _check_endorsement(source.endorsements.get(kid), channel_id)
-        if issuer != BOT_FRAMEWORK_ISSUER and self.tenant_id and claims.get("tid") not in (None, self.tenant_id):
+        if (
+            issuer != BOT_FRAMEWORK_ISSUER
+            and self.tenant_id
+            and claims.get("tid") not in (None, self.tenant_id)
+        ):
             raise AuthError("token of another tenant", service="teams", status=401)
         claimed = claims.get("serviceurl") or claims.get("serviceUrl")
         if not isinstance(claimed, str) or not claimed:
@@ -112,8 +119,8 @@ class ActivityAuth:
         if kid not in source.keys or now - source.fetched_at >= KEYS_MAX_AGE_S:
             async with source.lock:  # an unknown key id: refetch, at most every KEYS_MIN_REFRESH_S
                 age = time.monotonic() - source.fetched_at
-                if (kid not in source.keys and (age >= KEYS_MIN_REFRESH_S or not source.keys)) \
-                        or age >= KEYS_MAX_AGE_S:
+                unknown = kid not in source.keys and (age >= KEYS_MIN_REFRESH_S or not source.keys)
+                if unknown or age >= KEYS_MAX_AGE_S:
                     await self._refresh(source)
         if kid not in source.keys:
             raise AuthError("token signed with an unknown key", service="teams", status=401)
@@ -124,8 +131,10 @@ class ActivityAuth:
             meta = (await self.http.get(source.openid_url)).raise_for_status().json()
             jwks = (await self.http.get(meta["jwks_uri"])).raise_for_status().json()
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise UnreachableError(f"cannot read the signing keys from {source.openid_url}: {type(exc).__name__}",
-                                   service="teams") from None
+            raise UnreachableError(
+                f"cannot read the signing keys from {source.openid_url}: {type(exc).__name__}",
+                service="teams",
+            ) from None
         keys: dict[str, jwt.PyJWK] = {}
         endorsements: dict[str, frozenset[str]] = {}
         for jwk in jwks.get("keys", []) if isinstance(jwks, dict) else []:
@@ -146,8 +155,9 @@ def _check_endorsement(endorsed: frozenset[str] | None, channel_id: str) -> None
     if endorsed is None:
         return
     if not channel_id or channel_id.lower() not in endorsed:
-        raise AuthError(f"signing key is not endorsed for channel {channel_id or '(none)'!r}", service="teams",
-                        status=401)
+        raise AuthError(
+            f"signing key is not endorsed for channel {channel_id or '(none)'!r}", service="teams", status=401
+        )
 
 
 class AppTokens:
@@ -174,7 +184,9 @@ class AppTokens:
         try:
             resp = await self.http.post(self.token_url, data=data)
         except httpx.HTTPError as exc:
-            raise UnreachableError(f"token endpoint {self.token_url}: {type(exc).__name__}", service="teams") from None
+            raise UnreachableError(
+                f"token endpoint {self.token_url}: {type(exc).__name__}", service="teams"
+            ) from None
         if resp.status_code in (400, 401, 403):
             raise AuthError("TEAMS_APP_ID / TEAMS_APP_PASSWORD rejected by the token endpoint "
                             f"(HTTP {resp.status_code})", service="teams", status=resp.status_code)

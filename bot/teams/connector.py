@@ -42,12 +42,16 @@ class ConnectorClient:
         path = f"v3/conversations/{quote(conversation_id, safe='')}/activities/{quote(activity_id, safe='')}"
         await self._call("PUT", service_url, path, {**activity, "id": activity_id})
 
-    async def _call(self, method: str, service_url: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _call(
+        self, method: str, service_url: str, path: str, payload: dict[str, Any]
+    ) -> dict[str, Any]:
         url = service_url.rstrip("/") + "/" + path
         return await call_with_retries(lambda: self._once(method, url, payload), self.policy,
                                        CallOptions(log, f"teams {method}"))
 
-    async def _once(self, method: str, url: str, payload: dict[str, Any], *, fresh: bool = False) -> dict[str, Any]:
+    async def _once(
+        self, method: str, url: str, payload: dict[str, Any], *, fresh: bool = False
+    ) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {await self.tokens.token()}"}
         try:
             resp = await self.http.request(method, url, json=payload, headers=headers)

@@ -36,8 +36,15 @@ InvokeResponse = tuple[int, dict[str, Any] | None]
 
 
 class TeamsBot:
-    def __init__(self, teams: TeamsSettings, chat: ChatSettings, engine: EngineLike, connector: ConnectorClient,
-                 *, limiter: UserRateLimiter | None = None) -> None:
+    def __init__(
+        self,
+        teams: TeamsSettings,
+        chat: ChatSettings,
+        engine: EngineLike,
+        connector: ConnectorClient,
+        *,
+        limiter: UserRateLimiter | None = None,
+    ) -> None:
         self.connector = connector
         self.work = BackgroundWork(Deduper(engine.store))
         self.core = Conversations.from_settings(engine, chat, limiter)
@@ -60,7 +67,9 @@ class TeamsBot:
         if activity.type == "message":
             action = activity.value.get("action")
             if action == EXPLAIN_ACTION:
-                self._spawn(self._explain_turn(activity, reply, activity.value.get("turn")), "explain", event_id)
+                self._spawn(
+                    self._explain_turn(activity, reply, activity.value.get("turn")), "explain", event_id
+                )
             elif activity.text:
                 self._question(activity, reply, event_id)
         elif activity.type == "messageReaction":
@@ -81,7 +90,8 @@ class TeamsBot:
                      team=activity.team_id)
         if activity.conversation_type == "personal" or activity.mentions_bot:
             self._spawn(self.core.answer(q, reply), "answer", event_id)
-        elif activity.conversation_type == "channel":  # a reply in a chain without a mention (RSC permissions)
+        # a reply in a chain without a mention (RSC permissions)
+        elif activity.conversation_type == "channel":
             self._spawn(self.core.follow_up(q, reply, lambda: True), "followup", event_id)
         # a group chat message without a mention is people talking among themselves: not for evident
 
@@ -105,7 +115,9 @@ class TeamsBot:
             return
         turn = await self.core.turn_for(activity.conversation_key, activity.reply_to_id)
         if turn is not None:
-            await self.core.feedback(turn, activity.user_id, value, platform="teams", comment=_comment(action))
+            await self.core.feedback(
+                turn, activity.user_id, value, platform="teams", comment=_comment(action)
+            )
 
 
 def _comment(action: dict[str, Any]) -> str | None:

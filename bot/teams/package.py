@@ -18,7 +18,9 @@ def build_package(app_id: str, out: Path, *, version: str = "0.1.0") -> Path:
     """Write the app package zip to ``out``; ``app_id`` is the Azure Bot's Microsoft App ID (a GUID)."""
     if not _GUID.fullmatch(app_id or ""):
         raise ConfigError(f"TEAMS_APP_ID must be the bot's Microsoft App ID (a GUID), got {app_id!r}")
-    manifest = json.loads((PACKAGE_DIR / "manifest.json").read_text(encoding="utf-8").replace("${TEAMS_APP_ID}", app_id))
+    manifest = json.loads(
+        (PACKAGE_DIR / "manifest.json").read_text(encoding="utf-8").replace("${TEAMS_APP_ID}", app_id)
+    )
     manifest["version"] = version
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:

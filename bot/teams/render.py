@@ -103,7 +103,9 @@ def explanation_card(result: ExplainResultLike, *, max_sources: int = 5) -> dict
         quote = f" _“{escape(s.quote)}”_" if s.quote else ""
         builder.add_item(TextBlock(text=f"**{share}** {label}{escape(s.extra)}{quote}{reason}", wrap=True))
     if view.more:
-        builder.add_item(TextBlock(text=f"_… and {view.more} more ({view.more_percent:.0f}% in total)_", wrap=True))
+        builder.add_item(
+            TextBlock(text=f"_… and {view.more} more ({view.more_percent:.0f}% in total)_", wrap=True)
+        )
     for note in view.notes:
         builder.add_item(TextBlock(text=f"_{escape(note)}_", wrap=True, is_subtle=True))
     card = builder.create()

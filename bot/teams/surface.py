@@ -40,7 +40,8 @@ class TeamsReply:
         return self.activity.conversation_key
 
     async def earlier_messages(self) -> list[tuple[str, str]] | None:
-        return None  # reading a channel's earlier replies needs Microsoft Graph permissions evident does not ask for
+        # reading a channel's earlier replies needs Microsoft Graph permissions evident does not ask for
+        return None
 
     def text_sink(self) -> None:
         return None  # answers arrive whole after the typing indicator

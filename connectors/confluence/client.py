@@ -4,7 +4,8 @@ The library client is synchronous, so every call runs in a worker thread (``asyn
 the event loop never blocks. We use the library for what it does well (auth for Cloud and Data
 Center, session, URL joining) but call the REST paths explicitly through its ``get``: on Cloud the space
 check and page and blog post bodies go through REST v2 (``/wiki/api/v2/spaces``, ``/pages``, ``/blogposts``),
-CQL search stays on v1 (v2 has no CQL, nor ancestor titles, labels or read restrictions in its lists); otherwise its method
+CQL search stays on v1 (v2 has no CQL, nor ancestor titles, labels or read restrictions in its lists);
+otherwise its method
 set differs between Cloud and Server implementations and releases (5.x routes legacy Cloud methods to
 the v2 API root and Server ``cql()`` to ``/rest/api/search``), while ``/rest/api/content/search``,
 ``/rest/api/space/{key}`` and ``/rest/api/content/{id}`` exist on both Cloud (under ``/wiki``) and
@@ -92,8 +93,10 @@ class ConfluenceClient:
                   max_timeouts: int | None = None) -> dict[str, Any]:
         """GET ``path`` (relative to the site URL, e.g. ``rest/api/space/KEY``) and return its JSON.
 
-        Retries 429 (waiting ``Retry-After``), 5xx, timeouts and dropped connections (``pipeline.runtime.retry``);
-        an ``UnreachableError`` with a status (a wrong base URL that answers) is not retried. ``max_timeouts``:
+        Retries 429 (waiting ``Retry-After``), 5xx, timeouts and dropped connections
+        (``pipeline.runtime.retry``);
+        an ``UnreachableError`` with a status (a wrong base URL that answers) is not retried.
+        ``max_timeouts``:
         give up (``ConfluenceTimeout``) after that many timeouts, so the caller can ask for less.
         """
         timeouts = 0
@@ -109,8 +112,12 @@ class ConfluenceClient:
                     return False
             return retryable(exc)
 
-        policy = RetryPolicy(max_retries=self.max_retries, initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
-                             retry_after_cap_s=self.max_retry_after_s)
+        policy = RetryPolicy(
+            max_retries=self.max_retries,
+            initial_s=self.backoff_base_s,
+            max_s=self.backoff_max_s,
+            retry_after_cap_s=self.max_retry_after_s,
+        )
         return await call_with_retries(lambda: self._get_once(path, params), policy,
                                        CallOptions(log, "confluence GET", retry=retry, level=logging.INFO,
                                                    count=count), sleep=self._sleep)
@@ -127,7 +134,9 @@ class ConfluenceClient:
                                     service=SERVICE) from exc
         except requests.ConnectionError as exc:
             host = urlsplit(self.url).netloc or self.url
-            raise UnreachableError(f"cannot reach Confluence at {host}: {_reason(exc)}", service=SERVICE) from exc
+            raise UnreachableError(
+                f"cannot reach Confluence at {host}: {_reason(exc)}", service=SERVICE
+            ) from exc
         except requests.RequestException as exc:
             raise UnreachableError(f"Confluence request failed: {exc}", service=SERVICE) from exc
         return _decode(resp, path, self.url)
@@ -140,7 +149,9 @@ class ConfluenceClient:
         Cloud asks REST v2 (``/api/v2/spaces?keys=``; v1's ``/rest/api/space/{key}`` is being retired there),
         Data Center its REST API.
         """
-        missing = NotFoundError(f"space '{key}' not found or not visible to this token", service=SERVICE, status=404)
+        missing = NotFoundError(
+            f"space '{key}' not found or not visible to this token", service=SERVICE, status=404
+        )
         if self.cloud:
             data = await self.get("api/v2/spaces", {"keys": key, "limit": 1})
             found = [s for s in data.get("results") or [] if isinstance(s, dict) and s.get("key") == key]
@@ -152,7 +163,9 @@ class ConfluenceClient:
         except NotFoundError as exc:
             raise missing from exc
 
-    async def search(self, cql: str, *, expand: str | None = None, limit: int = 50) -> AsyncIterator[dict[str, Any]]:
+    async def search(
+        self, cql: str, *, expand: str | None = None, limit: int = 50
+    ) -> AsyncIterator[dict[str, Any]]:
         """Every result of a CQL content search, following ``_links.next`` (or start+limit) paging.
 
         A results page that times out twice is asked for again with half as many results (bodies make pages
@@ -171,8 +184,11 @@ class ConfluenceClient:
                 if int(params["limit"]) <= 1:
                     raise
                 params = {**params, "start": start, "limit": int(params["limit"]) // 2}
-                log.warning("Confluence search timed out twice at result %d; asking for %d results per request",
-                            start, params["limit"])
+                log.warning(
+                    "Confluence search timed out twice at result %d; asking for %d results per request",
+                    start,
+                    params["limit"],
+                )
                 path, query = "rest/api/content/search", params
                 continue
             results = data.get("results") or []
@@ -182,14 +198,15 @@ class ConfluenceClient:
             nxt = (data.get("_links") or {}).get("next")
             if nxt:
                 path, query = self._next_path(str(nxt), data), None
-            elif "totalSize" in data and int(data.get("start", 0)) + len(results) < int(data["totalSize"]) and results:
+            elif results and int(data.get("start", 0)) + len(results) < int(data.get("totalSize", 0)):
                 params = {**params, "start": int(data.get("start", 0)) + len(results)}
                 path, query = "rest/api/content/search", params
             else:
                 return
 
     async def storage_bodies(self, kind: str, ids: Sequence[str]) -> dict[str, str]:
-        """Cloud: the storage-format bodies of the pages (``kind="page"``) or blog posts (``"blogpost"``) ``ids``
+        """Cloud: the storage-format bodies of the pages (``kind="page"``) or blog posts (``"blogpost"``)
+        ``ids``
         through REST v2, at most 250 per request (``/api/v2/pages?id=1,2&body-format=storage``), following the
         cursor in ``_links.next``. A site without those endpoints (HTTP 404) is read through v1 search for the
         rest of the run. Ids the site does not return (deleted meanwhile) are absent from the answer."""
@@ -217,7 +234,9 @@ class ConfluenceClient:
         query: dict[str, Any] | None = {"id": ",".join(chunk), "body-format": "storage", "limit": len(chunk)}
         while True:
             data = await self.get(path, query)
-            out |= {str(r.get("id")): b for r in data.get("results") or [] if (b := storage_of(r)) is not None}
+            out |= {
+                str(r.get("id")): b for r in data.get("results") or [] if (b := storage_of(r)) is not None
+            }
             nxt = (data.get("_links") or {}).get("next")
             if not nxt:
                 return out
@@ -266,7 +285,8 @@ class ConfluenceClient:
 
 
 def storage_of(item: Any) -> str | None:
-    """The storage-format body of a content object (v1 ``expand=body.storage`` or v2 ``body-format=storage``)."""
+    """The storage-format body of a content object (v1 ``expand=body.storage`` or v2
+    ``body-format=storage``)."""
     body = (((item.get("body") or {}).get("storage")) or {}).get("value") if isinstance(item, dict) else None
     return body if isinstance(body, str) else None
 
@@ -294,21 +314,31 @@ def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]
         )
     if status == 401:
         raise AuthError(
-            f"Confluence rejected the credentials (HTTP 401): check CONFLUENCE_USER/CONFLUENCE_TOKEN{message}",
-            service=SERVICE, status=status,
+            "Confluence rejected the credentials (HTTP 401): check "
+            f"CONFLUENCE_USER/CONFLUENCE_TOKEN{message}",
+            service=SERVICE,
+            status=status,
         )
     if status == 403:
-        raise AuthError(f"Confluence denied access to {where} (HTTP 403){message}", service=SERVICE, status=status)
+        raise AuthError(
+            f"Confluence denied access to {where} (HTTP 403){message}", service=SERVICE, status=status
+        )
     if status == 404:
         if not _is_json(resp):
             raise UnreachableError(
                 f"{base_url} has no Confluence REST API (HTTP 404 on {where}). {WIKI_HINT}",
                 service=SERVICE, status=status,
             )
-        raise NotFoundError(f"Confluence: {where} not found (HTTP 404){message}", service=SERVICE, status=status)
+        raise NotFoundError(
+            f"Confluence: {where} not found (HTTP 404){message}", service=SERVICE, status=status
+        )
     if status >= 500 or status in (408, 502, 503, 504):
-        raise TransientError(f"Confluence server error on {where} (HTTP {status})", service=SERVICE, status=status,
-                             retry_after_s=retry_after_s(resp.headers))
+        raise TransientError(
+            f"Confluence server error on {where} (HTTP {status})",
+            service=SERVICE,
+            status=status,
+            retry_after_s=retry_after_s(resp.headers),
+        )
     raise RemoteError(f"Confluence refused {where} (HTTP {status}){message}", service=SERVICE, status=status)
 
 

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 STEP_MIN = 15
 LIMIT_STEPS = 15 * 60 // STEP_MIN  # ±15 h: every zone in use (UTC-12 … UTC+14) lies inside
-ZONE_KEY = "__cql_zone__"  # the checkpoint store row (per site) holding "<minutes east>@<measured at, UTC ISO>"
+# the checkpoint store row (per site) holding "<minutes east>@<measured at, UTC ISO>"
+ZONE_KEY = "__cql_zone__"
 ZONE_TTL_S = 6 * 3600  # measured again after this long (daylight saving moves a zone twice a year)
 
 

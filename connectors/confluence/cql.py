@@ -25,7 +25,8 @@ from datetime import UTC, datetime, timedelta
 
 from pipeline.errors import InputError
 
-EXPAND_META = "version,ancestors,space,metadata.labels"  # what REST v2 lists cannot give (ancestor titles, labels)
+# what REST v2 lists cannot give (ancestor titles, labels)
+EXPAND_META = "version,ancestors,space,metadata.labels"
 EXPAND_PAGE = f"body.storage,{EXPAND_META}"
 EXPAND_RESTRICTIONS = "restrictions.read.restrictions.user,restrictions.read.restrictions.group"
 
@@ -51,11 +52,13 @@ def to_utc_iso(stamp: str) -> str:
     return parse_utc(stamp).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-WIDE_OVERLAP_S = 13 * 3600  # added when the site's zone is unknown: the most western zone (UTC-12) and an hour
+# added when the site's zone is unknown: the most western zone (UTC-12) and an hour
+WIDE_OVERLAP_S = 13 * 3600
 
 
 def since_bound(checkpoint_utc: str, overlap_s: int, zone_min: int | None = None) -> str:
-    """The ``lastmodified`` bound for an incremental query: checkpoint minus overlap as wall time in the site's
+    """The ``lastmodified`` bound for an incremental query: checkpoint minus overlap as wall time in the
+    site's
     CQL zone (``zone_min`` east of UTC), floored to the minute; an unknown zone widens the overlap by 13 h."""
     dt = parse_utc(checkpoint_utc) - timedelta(seconds=max(0, overlap_s))
     dt += timedelta(seconds=-WIDE_OVERLAP_S) if zone_min is None else timedelta(minutes=zone_min)
@@ -72,7 +75,8 @@ def pages_cql(
     ordered: bool = True,
     blog_posts: bool = False,
 ) -> str:
-    """CQL selecting the in-scope pages (and ``blog_posts``) of one space, optionally modified since ``since``."""
+    """CQL selecting the in-scope pages (and ``blog_posts``) of one space, optionally modified since
+    ``since``."""
     parts = [f"space = {quote(space)}", "type in (page, blogpost)" if blog_posts else "type = page"]
     if ancestor:
         if not ancestor.isdigit():

@@ -24,7 +24,8 @@ async def load_includes(store: CheckpointStore, source_key: str, space: str) -> 
 
 async def save_includes(store: CheckpointStore, source_key: str, space: str, kept: dict[str, dict[str, str]],
                         resolved: Mapping[str, dict[str, str]]) -> None:
-    """``kept`` updated with what this run's resolved pages include now (a page that includes nothing leaves)."""
+    """``kept`` updated with what this run's resolved pages include now (a page that includes nothing
+    leaves)."""
     merged = dict(kept)
     for page_id, shown in resolved.items():
         if shown:

@@ -1,4 +1,5 @@
-"""Issue summaries for Jira macros, when a Jira site is configured (``JIRA_URL``, ``JIRA_USER``, ``JIRA_TOKEN``).
+"""Issue summaries for Jira macros, when a Jira site is configured (``JIRA_URL``, ``JIRA_USER``,
+``JIRA_TOKEN``).
 
 A ``jira`` macro naming one issue shows "KEY: summary" to a reader; storage format holds only the key. With a
 Jira site configured, the keys of one page are looked up in one JQL search (``key in (…)``; Cloud's
@@ -62,12 +63,19 @@ class JiraClient:
         except httpx.TimeoutException as exc:
             raise TransientError("Jira timed out", service="jira") from exc
         except httpx.HTTPError as exc:
-            raise UnreachableError(f"cannot reach Jira at JIRA_URL ({type(exc).__name__})", service="jira") from exc
+            raise UnreachableError(
+                f"cannot reach Jira at JIRA_URL ({type(exc).__name__})", service="jira"
+            ) from exc
         if resp.status_code == 400:  # a key of a project that does not exist: JQL refuses the whole query
             return {"issues": []}
         if resp.status_code >= 300:
-            raise status_error(resp.status_code, service="jira", what="Jira search answered", headers=resp.headers,
-                               auth_hint="JIRA_USER / JIRA_TOKEN")
+            raise status_error(
+                resp.status_code,
+                service="jira",
+                what="Jira search answered",
+                headers=resp.headers,
+                auth_hint="JIRA_USER / JIRA_TOKEN",
+            )
         try:
             body = resp.json()
         except ValueError as exc:

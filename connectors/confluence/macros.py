@@ -57,7 +57,9 @@ _JIRA = re.compile(
     r'<ac:structured-macro\b[^>]*?\bac:name="jira"[^>]*?>(?P<inner>.*?)</ac:structured-macro>',
     re.DOTALL | re.IGNORECASE,
 )
-_JIRA_KEY = re.compile(r'<ac:parameter\b[^>]*\bac:name="key"[^>]*>\s*([^<]+?)\s*</ac:parameter>', re.IGNORECASE)
+_JIRA_KEY = re.compile(
+    r'<ac:parameter\b[^>]*\bac:name="key"[^>]*>\s*([^<]+?)\s*</ac:parameter>', re.IGNORECASE
+)
 
 
 @dataclass
@@ -69,8 +71,10 @@ class MacroResolver:
     summaries: Summaries | None = None
     _pages: dict[tuple[str, str], Linked | None] = field(default_factory=dict)
     resolved: int = 0
-    # page id -> {id: version time} of the pages its include / excerpt-include macros showed (nested ones too),
-    # for the pages resolved in this run: a newer version of an included page re-fetches its includers (``sync``).
+    # page id -> {id: version time} of the pages its include / excerpt-include macros showed (nested ones
+    # too),
+    # for the pages resolved in this run: a newer version of an included page re-fetches its includers
+    # (``sync``).
     includes: dict[str, dict[str, str]] = field(default_factory=dict)
     _root: str = ""  # the page being resolved
 
@@ -116,7 +120,9 @@ class MacroResolver:
             if budget[0] <= 0:
                 continue
             budget[0] -= 1
-            parts.append(await self._one(m, page_id=page_id, space=space, depth=depth, seen=seen, budget=budget))
+            parts.append(
+                await self._one(m, page_id=page_id, space=space, depth=depth, seen=seen, budget=budget)
+            )
         parts.append(body[last:])
         return "".join(parts)
 

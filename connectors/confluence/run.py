@@ -31,7 +31,9 @@ def check_sync_settings(settings: ConnectorSettings, spaces: Sequence[str] | Non
     if not settings.confluence.url:
         raise ConfigError("CONFLUENCE_URL missing: set it (Cloud: https://<site>.atlassian.net/wiki)")
     if not settings.confluence.token:
-        raise ConfigError("CONFLUENCE_TOKEN missing: a Cloud API token (with CONFLUENCE_USER) or a Data Center PAT")
+        raise ConfigError(
+            "CONFLUENCE_TOKEN missing: a Cloud API token (with CONFLUENCE_USER) or a Data Center PAT"
+        )
     if not (spaces or settings.confluence.spaces):
         raise ConfigError("no spaces to sync: set CONFLUENCE_SPACES or pass --space KEY")
 
@@ -44,11 +46,20 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
     try:
         if engine is not None:
             report = await sync_confluence(
-                source=source, index=engine.index, embedder=engine.embedder, sparse=engine.sparse,
-                store=engine.store, options=ingest_options(settings), full=full,
-                spaces=list(spaces) if spaces else None, progress=progress, vocabulary=vocabulary_path(settings),
+                source=source,
+                index=engine.index,
+                embedder=engine.embedder,
+                sparse=engine.sparse,
+                store=engine.store,
+                options=ingest_options(settings),
+                full=full,
+                spaces=list(spaces) if spaces else None,
+                progress=progress,
+                vocabulary=vocabulary_path(settings),
             )
-            await engine.store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
+            await engine.store.record_sync(
+                source.source_key, summary(report), [*report.failed, *report.partial]
+            )
             return report
         if rebuild:
             await drop_index(settings)
@@ -74,7 +85,8 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
 def summary(report: SyncReport) -> str:
     partial = f", partial {len(report.partial)}" if report.partial else ""
     return (
-        f"added {report.added}, updated {report.updated}, deleted {report.deleted}, unchanged {report.unchanged}, "
+        f"added {report.added}, updated {report.updated}, deleted {report.deleted}, unchanged "
+        f"{report.unchanged}, "
         f"skipped-restricted {report.skipped_restricted}, failed {len(report.failed)}{partial}, "
         f"API calls {report.api_calls}, {report.seconds:.1f} s"
     )

@@ -40,7 +40,8 @@ class SourceStats:
 
     skipped_restricted: set[str] = field(default_factory=set)
     known: set[str] = field(default_factory=set)  # re-read at a version already indexed: no body fetched
-    unusable: list[tuple[str, str | None]] = field(default_factory=list)  # (id, version time) that failed to convert
+    # (id, version time) that failed to convert
+    unusable: list[tuple[str, str | None]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
 
@@ -105,7 +106,8 @@ class ConfluenceSource:
                          blog_posts=self.blog_posts)
 
     async def check_space(self, space: str) -> None:
-        """Fail early with ``NotFoundError("space 'X' not found ...")`` / ``AuthError`` / ``UnreachableError``."""
+        """Fail early with ``NotFoundError("space 'X' not found ...")`` / ``AuthError`` /
+        ``UnreachableError``."""
         await self.client.space(space)
 
     async def list_space(self, space: str) -> set[str]:
@@ -124,13 +126,15 @@ class ConfluenceSource:
         return {str(r["id"]) for r in rows if not self._is_restricted(r, own)}
 
     async def iter_space(self, space: str, *, since: str | None = None) -> AsyncIterator[Page]:
-        """In-scope pages of ``space`` (modified since the ``since`` CQL bound), oldest edit first. With ``since``,
+        """In-scope pages of ``space`` (modified since the ``since`` CQL bound), oldest edit first. With
+        ``since``,
         pages at the version time ``known`` says is indexed are left out (no body read; ``stats.known``)."""
         async for page in self._iter_cql(space, self._cql(space, since=since), skip_known=since is not None):
             yield page
 
     async def iter_ids(self, space: str, page_ids: Sequence[str], *, chunk: int = 100) -> AsyncIterator[Page]:
-        """Those of ``page_ids`` that are in-scope pages of ``space``, whatever their edit time (e.g. pages moved
+        """Those of ``page_ids`` that are in-scope pages of ``space``, whatever their edit time (e.g. pages
+        moved
         into the space: a move does not have to change ``lastmodified``)."""
         ids = [i for i in page_ids if i.isdigit()]
         for n in range(0, len(ids), chunk):
@@ -141,7 +145,8 @@ class ConfluenceSource:
     async def _iter_cql(self, space: str, cql: str, *, skip_known: bool = False) -> AsyncIterator[Page]:
         """The pages ``cql`` selects, in its order. On Cloud the search carries only what REST v2 has no
         equivalent for (the selection, ancestor titles, labels, read restrictions) and the bodies come from
-        REST v2 per results page (``ConfluenceClient.storage_bodies``); Data Center expands them in the search."""
+        REST v2 per results page (``ConfluenceClient.storage_bodies``); Data Center expands them in the
+        search."""
         expand = EXPAND_META if self.client.v2_bodies else EXPAND_PAGE
         if not self.include_restricted:
             expand = f"{expand},{EXPAND_RESTRICTIONS}"
@@ -199,18 +204,23 @@ class ConfluenceSource:
 
     async def list_attachments(self, space: str, *, containers: set[str]) -> set[str]:
         """Ids of the readable attachments (Markdown, text, PDF) of ``containers``, the in-scope pages."""
-        rows = self.client.search(self._attachments_cql(space), expand="container,extensions", limit=self.id_limit)
+        rows = self.client.search(
+            self._attachments_cql(space), expand="container,extensions", limit=self.id_limit
+        )
         return {str(r["id"]) async for r in rows if self._wanted_attachment(r, containers)}
 
     async def iter_attachments(self, space: str, *, containers: set[str], since: str | None = None,
                                only: set[str] | None = None) -> AsyncIterator[Page]:
-        """The attachments of in-scope pages changed since ``since`` (or those of ``only``, whatever their time),
+        """The attachments of in-scope pages changed since ``since`` (or those of ``only``, whatever their
+        time),
         each a page of its own: its text as body, its page as breadcrumb. Too large or unreadable ones are
         reported, not indexed."""
         rows = self.client.search(self._attachments_cql(space, since), expand="container,version,extensions",
                                   limit=self.id_limit)
         async for r in rows:
-            if not self._wanted_attachment(r, containers) or (only is not None and str(r.get("id")) not in only):
+            if not self._wanted_attachment(r, containers) or (
+                only is not None and str(r.get("id")) not in only
+            ):
                 continue
             try:
                 yield await self._attachment_page(r, space)
@@ -225,7 +235,9 @@ class ConfluenceSource:
         name, container = str(r.get("title", "")), r.get("container") or {}
         size = int((r.get("extensions") or {}).get("fileSize") or 0)
         if size > self.max_attachment_bytes:
-            raise InputError(f"{size} bytes, over CONFLUENCE_MAX_ATTACHMENT_BYTES ({self.max_attachment_bytes})")
+            raise InputError(
+                f"{size} bytes, over CONFLUENCE_MAX_ATTACHMENT_BYTES ({self.max_attachment_bytes})"
+            )
         link = str((r.get("_links") or {}).get("download") or "")
         if not link:
             raise InputError("no download link")
@@ -245,14 +257,16 @@ class ConfluenceSource:
         return cql + (f" and lastmodified >= {quote(since)}" if since else "") + " order by lastmodified asc"
 
     async def list_comments(self, space: str, *, containers: set[str]) -> set[str]:
-        """Ids of the comments on ``containers``, the in-scope pages (a restricted page's comments never are)."""
+        """Ids of the comments on ``containers``, the in-scope pages (a restricted page's comments never
+        are)."""
         rows = self.client.search(self._comments_cql(space), expand="container", limit=self.id_limit)
         return {str(r["id"]) async for r in rows if _container_id(r) in containers}
 
     async def iter_comments(self, space: str, *, containers: set[str], since: str | None = None,
                             only: set[str] | None = None) -> AsyncIterator[Page]:
         """The comments on in-scope pages changed since ``since`` (or those of ``only``, whatever their time),
-        each a page of its own: "Comment on <page>", linked to the comment on its page, the page as breadcrumb."""
+        each a page of its own: "Comment on <page>", linked to the comment on its page, the page as
+        breadcrumb."""
         cql = self._comments_cql(space, since)
         if only is not None:  # comment ids are numeric: ask for just those (bodies included)
             ids = sorted(i for i in only if i.isdigit())
@@ -265,12 +279,19 @@ class ConfluenceSource:
                 continue
             container, cid = r.get("container") or {}, str(r["id"])
             webui = str(((container.get("_links") or {}).get("webui")) or "")
-            url = (self.client.url + webui if webui.startswith("/") else self.client.url) + \
-                f"?focusedCommentId={cid}#comment-{cid}"
+            page_url = self.client.url + webui if webui.startswith("/") else self.client.url
+            url = f"{page_url}?focusedCommentId={cid}#comment-{cid}"
             when = ((r.get("version") or {}).get("when")) or None
             body = str((((r.get("body") or {}).get("storage")) or {}).get("value") or "")
-            yield Page(id=cid, title=f"Comment on {container.get('title', '')}", url=url, space=space, body=body,
-                       ancestors=(str(container.get("title", "")),), updated=to_utc_iso(str(when)) if when else None)
+            yield Page(
+                id=cid,
+                title=f"Comment on {container.get('title', '')}",
+                url=url,
+                space=space,
+                body=body,
+                ancestors=(str(container.get("title", "")),),
+                updated=to_utc_iso(str(when)) if when else None,
+            )
 
     async def _with_macros(self, page: Page) -> Page:
         """The page with its include, excerpt-include and children macros resolved (``macros``); a page whose
@@ -294,13 +315,17 @@ class ConfluenceSource:
                 r = _with_body(r, await self.client.storage_bodies("page", [str(r.get("id", ""))]))
             body = storage_of(r) or ""
             when = ((r.get("version") or {}).get("when")) or None
-            return Linked(str(r.get("id", "")), body, _has_read_restrictions(r), to_utc_iso(str(when)) if when else "")
+            return Linked(
+                str(r.get("id", "")), body, _has_read_restrictions(r), to_utc_iso(str(when)) if when else ""
+            )
         return None
 
     async def _child_titles(self, page_id: str) -> list[str]:
         if not page_id.isdigit():
             return []
-        rows = [r async for r in self.client.search(f"type = page and parent = {page_id}", limit=self.id_limit)]
+        rows = [
+            r async for r in self.client.search(f"type = page and parent = {page_id}", limit=self.id_limit)
+        ]
         return [str(r.get("title", "")) for r in rows if not _has_read_restrictions(r) and r.get("title")]
 
     @property
@@ -341,8 +366,9 @@ def version_time(r: dict[str, Any]) -> str | None:
 def _with_body(r: dict[str, Any], bodies: dict[str, str]) -> dict[str, Any]:
     """A search result with the storage body REST v2 served for it (``body`` absent when none was)."""
     body = bodies.get(str(r.get("id", "")))
-    return {**r, "body": {"storage": {"value": body, "representation": "storage"}}} if body is not None else \
-        {k: v for k, v in r.items() if k != "body"}
+    if body is None:
+        return {k: v for k, v in r.items() if k != "body"}
+    return {**r, "body": {"storage": {"value": body, "representation": "storage"}}}
 
 
 def _container_id(r: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """Per-space sync state kept between syncs as JSON rows of the checkpoint store (``__<name>__:<space>``).
 
 Two maps live there: which pages show which others through include macros (``connectors.confluence.includes``)
-and the version time of each page a sync indexed lately (``known_versions``: an incremental query's re-reads of
+and the version time of each page a sync indexed lately (``known_versions``: an incremental query's re-reads
+of
 those need no body, which on Cloud is a REST v2 request per results page).
 """
 
@@ -40,8 +41,13 @@ async def save_row(store: CheckpointStore, source_key: str, name: str, space: st
 
 
 async def load_known(store: CheckpointStore, source_key: str, space: str) -> dict[str, str]:
-    """page id -> the version time (UTC ISO) it was last indexed at, for the space's recently indexed pages."""
-    return {k: str(v) for k, v in (await load_row(store, source_key, "known", space)).items() if isinstance(v, str)}
+    """page id -> the version time (UTC ISO) it was last indexed at, for the space's recently indexed
+    pages."""
+    return {
+        k: str(v)
+        for k, v in (await load_row(store, source_key, "known", space)).items()
+        if isinstance(v, str)
+    }
 
 
 async def save_known(store: CheckpointStore, source_key: str, space: str, kept: dict[str, str],

@@ -106,7 +106,8 @@ async def sync_confluence(
     progress: bool = False,
     vocabulary: Path | None = None,
 ) -> SyncReport:
-    """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints. ``vocabulary``: the
+    """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints. ``vocabulary``:
+    the
     keyword-expansion vocabulary to keep up to date; while it has no word counts yet, the run reads every page
     (as ``full``) so that the unchanged ones are counted too.
 
@@ -153,12 +154,27 @@ async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: 
     for key in keys:
         if key not in listings:
             continue
-        elsewhere = {pid: when for other, versions in known.items() if other != key for pid, when in versions.items()}
-        report.checkpoints[key] = await _sync_space(key, source=source, index=index, embedder=embedder,
-                                                    sparse=sparse, store=store, options=options, full=full,
-                                                    progress=progress, report=report, moved=moved.get(key, []),
-                                                    zone=zone, containers=pages_of[key], elsewhere=elsewhere,
-                                                    versions=known[key], words=words)
+        elsewhere = {
+            pid: when for other, versions in known.items() if other != key for pid, when in versions.items()
+        }
+        report.checkpoints[key] = await _sync_space(
+            key,
+            source=source,
+            index=index,
+            embedder=embedder,
+            sparse=sparse,
+            store=store,
+            options=options,
+            full=full,
+            progress=progress,
+            report=report,
+            moved=moved.get(key, []),
+            zone=zone,
+            containers=pages_of[key],
+            elsewhere=elsewhere,
+            versions=known[key],
+            words=words,
+        )
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
@@ -183,14 +199,28 @@ async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
     return listings, pages_of
 
 
-async def _sync_space(key: str, *, source: ConfluenceSource, index: Index, embedder: Embedder, sparse: SparseEncoder,
-                      store: CheckpointStore, options: IngestOptions, full: bool, progress: bool,
-                      report: SyncReport, moved: Sequence[str] = (), zone: int | None = None,
-                      containers: set[str] | None = None, elsewhere: dict[str, str] | None = None,
-                      versions: dict[str, str],
-                      words: VocabularyRun | None = None) -> str | None:
+async def _sync_space(
+    key: str,
+    *,
+    source: ConfluenceSource,
+    index: Index,
+    embedder: Embedder,
+    sparse: SparseEncoder,
+    store: CheckpointStore,
+    options: IngestOptions,
+    full: bool,
+    progress: bool,
+    report: SyncReport,
+    moved: Sequence[str] = (),
+    zone: int | None = None,
+    containers: set[str] | None = None,
+    elsewhere: dict[str, str] | None = None,
+    versions: dict[str, str],
+    words: VocabularyRun | None = None,
+) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
-    outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller. Returns
+    outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller.
+    Returns
     the new checkpoint (what it may advance to: never past a page that failed in a way a retry can fix)."""
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
@@ -240,8 +270,10 @@ SPACE_CHECK_TTL_S = 6 * 3600
 
 async def _check_space(source: ConfluenceSource, store: CheckpointStore, key: str, *, again: bool) -> None:
     """The space check (wrong key, credentials, base URL), at most every ``SPACE_CHECK_TTL_S`` per space: a
-    passed check is kept in the checkpoint store row ``__space_ok__:<key>``; ``again`` (``--full``) checks anyway.
-    Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave the index."""
+    passed check is kept in the checkpoint store row ``__space_ok__:<key>``; ``again`` (``--full``) checks
+    anyway.
+    Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave the
+    index."""
     row = f"__space_ok__:{key}"
     kept = await store.get_checkpoint(source.source_key, row)
     now = datetime.now(UTC)
@@ -286,7 +318,8 @@ async def _moved_extras(source: ConfluenceSource, key: str, containers: set[str]
 
 async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
                      includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
-    """After the changed pages: the pages showing an older version of one of them, fetched again so the included
+    """After the changed pages: the pages showing an older version of one of them, fetched again so the
+    included
     text is current. Runs last, when ``tracker`` has seen every changed page. Included pages of other synced
     spaces count by the version those spaces indexed lately (``elsewhere``: their known versions as this run
     began), so their edits reach the includer at this space's next sync after theirs."""
@@ -306,7 +339,8 @@ async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
 
 async def _unindexed(source: ConfluenceSource, key: str, tracker: _Tracker, index: Index,
                      candidates: set[str]) -> AsyncIterator[Page]:
-    """Last: the in-scope pages that are neither indexed nor were read this run nor were settled at their current
+    """Last: the in-scope pages that are neither indexed nor were read this run nor were settled at their
+    current
     version by an earlier one: pages whose read restriction was lifted, that gained an included label or came
     under the configured ancestor; none of that changes ``lastmodified``. Fetched by id."""
     seen = {pid for pid, _ in tracker.seen}
@@ -328,7 +362,9 @@ def _is_attachment(pid: str) -> bool:
     return pid.startswith("att") and pid[3:].isdigit()
 
 
-def gone_and_moved(indexed: dict[str, str], listings: dict[str, set[str]]) -> tuple[list[str], dict[str, list[str]]]:
+def gone_and_moved(
+    indexed: dict[str, str], listings: dict[str, set[str]]
+) -> tuple[list[str], dict[str, list[str]]]:
     """From where each page is indexed (page id -> space) and this run's listings (space -> in-scope ids):
 
     - gone: pages indexed under a space listed in this run that no listing holds any more: deleted, archived,

@@ -1,1 +1,2 @@
-"""A question to an answer: the conversation engine, query planning, retrieval, the context budget, prompts, LLM and extractive answers, citations."""
+"""A question to an answer: the conversation engine, query planning, retrieval, the context budget, prompts,
+LLM and extractive answers, citations."""

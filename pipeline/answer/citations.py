@@ -67,7 +67,9 @@ class PageNumbers:
         for key, number in self.page_number.items():
             hit, ids = self.cited[key]
             ev = hit.evidence
-            out.append(Citation(number=number, url=ev.url, title=ev.title, space=ev.space, evidence_ids=tuple(ids)))
+            out.append(
+                Citation(number=number, url=ev.url, title=ev.title, space=ev.space, evidence_ids=tuple(ids))
+            )
         return out
 
 

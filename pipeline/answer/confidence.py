@@ -34,7 +34,8 @@ def confidence_of(fused: Sequence[Hit], lexical_top: Hit | None, dense_top: Hit 
 
 
 def adaptive_hits(hits: Sequence[Hit], confidence: Confidence | None, confident_k: int) -> list[Hit]:
-    """The evidence for the generator: the first ``confident_k`` when retrieval is sure (0 = all), else all."""
+    """The evidence for the generator: the first ``confident_k`` when retrieval is sure (0 = all), else
+    all."""
     if confidence == "high" and confident_k > 0:
         return list(hits[:confident_k])
     return list(hits)

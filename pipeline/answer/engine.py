@@ -134,8 +134,11 @@ class Engine:
         """Up to three questions a user might ask next (none for a failed or out-of-scope turn)."""
         a = result.answer
         done = not result.error and not a.out_of_scope and a.text.strip()
-        return await suggest_followups(self.llm, self.prompts, result.completed_question, a.text, a.citations) \
-            if done else []
+        return (
+            await suggest_followups(self.llm, self.prompts, result.completed_question, a.text, a.citations)
+            if done
+            else []
+        )
 
     async def evidence_count(self) -> int:
         """Evidence in the index (cheap: no page listing), for status views."""
@@ -162,8 +165,8 @@ class Engine:
         self.metrics.questions.inc()
         question, notice = clean_question(question)
         prior = await self._prior_turns(conversation_key, history)
-        plan = plan_query(question, prior, strategy=self.options.query_strategy) if question else \
-            QueryPlan(question, question, question, followup=False)
+        plan = (plan_query(question, prior, strategy=self.options.query_strategy) if question
+                else QueryPlan(question, question, question, followup=False))
         answer, retrieved, template, error = Answer(text=""), None, "", None
         timings: dict[str, float] = {}
         try:
@@ -177,8 +180,9 @@ class Engine:
             )
             timings.update({f"{k}_ms": v for k, v in retrieved.timings_ms.items()})
             hits = adaptive_hits(retrieved.hits, retrieved.confidence, self.options.confident_k)
-            answer, template = await self._timed(timings, "answer_ms",
-                                                 self._answer(plan.completed, hits, trace=trace, on_text=on_text))
+            answer, template = await self._timed(
+                timings, "answer_ms", self._answer(plan.completed, hits, trace=trace, on_text=on_text)
+            )
             answer.confidence = retrieved.confidence
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
@@ -236,7 +240,9 @@ class Engine:
         if not prior or self.llm is None:
             return plan
         messages = self.prompts.render(
-            "rephrase", history=[{"question": p.question, "answer": p.answer} for p in prior], question=plan.question
+            "rephrase",
+            history=[{"question": p.question, "answer": p.answer} for p in prior],
+            question=plan.question,
         )
         try:
             out = await self._complete_llm(messages, role="completion", max_tokens=120, temperature=0.0)
@@ -255,7 +261,9 @@ class Engine:
 
     def _fit(self, question: str, hits: Sequence[Hit]) -> tuple[list[Hit], list[str], list[str]]:
         """Fit ranked evidence into the context window; returns (hits, their prompt texts, dropped ids)."""
-        budget = max(256, self.options.context_tokens - self.options.answer_max_tokens - 600 - len(question) // 3)
+        budget = max(
+            256, self.options.context_tokens - self.options.answer_max_tokens - 600 - len(question) // 3
+        )
         items = [(h.evidence.id, prompt_text(h.evidence)) for h in hits]
         result = fit_evidence(items, budget_tokens=budget)
         by_id = {h.evidence.id: h for h in hits}
@@ -271,7 +279,8 @@ class Engine:
             return ans, ""
         kept, texts, dropped = self._fit(question, hits)
         messages = self._answer_messages(question, texts)
-        if on_text is not None:  # cot: only the answer after the reasoning is streamed; markers as shown at the end
+        # cot: only the answer after the reasoning is streamed; markers as shown at the end
+        if on_text is not None:
             citing = CitingStream(kept, on_text)
             sink = answer_stream(citing.add) if self.options.answer_style == "cot" else citing.add
             raw = (await self._stream_llm(messages, sink)).strip()
@@ -331,8 +340,16 @@ class Engine:
 
     async def _stream_llm(self, messages: Sequence[ChatMessage], on_text: TextSink) -> str:
         assert self.llm is not None
-        return await self._counted("answer", self.llm.stream(
-            messages, on_text=on_text, role="answer", max_tokens=self.options.answer_max_tokens, temperature=0.0))
+        return await self._counted(
+            "answer",
+            self.llm.stream(
+                messages,
+                on_text=on_text,
+                role="answer",
+                max_tokens=self.options.answer_max_tokens,
+                temperature=0.0,
+            ),
+        )
 
     async def _counted(self, role: str, call: Awaitable[T]) -> T:
         """An LLM call counted in ``metrics`` (calls by role, failures by kind)."""
@@ -371,7 +388,10 @@ class Engine:
             log.info("turn %s: %d of its evidence are no longer indexed", turn_id, len(ids) - len(evidence))
         # Same order as the generator saw, so [n] markers line up with the prompt (prompts are rebuilt from
         # the evidence). ``content`` is the text embedded at ingest, so clustering reuses the cached vectors.
-        hits = [Hit(evidence=ev, score=0.0, rank=i + 1, content=self._cluster_text(ev)) for i, ev in enumerate(evidence)]
+        hits = [
+            Hit(evidence=ev, score=0.0, rank=i + 1, content=self._cluster_text(ev))
+            for i, ev in enumerate(evidence)
+        ]
         question = turn.asked
         answer = turn.raw_answer or turn.answer
         max_tokens = max(32, int(len(answer) / 3.0) + 16)

@@ -32,17 +32,22 @@ MODEL = "extractive"
 RANK_WEIGHT = 0.25  # a full extra matching word outweighs any rank difference
 DENSE_WEIGHT = 4.0  # e5 cosines of units differ by hundredths: a tie-breaker, rarely worth a whole word
 DENSE_HITS = 5  # units of this many top hits are embedded (~15 short texts, cached per text)
-MIN_SIMILARITY = 0.80  # across languages, a unit sharing no word must be this close (dev: best unit ≥ 0.84 for 75 %)  # a unit sharing no word must be this close (dev questions: best unit ≥ 0.84 for 75 %)
+# across languages, a unit sharing no word must be this close (dev: best unit ≥ 0.84 for 75 %)  # a unit
+# sharing no word must be this close (dev questions: best unit ≥ 0.84 for 75 %)
+MIN_SIMILARITY = 0.80
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOPWORDS_EN = (
-    "a an and are as at be been but by can could did do does for from had has have how i if in into is it its "
+    "a an and are as at be been but by can could did do does for from had has have how i if in into is it "
+    "its "
     "me my of on or our should so that the their them then there these they this to us was we were what when "
     "where which who whom whose why will with would you your about any all also"
 )
 _STOPWORDS_DE = (
-    "der die das den dem des ein eine einer eines einem einen und oder ist sind war wer wie was wo wann warum "
-    "welche welcher welches im in am an auf für mit von zu zum zur bei ich du er sie es wir ihr uns nicht auch "
+    "der die das den dem des ein eine einer eines einem einen und oder ist sind war wer wie was wo wann "
+    "warum "
+    "welche welcher welches im in am an auf für mit von zu zum zur bei ich du er sie es wir ihr uns nicht "
+    "auch "
     "hat haben wird werden kann können"
 )
 _EN, _DE = frozenset(_STOPWORDS_EN.split()), frozenset(_STOPWORDS_DE.split())
@@ -65,7 +70,9 @@ class _Terms:
         self._stemmer = Stemmer.Stemmer("english")
 
     def __call__(self, text: str) -> set[str]:
-        words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and (len(w) > 1 or w.isdigit())]
+        words = [
+            w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and (len(w) > 1 or w.isdigit())
+        ]
         return set(self._stemmer.stemWords(words))
 
 
@@ -116,13 +123,20 @@ def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int 
     for c in candidates[1:]:
         if len(chosen) >= max_sentences:
             break
-        if c.overlap and c.overlap * 2 >= best.overlap and c.text != best.text:  # near-equally relevant extras
+        # near-equally relevant extras
+        if c.overlap and c.overlap * 2 >= best.overlap and c.text != best.text:
             chosen.append(c)
     chosen.sort(key=lambda c: (c.hit_index, c.unit_index))  # read in source order
     raw = " ".join(_cite(c.text, c.hit_index + 1) for c in chosen)
     text, citations = parse_citations(raw, hits)
-    return Answer(text=text, citations=citations, extractive=True, model=MODEL, evidence=list(hits),
-                  trace=AnswerTrace(question_terms=sorted(q), unit_scores=[round(c.score, 4) for c in chosen]))
+    return Answer(
+        text=text,
+        citations=citations,
+        extractive=True,
+        model=MODEL,
+        evidence=list(hits),
+        trace=AnswerTrace(question_terms=sorted(q), unit_scores=[round(c.score, 4) for c in chosen]),
+    )
 
 
 def _language(text: str) -> str | None:

@@ -23,7 +23,9 @@ def centrality(vectors: Sequence[dict[int, float]]) -> list[float]:
     totals = [0.0] * n
     for i in range(n):
         for j in range(i + 1, n):
-            small, large = (vectors[i], vectors[j]) if len(vectors[i]) <= len(vectors[j]) else (vectors[j], vectors[i])
+            small, large = (
+                (vectors[i], vectors[j]) if len(vectors[i]) <= len(vectors[j]) else (vectors[j], vectors[i])
+            )
             sim = sum(w * large.get(t, 0.0) for t, w in small.items()) / (norms[i] * norms[j])
             totals[i] += sim
             totals[j] += sim
@@ -40,6 +42,7 @@ def hub_rerank(hits: Sequence[Hit], sparse: SparseEncoder, weight: float) -> lis
 
 
 def rescore(hits: Sequence[Hit], scores: Sequence[float]) -> list[Hit]:
-    """``hits`` with new ``scores``, re-ranked by them (ties keep their order); shared by every re-scoring option."""
+    """``hits`` with new ``scores``, re-ranked by them (ties keep their order); shared by every re-scoring
+    option."""
     ordered = sorted(zip(scores, hits, strict=True), key=lambda t: (t[0], -t[1].rank), reverse=True)
     return [replace(h, score=score, rank=rank) for rank, (score, h) in enumerate(ordered, start=1)]

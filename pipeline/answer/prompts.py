@@ -34,7 +34,8 @@ _REASONING_START = re.compile(r"^\s*(?:\*\*)?(?:reasoning|überlegung|begründun
 
 def answer_stream(sink: Callable[[str], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
     """For ``cot``: a text sink that shows only the answer as it streams. Text is held back while the reply
-    starts with reasoning ("Reasoning: …") and forwarded from its "Answer:" line on; a reply that does not start
+    starts with reasoning ("Reasoning: …") and forwarded from its "Answer:" line on; a reply that does not
+    start
     with reasoning (a model that skips it) is forwarded whole, as with the other styles."""
     held: list[str] = []
     state = {"mode": "undecided"}  # undecided -> reasoning -> answer | passthrough
@@ -105,9 +106,13 @@ class PromptLibrary:
         try:
             return self._env.get_template(self._file(name))
         except jinja2.TemplateNotFound as exc:
-            raise ConfigError(f"prompt template '{self._file(name)}' not found in {self.prompts_dir}") from exc
+            raise ConfigError(
+                f"prompt template '{self._file(name)}' not found in {self.prompts_dir}"
+            ) from exc
         except jinja2.TemplateSyntaxError as exc:
-            raise ConfigError(f"prompt template '{self._file(name)}' line {exc.lineno}: {exc.message}") from exc
+            raise ConfigError(
+                f"prompt template '{self._file(name)}' line {exc.lineno}: {exc.message}"
+            ) from exc
 
     def check(self, name: str) -> None:
         """Load (and so parse) a template now; a configured name that is missing fails at start-up."""

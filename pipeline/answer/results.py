@@ -28,8 +28,9 @@ class ClusterShare:
     size: int
 
 
-NOTHING_TO_EXPLAIN = ("There is nothing to explain: no answer to this question was found in the wiki, so no source "
-                      "produced it.")
+NOTHING_TO_EXPLAIN = (
+    "There is nothing to explain: no answer to this question was found in the wiki, so no source produced it."
+)
 
 
 @dataclass

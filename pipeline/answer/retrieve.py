@@ -26,11 +26,19 @@ class Retrieval:
     dense: list[Hit] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
     confidence: Confidence | None = None
-    expansions: list[tuple[str, str, float]] = field(default_factory=list)  # (query word, corpus word, cosine)
+    # (query word, corpus word, cosine)
+    expansions: list[tuple[str, str, float]] = field(default_factory=list)
 
 
-def _search_request(dense_vec: tuple[float, ...] | None, sparse_vec: SparseVector, *, config: RetrievalSettings,
-                    spaces: tuple[str, ...] | None, reranking: bool, context_pages: bool) -> SearchRequest:
+def _search_request(
+    dense_vec: tuple[float, ...] | None,
+    sparse_vec: SparseVector,
+    *,
+    config: RetrievalSettings,
+    spaces: tuple[str, ...] | None,
+    reranking: bool,
+    context_pages: bool,
+) -> SearchRequest:
     """The index request: the candidate pool is larger where candidates are reranked or rescored."""
     limit = max(config.final_k, config.rerank_pool) if reranking else config.final_k
     if config.hub_weight or (config.continuity_boost and context_pages):
@@ -79,8 +87,14 @@ async def retrieve(
             min_similarity=config.keyword_min_similarity)
         timings["expand"] = (time.perf_counter() - t) * 1000
 
-    request = _search_request(dense_vec, sparse_vec, config=config, spaces=spaces, reranking=reranker is not None,
-                              context_pages=bool(context_pages))
+    request = _search_request(
+        dense_vec,
+        sparse_vec,
+        config=config,
+        spaces=spaces,
+        reranking=reranker is not None,
+        context_pages=bool(context_pages),
+    )
     t = time.perf_counter()
     hits = await index.search(request)
     timings["search"] = (time.perf_counter() - t) * 1000
@@ -95,7 +109,9 @@ async def retrieve(
             index.search(replace(request, mode="lexical", limit=config.lexical_k if trace else 1)),
             index.search(replace(request, mode="dense", limit=config.dense_k if trace else 1)))
         if config.mode == "hybrid":
-            result.confidence = confidence_of(hits, next(iter(result.lexical), None), next(iter(result.dense), None))
+            result.confidence = confidence_of(
+                hits, next(iter(result.lexical), None), next(iter(result.dense), None)
+            )
         timings["confidence"] = (time.perf_counter() - t) * 1000
     if reranker is not None and hits:
         t = time.perf_counter()
@@ -108,7 +124,8 @@ async def retrieve(
 
 
 def steepest_cut(hits: list[Hit], min_k: int) -> list[Hit]:
-    """The hits before the largest score drop between neighbours, keeping at least ``min_k`` (ties: the earlier
+    """The hits before the largest score drop between neighbours, keeping at least ``min_k`` (ties: the
+    earlier
     drop): adaptive k from the score curve instead of a fixed cut."""
     if len(hits) <= min_k:
         return hits

@@ -19,39 +19,85 @@ class RetrievalSettings(Area):
     final_k: int = setting(10, "EVIDENT_FINAL_K", "Evidence after fusion/reranking.", ge=1)
     rrf_k: int = setting(60, "EVIDENT_RRF_K", "RRF constant.", ge=1)
     fusion: Annotated[Literal["rrf", "dbsf"], Lower] = setting(
-        "dbsf", "EVIDENT_FUSION", "Hybrid fusion: dbsf (score pooling: each leg's scores normalized to mean ± 3 sd, "
-        "summed; dev P@1 +0.033, chosen on either half) | rrf (ranks).")
-    hub_weight: float = setting(0.0, "EVIDENT_HUB_WEIGHT", "Graph reranking: a hit gains this x its mean lexical "
-                                "similarity to the other retrieved evidence (0 = off).", ge=0)
-    adaptive_min_k: int = setting(0, "EVIDENT_ADAPTIVE_K", "Adaptive k: cut the evidence at the steepest drop of "
-                                  "the score curve, keeping at least this many (0 = always EVIDENT_FINAL_K).", ge=0)
-    continuity_boost: float = setting(0.5, "EVIDENT_CONTINUITY_BOOST", "Follow-ups: boost evidence of the page the "
-                                      "previous turn retrieved (0 = off).", ge=0)
-    rescore_pool: int = setting(30, "EVIDENT_RESCORE_POOL", "Fused candidates rescored by continuity and graph "
-                                "reranking before the final cut.", ge=1)
+        "dbsf",
+        "EVIDENT_FUSION",
+        "Hybrid fusion: dbsf (score pooling: each leg's scores normalized to mean ± 3 sd, "
+        "summed; dev P@1 +0.033, chosen on either half) | rrf (ranks).",
+    )
+    hub_weight: float = setting(
+        0.0,
+        "EVIDENT_HUB_WEIGHT",
+        "Graph reranking: a hit gains this x its mean lexical "
+        "similarity to the other retrieved evidence (0 = off).",
+        ge=0,
+    )
+    adaptive_min_k: int = setting(
+        0,
+        "EVIDENT_ADAPTIVE_K",
+        "Adaptive k: cut the evidence at the steepest drop of "
+        "the score curve, keeping at least this many (0 = always EVIDENT_FINAL_K).",
+        ge=0,
+    )
+    continuity_boost: float = setting(
+        0.5,
+        "EVIDENT_CONTINUITY_BOOST",
+        "Follow-ups: boost evidence of the page the previous turn retrieved (0 = off).",
+        ge=0,
+    )
+    rescore_pool: int = setting(
+        30,
+        "EVIDENT_RESCORE_POOL",
+        "Fused candidates rescored by continuity and graph reranking before the final cut.",
+        ge=1,
+    )
     rerank_pool: int = setting(20, "EVIDENT_RERANK_POOL", "Fused candidates handed to the reranker.", ge=1)
-    confidence: bool = setting(True, "EVIDENT_CONFIDENCE", "Check whether the keyword and meaning searches agree "
-                               "on the top page (one extra top-1 search each; a note under unsure answers).")
-    keyword_weight: float = setting(0.5, "EVIDENT_KEYWORD_WEIGHT", "Keyword expansion: a query word the pages "
-                                    "never use adds its nearest corpus word to the lexical query at this weight "
-                                    "(0 = off).", ge=0)
-    keyword_min_similarity: float = setting(0.85, "EVIDENT_KEYWORD_MIN_SIMILARITY", "Keyword expansion: least "
-                                            "cosine between a query word and the corpus word it adds.", ge=0, le=1)
+    confidence: bool = setting(
+        True,
+        "EVIDENT_CONFIDENCE",
+        "Check whether the keyword and meaning searches agree "
+        "on the top page (one extra top-1 search each; a note under unsure answers).",
+    )
+    keyword_weight: float = setting(
+        0.5,
+        "EVIDENT_KEYWORD_WEIGHT",
+        "Keyword expansion: a query word the pages "
+        "never use adds its nearest corpus word to the lexical query at this weight "
+        "(0 = off).",
+        ge=0,
+    )
+    keyword_min_similarity: float = setting(
+        0.85,
+        "EVIDENT_KEYWORD_MIN_SIMILARITY",
+        "Keyword expansion: least cosine between a query word and the corpus word it adds.",
+        ge=0,
+        le=1,
+    )
 
 
 class AnswerSettings(Area):
     title = "Answers"
 
     query_strategy: Annotated[Literal["raw", "prev_questions", "topic"], Lower] = setting(
-        "prev_questions", "EVIDENT_QUERY_STRATEGY", "No-LLM follow-up query builder: raw | prev_questions | topic.")
-    history_turns: int = setting(6, "EVIDENT_HISTORY_TURNS", "Earlier turns of a conversation used for follow-ups.",
-                                 ge=0)
-    confident_k: int = setting(0, "EVIDENT_CONFIDENT_K", "Evidence handed to the generator when both rankers agree "
-                               "on the top page (0: final_k).", ge=0)
+        "prev_questions",
+        "EVIDENT_QUERY_STRATEGY",
+        "No-LLM follow-up query builder: raw | prev_questions | topic.",
+    )
+    history_turns: int = setting(
+        6, "EVIDENT_HISTORY_TURNS", "Earlier turns of a conversation used for follow-ups.", ge=0
+    )
+    confident_k: int = setting(
+        0,
+        "EVIDENT_CONFIDENT_K",
+        "Evidence handed to the generator when both rankers agree on the top page (0: final_k).",
+        ge=0,
+    )
     answer_max_tokens: int = setting(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.", ge=1)
     answer_style: Annotated[Literal["plain", "persona", "cot"], Lower] = setting(
-        "cot", "EVIDENT_ANSWER_STYLE", "Answer prompt: plain | persona (a named assistant) | cot (reasons first; "
-        "only its answer is shown and streamed; measured best).")
+        "cot",
+        "EVIDENT_ANSWER_STYLE",
+        "Answer prompt: plain | persona (a named assistant) | cot (reasons first; "
+        "only its answer is shown and streamed; measured best).",
+    )
     prompts_dir: OptionalPath = setting(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
 
     @property

@@ -12,7 +12,9 @@ from sklearn.cluster import DBSCAN
 from pipeline.errors import InputError
 
 
-def cluster_embeddings(embeddings: np.ndarray, *, eps: float = 0.005, min_samples: int = 2) -> list[list[int]]:
+def cluster_embeddings(
+    embeddings: np.ndarray, *, eps: float = 0.005, min_samples: int = 2
+) -> list[list[int]]:
     """DBSCAN (cosine distance) over row embeddings; noise points become singleton clusters.
 
     Returns lists of row indices, each sorted, clusters ordered by their first row, so ids are stable.

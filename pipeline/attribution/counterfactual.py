@@ -111,8 +111,11 @@ async def counterfactual_attribution(
     )
 
 
-def _record(todo: Sequence[tuple[_Group, int]], outcomes: Sequence[tuple[list[str], np.ndarray] | BaseException],
-            original: np.ndarray) -> list[BaseException]:
+def _record(
+    todo: Sequence[tuple[_Group, int]],
+    outcomes: Sequence[tuple[list[str], np.ndarray] | BaseException],
+    original: np.ndarray,
+) -> list[BaseException]:
     """Add each group's new answers and their similarity to the original; returns the failed draws."""
     errors: list[BaseException] = []
     for (group, k), outcome in zip(todo, outcomes, strict=True):

@@ -75,7 +75,9 @@ def page_groups(hits: Sequence[Hit]) -> list[list[int]]:
     return list(groups.values())
 
 
-async def evidence_clusters(hits: Sequence[Hit], embedder: Embedder, params: AttributionParams) -> list[list[int]]:
+async def evidence_clusters(
+    hits: Sequence[Hit], embedder: Embedder, params: AttributionParams
+) -> list[list[int]]:
     """DBSCAN clusters of the evidence texts the generator saw."""
     if len(hits) < 2:
         return singleton_groups(hits)
@@ -108,7 +110,9 @@ def _need(generate: Generate | None, method: str) -> Generate:
 
 async def _naive(*, question: str, answer: str, hits: Sequence[Hit], generate: Generate | None,
                  embedder: Embedder, params: AttributionParams) -> AttributionResult:
-    return await naive_attribution(question=question, answer=answer, hits=hits, embedder=embedder, params=params)
+    return await naive_attribution(
+        question=question, answer=answer, hits=hits, embedder=embedder, params=params
+    )
 
 
 async def _cfa(*, question: str, answer: str, hits: Sequence[Hit], generate: Generate | None,

@@ -42,18 +42,28 @@ class ExplanationView:
 def explanation_view(result: AttributionResult, *, max_clusters: int = 5) -> ExplanationView:
     shown = result.clusters[:max_clusters]
     sources = [
-        SourceShare(None if c.unknown else c.percent, c.members[0].label or c.members[0].title, c.members[0].url,
-                    _extra(c), reason(result, c, top=i == 0), c.members[0].quote)
+        SourceShare(
+            None if c.unknown else c.percent,
+            c.members[0].label or c.members[0].title,
+            c.members[0].url,
+            _extra(c),
+            reason(result, c, top=i == 0),
+            c.members[0].quote,
+        )
         for i, c in enumerate(shown)
     ]
     rest = result.clusters[max_clusters:]
-    return ExplanationView(sources, _footer_notes(result), len(rest), sum(c.percent for c in rest), result.method)
+    return ExplanationView(
+        sources, _footer_notes(result), len(rest), sum(c.percent for c in rest), result.method
+    )
 
 
 def is_flat(result: AttributionResult, *, ratio: float = 1.5, entropy: float = 0.95) -> bool:
-    """True when no source stands out: top share < ratio × uniform; and for counterfactual methods when no removal
+    """True when no source stands out: top share < ratio × uniform; and for counterfactual methods when no
+    removal
     changed the answer (every similarity ≥ ``UNCHANGED``), for the others when the normalised entropy is ≥
-    ``entropy``. Entropy alone misjudges counterfactuals: two quoted sources at 17 % and 15 % among eight unchanged
+    ``entropy``. Entropy alone misjudges counterfactuals: two quoted sources at 17 % and 15 % among eight
+    unchanged
     ones at 8.5 % score 0.97 although the counterfactuals singled both out."""
     known = [c for c in result.clusters if not c.unknown]
     shares = [c.percent / 100.0 for c in known]
@@ -75,11 +85,15 @@ def reason(result: AttributionResult, cluster: ClusterAttribution, *, top: bool)
         return "its counterfactual calls failed, so its share is unknown"
     sim = cluster.mean_similarity
     if result.method == "naive":
-        text = f"the answer is {'most ' if top else ''}similar to its text (cosine {sim:.2f})" if sim is not None \
+        text = (
+            f"the answer is {'most ' if top else ''}similar to its text (cosine {sim:.2f})"
+            if sim is not None
             else "similarity to the answer"
+        )
     elif result.method == "logprob":
-        text = f"removing it {'most ' if top else ''}lowered the answer's likelihood (ratio {sim:.2f})" \
-            if sim is not None else "log-prob drop"
+        most = "most " if top else ""
+        text = (f"removing it {most}lowered the answer's likelihood (ratio {sim:.2f})" if sim is not None
+                else "log-prob drop")
     elif sim is None:
         text = "no counterfactual answer"
     elif sim >= UNCHANGED:
@@ -107,28 +121,35 @@ def _extra(cluster: ClusterAttribution) -> str:
 def _footer_notes(result: AttributionResult) -> list[str]:
     notes = []
     if is_flat(result):
-        notes.append("Low confidence: the shares are nearly even, no single source clearly produced this answer.")
+        notes.append(
+            "Low confidence: the shares are nearly even, no single source clearly produced this answer."
+        )
     if result.partial:
-        notes.append(f"(partial: {result.failed_calls} counterfactual call{'s' if result.failed_calls != 1 else ''} "
-                     "failed)")
+        notes.append(
+            f"(partial: {result.failed_calls} counterfactual call{'s' if result.failed_calls != 1 else ''} "
+            "failed)"
+        )
     return notes
 
 
 def render_text(result: AttributionResult, *, max_clusters: int = 5) -> str:
-    """Plain text, one line per cluster, e.g. ``Attributed 67.3% to cluster 1 [Evidence 1, 2]: T (url) — ...``."""
+    """Plain text, one line per cluster, e.g. ``Attributed 67.3% to cluster 1 [Evidence 1, 2]: T (url) —
+    ...``."""
     if not result.clusters:
         return "No evidence to attribute."
     lines = []
     shown = result.clusters[:max_clusters]
     for i, cluster in enumerate(shown):
         numbers = ", ".join(str(m.rank) for m in cluster.members)
-        target = f"cluster {cluster.cluster_id} [Evidence {numbers}]" if len(cluster.members) > 1 \
-            else f"[Evidence {numbers}]"
+        target = (f"cluster {cluster.cluster_id} [Evidence {numbers}]" if len(cluster.members) > 1
+                  else f"[Evidence {numbers}]")
         first = cluster.members[0]
         share = "Unknown share for" if cluster.unknown else f"Attributed {cluster.percent:.1f}% to"
         quote = f' "{first.quote}"' if first.quote else ""
-        lines.append(f"{share} {target}: {first.label or first.title or 'untitled'} ({first.url}){_extra(cluster)}"
-                     f"{quote} — {reason(result, cluster, top=i == 0)}")
+        lines.append(
+            f"{share} {target}: {first.label or first.title or 'untitled'} ({first.url}){_extra(cluster)}"
+            f"{quote} — {reason(result, cluster, top=i == 0)}"
+        )
     rest = result.clusters[max_clusters:]
     if rest:
         lines.append(f"… and {len(rest)} more ({sum(c.percent for c in rest):.1f}% in total)")

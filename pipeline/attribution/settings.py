@@ -7,16 +7,20 @@ from typing import Annotated, Any, Literal
 
 from pipeline.runtime.config import Area, Lower, setting
 
-MethodName = Literal["naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior", "sufficiency", "early_stop",
-                 "logprob"]
+MethodName = Literal[
+    "naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior", "sufficiency", "early_stop", "logprob"
+]
 
 
 class AttributionSettings(Area):
     title = "Attribution"
 
     method: Annotated[MethodName, Lower] = setting(
-        "cfa_clusters", "EVIDENT_ATTRIBUTION_METHOD", "Default explain method: naive | cfa | cfa_clusters | page | "
-        "cfa_citation_prior | sufficiency | early_stop | logprob.")
+        "cfa_clusters",
+        "EVIDENT_ATTRIBUTION_METHOD",
+        "Default explain method: naive | cfa | cfa_clusters | page | "
+        "cfa_citation_prior | sufficiency | early_stop | logprob.",
+    )
     samples: int = setting(1, "EVIDENT_ATTRIBUTION_SAMPLES", "Monte Carlo samples per counterfactual.", ge=1)
     temperature: float = setting(0.05, "EVIDENT_ATTRIBUTION_TEMPERATURE", "Softmax temperature.", gt=0)
     eps: float = setting(0.005, "EVIDENT_ATTRIBUTION_EPS", "DBSCAN eps (cosine distance).", ge=0)

@@ -11,7 +11,14 @@ from pipeline.evaluation.retrieval import run_retrieval_eval, summarize
 from pipeline.settings import PipelineSettings
 
 PAPER = {
-    "context": {"none": 0.398, "+title": 0.483, "+heading": 0.448, "+before": 0.453, "+after": 0.460, "all": 0.528},
+    "context": {
+        "none": 0.398,
+        "+title": 0.483,
+        "+heading": 0.448,
+        "+before": 0.453,
+        "+after": 0.460,
+        "all": 0.528,
+    },
     "tables": {"rows": 0.405, "tables": 0.492, "both": 0.528},
     "ranking": {"lexical": 0.430, "dense": 0.465, "hybrid": 0.528},
     "linearization": {},  # the README's figures do not include it
@@ -54,9 +61,17 @@ async def run_ablation(
         index, embedder, sparse, _ = await open_eval_index(s, documents_key, pages, progress=False)
         try:
             results = await run_retrieval_eval(
-                conversations, index=index, embedder=embedder, sparse=sparse, config=s.retrieval,
-                reranker=make_reranker_from(s, embedder), langs=langs, query_types=query_types, strategy=strategy,
-                expander=eval_expander(s, documents_key, embedder, sparse))
+                conversations,
+                index=index,
+                embedder=embedder,
+                sparse=sparse,
+                config=s.retrieval,
+                reranker=make_reranker_from(s, embedder),
+                langs=langs,
+                query_types=query_types,
+                strategy=strategy,
+                expander=eval_expander(s, documents_key, embedder, sparse),
+            )
         finally:
             await index.close()
         rep = summarize(results)
@@ -65,5 +80,7 @@ async def run_ablation(
     lines = [f"{'variant':<10}{'query':<15}{'lang':<5}{'P@1':>7}{'MRR':>7}{'paper P@1':>11}"]
     for r in rows:
         paper = "" if r["paper_p_at_1"] is None else f"{r['paper_p_at_1']:.3f}"
-        lines.append(f"{r['variant']:<10}{r['query']:<15}{r['lang']:<5}{r['p_at_1']:>7.3f}{r['mrr_at_10']:>7.3f}{paper:>11}")
+        lines.append(
+            f"{r['variant']:<10}{r['query']:<15}{r['lang']:<5}{r['p_at_1']:>7.3f}{r['mrr_at_10']:>7.3f}{paper:>11}"
+        )
     return {"config": {"ablation": kind}, "rows": rows, "table": "\n".join(lines)}

@@ -165,7 +165,8 @@ class AnswerResult:
     judge: float | None
     latency_ms: float
     error: str | None = None
-    ragas: RagasScores | None = None  # faithfulness, answer relevancy, context precision / recall (``--ragas``)
+    # faithfulness, answer relevancy, context precision / recall (``--ragas``)
+    ragas: RagasScores | None = None
 
 
 async def run_answer_eval(
@@ -201,15 +202,28 @@ async def run_answer_eval(
                 if ragas is not None and not result.error:
                     shown = [h.evidence.text for h in result.answer.evidence]
                     metrics = await ragas.score(turn.completed[lang], text, turn.answer, shown)
-                out.append(AnswerResult(
-                    lang=lang, conv_id=turn.conv_id, turn=turn.turn, source=turn.source, q_type=turn.q_type,
-                    question=turn.q[lang], completed_question=result.completed_question, answer=text,
-                    gold=turn.answer, f1=token_f1(text, turn.answer, lang),
-                    containment=contains_gold(text, turn.answer, lang), exact=exact_match(text, turn.answer, lang),
-                    out_of_scope=bool(result.answer.out_of_scope),
-                    p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency,
-                    error=result.error, ragas=metrics,
-                ))
+                out.append(
+                    AnswerResult(
+                        lang=lang,
+                        conv_id=turn.conv_id,
+                        turn=turn.turn,
+                        source=turn.source,
+                        q_type=turn.q_type,
+                        question=turn.q[lang],
+                        completed_question=result.completed_question,
+                        answer=text,
+                        gold=turn.answer,
+                        f1=token_f1(text, turn.answer, lang),
+                        containment=contains_gold(text, turn.answer, lang),
+                        exact=exact_match(text, turn.answer, lang),
+                        out_of_scope=bool(result.answer.out_of_scope),
+                        p_at_10=1.0 if rank is not None else 0.0,
+                        judge=score,
+                        latency_ms=latency,
+                        error=result.error,
+                        ragas=metrics,
+                    )
+                )
         return out
 
     batches = await asyncio.gather(*(one(lang, conv) for lang in langs for conv in conversations))
@@ -260,7 +274,10 @@ def summarize_answers(results: Sequence[AnswerResult], *, config: dict[str, Any]
     for r in results:
         groups[r.lang].append(r)
     cfg = {**(config or {}), "turn_errors": sum(r.error is not None for r in results)}
-    report: dict[str, Any] = {"config": cfg, "rows": [_answer_row(rs, lang=lang) for lang, rs in groups.items()]}
+    report: dict[str, Any] = {
+        "config": cfg,
+        "rows": [_answer_row(rs, lang=lang) for lang, rs in groups.items()],
+    }
     breakdowns: dict[str, list[dict[str, Any]]] = {}
     for dim in by:
         sub: dict[tuple[str, str], list[AnswerResult]] = defaultdict(list)
@@ -278,9 +295,11 @@ def format_answer_table(report: dict[str, Any]) -> str:
     lines = [head]
     for r in report["rows"]:
         judge = "-" if r["judge"] is None else f"{r['judge']:.3f}"
-        lines.append(f"{r['lang']:<6}{r['n']:>5}{r['exact_match']:>7.3f}{r['f1']:>8.3f}{r['containment']:>9.3f}"
-                     f"{r['out_of_scope_rate']:>7.3f}{r['p_at_10']:>7.3f}{judge:>7}"
-                     f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}")
+        lines.append(
+            f"{r['lang']:<6}{r['n']:>5}{r['exact_match']:>7.3f}{r['f1']:>8.3f}{r['containment']:>9.3f}"
+            f"{r['out_of_scope_rate']:>7.3f}{r['p_at_10']:>7.3f}{judge:>7}"
+            f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}"
+        )
     if any("faithfulness" in r for r in report["rows"]):
         lines.append(f"\n{'lang':<6}{'faithful':>10}{'relevancy':>11}{'ctx prec':>10}{'ctx rec':>9}")
         for r in report["rows"]:
@@ -289,6 +308,8 @@ def format_answer_table(report: dict[str, Any]) -> str:
     for dim, rows in (report.get("breakdowns") or {}).items():
         lines.append(f"\nby {dim}:")
         for r in rows:
-            lines.append(f"  {r['lang']:<4}{r['group']!s:<10}{r['n']:>5}{r['f1']:>8.3f}{r['containment']:>9.3f}"
-                         f"{r['out_of_scope_rate']:>7.3f}{r['p_at_10']:>7.3f}")
+            lines.append(
+                f"  {r['lang']:<4}{r['group']!s:<10}{r['n']:>5}{r['f1']:>8.3f}{r['containment']:>9.3f}"
+                f"{r['out_of_scope_rate']:>7.3f}{r['p_at_10']:>7.3f}"
+            )
     return "\n".join(lines)

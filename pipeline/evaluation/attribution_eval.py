@@ -319,8 +319,10 @@ def format_attribution_table(report: dict[str, Any]) -> str:
         lines.append(f"{r['method']:<20}{r['n']:>5}{r['accuracy']:>8.3f}{r['llm_calls_mean']:>7.1f}"
                      f"{ratio:>7}{p50:>7}{r['errors']:>7}")
     for p in report.get("paired") or []:
-        lines.append(f"{p['method']} vs {p['reference']}: {p['only_method_right']} questions only "
-                     f"{p['method']} got right, {p['only_reference_right']} only {p['reference']} (of {p['n']})")
+        lines.append(
+            f"{p['method']} vs {p['reference']}: {p['only_method_right']} questions only "
+            f"{p['method']} got right, {p['only_reference_right']} only {p['reference']} (of {p['n']})"
+        )
     for dim, rows in (report.get("breakdowns") or {}).items():
         lines.append(f"\nby {dim}:")
         for r in rows:

@@ -38,7 +38,9 @@ async def open_eval_index(
     return index, embedder, sparse, report
 
 
-def eval_index_dir(settings: PipelineSettings, documents_key: str, embedder: Embedder, sparse: SparseEncoder) -> Path:
+def eval_index_dir(
+    settings: PipelineSettings, documents_key: str, embedder: Embedder, sparse: SparseEncoder
+) -> Path:
     """Where the eval index of these documents under this indexing configuration lives."""
     from pipeline.factory import ingest_options
 
@@ -52,4 +54,6 @@ def eval_expander(settings: PipelineSettings, documents_key: str, embedder: Embe
     """The keyword expander over the eval index's vocabulary (None when expansion is off)."""
     from pipeline.factory import make_expander_from
 
-    return make_expander_from(settings, embedder, sparse, eval_index_dir(settings, documents_key, embedder, sparse))
+    return make_expander_from(
+        settings, embedder, sparse, eval_index_dir(settings, documents_key, embedder, sparse)
+    )

@@ -50,18 +50,32 @@ def load_sample(path: Path) -> list[LabelledAnswer]:
             sources = tuple(str(s) for s in item["sources"])
             useful = tuple(int(v) for v in labels["useful"])
             if len(useful) != len(sources):
-                raise ValueError(f"item {item['id']}: {len(useful)} 'useful' labels for {len(sources)} sources")
+                raise ValueError(
+                    f"item {item['id']}: {len(useful)} 'useful' labels for {len(sources)} sources"
+                )
             faith = labels["faithfulness"]
-            out.append(LabelledAnswer(str(item["id"]), str(item["lang"]), str(item["question"]), sources,
-                                      str(item["answer"]), str(item["gold"]), None if faith is None else float(faith),
-                                      int(labels["relevant"]), useful, float(labels["recall"])))
+            out.append(
+                LabelledAnswer(
+                    str(item["id"]),
+                    str(item["lang"]),
+                    str(item["question"]),
+                    sources,
+                    str(item["answer"]),
+                    str(item["gold"]),
+                    None if faith is None else float(faith),
+                    int(labels["relevant"]),
+                    useful,
+                    float(labels["recall"]),
+                )
+            )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a judge sample ({exc})") from exc
     return out
 
 
 def kappa(a: Sequence[int], b: Sequence[int]) -> float | None:
-    """Cohen's kappa of two binary labelings (None when undefined: fewer than 2 items or chance agreement 1)."""
+    """Cohen's kappa of two binary labelings (None when undefined: fewer than 2 items or chance agreement
+    1)."""
     n = len(a)
     if n < 2:
         return None
@@ -85,10 +99,13 @@ def _binary_agreement(human: Sequence[float | None], judge: Sequence[float | Non
     pairs = [(h, j) for h, j in zip(human, judge, strict=True) if h is not None and j is not None]
     hb = [int(h >= SUPPORTED) for h, _ in pairs]
     jb = [int(j >= SUPPORTED) for _, j in pairs]
-    return {"n": len(pairs), "missing": sum(h is not None and j is None for h, j in zip(human, judge, strict=True)),
-            "accuracy": _round(sum(x == y for x, y in zip(hb, jb, strict=True)) / len(pairs) if pairs else None),
-            "kappa": _round(kappa(hb, jb)),
-            "mean_abs_diff": _round(sum(abs(h - j) for h, j in pairs) / len(pairs) if pairs else None)}
+    return {
+        "n": len(pairs),
+        "missing": sum(h is not None and j is None for h, j in zip(human, judge, strict=True)),
+        "accuracy": _round(sum(x == y for x, y in zip(hb, jb, strict=True)) / len(pairs) if pairs else None),
+        "kappa": _round(kappa(hb, jb)),
+        "mean_abs_diff": _round(sum(abs(h - j) for h, j in pairs) / len(pairs) if pairs else None),
+    }
 
 
 def _round(x: float | None) -> float | None:
@@ -101,11 +118,16 @@ async def judge_sample(sample: Sequence[LabelledAnswer], judge: RagasJudge) -> l
 
 
 def agreement(sample: Sequence[LabelledAnswer], scores: Sequence[RagasScores]) -> dict[str, Any]:
-    """Per metric, how far the judge's ``scores`` agree with the sample's labels (see the module docstring)."""
+    """Per metric, how far the judge's ``scores`` agree with the sample's labels (see the module
+    docstring)."""
     relevancy = [(s.answer_relevancy, item.relevant) for item, s in zip(sample, scores, strict=True)
                  if s.answer_relevancy is not None]
-    verdict_pairs = [(h, j) for item, s in zip(sample, scores, strict=True) if len(s.verdicts) == len(item.useful)
-                     for h, j in zip(item.useful, s.verdicts, strict=True)]
+    verdict_pairs = [
+        (h, j)
+        for item, s in zip(sample, scores, strict=True)
+        if len(s.verdicts) == len(item.useful)
+        for h, j in zip(item.useful, s.verdicts, strict=True)
+    ]
 
     def mean(xs: list[float]) -> float | None:
         return _round(sum(xs) / len(xs)) if xs else None
@@ -115,22 +137,29 @@ def agreement(sample: Sequence[LabelledAnswer], scores: Sequence[RagasScores]) -
         "faithfulness": _binary_agreement([i.faithfulness for i in sample], [s.faithfulness for s in scores]),
         "context_recall": _binary_agreement([i.recall for i in sample], [s.context_recall for s in scores]),
         "answer_relevancy": {
-            "n": len(relevancy), "missing": len(sample) - len(relevancy),
+            "n": len(relevancy),
+            "missing": len(sample) - len(relevancy),
             "auc": _round(auc([s for s, _ in relevancy], [y for _, y in relevancy])),
             "mean_relevant": mean([s for s, y in relevancy if y]),
             "mean_irrelevant": mean([s for s, y in relevancy if not y]),
         },
         "context_precision": {
             "sources": len(verdict_pairs),
-            "missing_items": sum(len(s.verdicts) != len(i.useful) for i, s in zip(sample, scores, strict=True)),
-            "accuracy": _round(sum(h == j for h, j in verdict_pairs) / len(verdict_pairs) if verdict_pairs else None),
+            "missing_items": sum(
+                len(s.verdicts) != len(i.useful) for i, s in zip(sample, scores, strict=True)
+            ),
+            "accuracy": _round(
+                sum(h == j for h, j in verdict_pairs) / len(verdict_pairs) if verdict_pairs else None
+            ),
             "kappa": _round(kappa([h for h, _ in verdict_pairs], [j for _, j in verdict_pairs])),
         },
     }
 
 
 def format_agreement(report: dict[str, Any]) -> str:
-    f, r, a, p = (report[k] for k in ("faithfulness", "context_recall", "answer_relevancy", "context_precision"))
+    f, r, a, p = (
+        report[k] for k in ("faithfulness", "context_recall", "answer_relevancy", "context_precision")
+    )
     return "\n".join([
         f"judge agreement on {report['items']} hand-labelled answers",
         f"faithfulness       n {f['n']:>3}  accuracy {f['accuracy']}  kappa {f['kappa']}  "

@@ -2,7 +2,8 @@
 
 - **Faithfulness**: the share of the answer's claims that the sources shown to the generator support
   (``prompts/ragas_faithfulness.j2``); undefined (None) for an answer without claims ("cannot be found").
-- **Answer relevancy**: the judge writes ``n`` questions the answer answers (``ragas_questions.j2``); the score
+- **Answer relevancy**: the judge writes ``n`` questions the answer answers (``ragas_questions.j2``); the
+  score
   is their mean cosine similarity to the asked question under the embedder, 0 for a noncommittal answer.
 - **Context precision**: the judge marks each shown source useful (1) or not (0) for arriving at the reference
   answer (``ragas_context_precision.j2``); the score is the mean of precision@k over the useful ranks k
@@ -11,7 +12,8 @@
   (``ragas_context_recall.j2``).
 
 Every judge reply is JSON; a reply that does not parse, or a failing endpoint, gives None for that metric
-(counted as missing, never as 0). How far the judge agrees with people is ``pipeline.evaluation.judge_agreement``.
+(counted as missing, never as 0). How far the judge agrees with people is
+``pipeline.evaluation.judge_agreement``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class RagasScores:
     answer_relevancy: float | None = None
     context_precision: float | None = None
     context_recall: float | None = None
-    verdicts: tuple[int, ...] = field(default=())  # per shown source: useful for the reference answer (1) or not
+    # per shown source: useful for the reference answer (1) or not
+    verdicts: tuple[int, ...] = field(default=())
 
     def get(self, metric: str) -> float | None:
         value = getattr(self, metric)
@@ -65,7 +68,8 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
 
 
 def share(items: Any, flag: str) -> float | None:
-    """The share of ``items`` (a list of objects) whose boolean ``flag`` is true; None when malformed or empty."""
+    """The share of ``items`` (a list of objects) whose boolean ``flag`` is true; None when malformed or
+    empty."""
     if not isinstance(items, list) or not items:
         return None
     flags = [item.get(flag) for item in items if isinstance(item, dict)]
@@ -85,7 +89,8 @@ def average_precision(verdicts: Sequence[int]) -> float:
 
 
 class RagasJudge:
-    """The four metrics for one answer; ``llm`` is the judge (``role="judge"``), ``embedder`` compares questions."""
+    """The four metrics for one answer; ``llm`` is the judge (``role="judge"``), ``embedder`` compares
+    questions."""
 
     def __init__(self, llm: LLM, prompts: PromptLibrary, embedder: Embedder, *, questions: int = 3,
                  max_tokens: int = 400) -> None:
@@ -124,7 +129,9 @@ class RagasJudge:
         v = normalise_rows(vectors)
         return float(np.clip(v[1:] @ v[0], 0.0, 1.0).mean())
 
-    async def context_verdicts(self, question: str, gold: str, sources: Sequence[str]) -> tuple[int, ...] | None:
+    async def context_verdicts(
+        self, question: str, gold: str, sources: Sequence[str]
+    ) -> tuple[int, ...] | None:
         if not sources:
             return ()
         data = await self._ask("ragas_context_precision", question=question, gold=gold, sources=list(sources))

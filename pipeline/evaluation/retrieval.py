@@ -86,7 +86,8 @@ async def run_retrieval_eval(
     expander: KeywordExpander | None = None,
     copies: dict[str, frozenset[str]] | None = None,
 ) -> list[QuestionResult]:
-    """Every question of ``conversations`` in each language and query type. ``copies`` (page URL -> near-copies,
+    """Every question of ``conversations`` in each language and query type. ``copies`` (page URL ->
+    near-copies,
     ``evaluation.copies.page_copies``) adds the copy-aware rank; without it that rank is the page-id rank."""
     out: list[QuestionResult] = []
     for qt in query_types:
@@ -111,8 +112,21 @@ async def run_retrieval_eval(
                     urls = [h.evidence.url for h in r.hits]
                     rank = first_hit_rank(urls, turn.gold_urls, strict=strict_urls)
                     copy_rank = first_hit_rank(urls, with_copies(turn.gold_urls, copies)) if copies else rank
-                    out.append(QuestionResult(qt, lang, turn.conv_id, turn.turn, turn.source, turn.q_type, query,
-                                              rank, latency, urls[:3], copy_rank))
+                    out.append(
+                        QuestionResult(
+                            qt,
+                            lang,
+                            turn.conv_id,
+                            turn.turn,
+                            turn.source,
+                            turn.q_type,
+                            query,
+                            rank,
+                            latency,
+                            urls[:3],
+                            copy_rank,
+                        )
+                    )
                     prior.append(PriorTurn(question=turn.q[lang],
                                            retrieved_titles=tuple(h.evidence.title for h in r.hits[:3]),
                                            retrieved_pages=tuple(h.evidence.page_id for h in r.hits[:3])))
@@ -132,10 +146,15 @@ def summarize(
     for q in dict.fromkeys(r.query_type for r in results):
         qrows = [row for row in rows if row["query"] == q]
         if len(qrows) > 1:
-            averages.append({"query": q, "lang": "avg",
-                             "p_at_1": round(sum(float(r["p_at_1"]) for r in qrows) / len(qrows), 4),
-                             "mrr_at_10": round(sum(float(r["mrr_at_10"]) for r in qrows) / len(qrows), 4),
-                             "p_at_1_copies": round(sum(float(r["p_at_1_copies"]) for r in qrows) / len(qrows), 4)})
+            averages.append(
+                {
+                    "query": q,
+                    "lang": "avg",
+                    "p_at_1": round(sum(float(r["p_at_1"]) for r in qrows) / len(qrows), 4),
+                    "mrr_at_10": round(sum(float(r["mrr_at_10"]) for r in qrows) / len(qrows), 4),
+                    "p_at_1_copies": round(sum(float(r["p_at_1_copies"]) for r in qrows) / len(qrows), 4),
+                }
+            )
     if averages:
         report["averages"] = averages
     breakdowns: dict[str, list[dict[str, object]]] = {}
@@ -161,15 +180,21 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"{r['query']:<15}{r['lang']:<6}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_5']:>8.3f}"
             f"{r['hit_at_10']:>8.3f}{r['mrr_at_10']:>8.3f}{r.get('ndcg_at_10', 0.0):>9.3f}"
-            f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}{r.get('p_at_1_copies', r['p_at_1']):>12.3f}"
+            f"{r['latency_ms_p50']:>9.1f}{r['latency_ms_p95']:>9.1f}"
+            f"{r.get('p_at_1_copies', r['p_at_1']):>12.3f}"
         )
     for a in report.get("averages", []):
-        lines.append(f"{a['query']:<15}{'avg':<6}{'':>5}{a['p_at_1']:>8.3f}{'':>8}{'':>8}{a['mrr_at_10']:>8.3f}"
-                     f"{'':>9}{'':>9}{'':>9}{a.get('p_at_1_copies', a['p_at_1']):>12.3f}")
+        lines.append(
+            f"{a['query']:<15}{'avg':<6}{'':>5}{a['p_at_1']:>8.3f}{'':>8}{'':>8}{a['mrr_at_10']:>8.3f}"
+            f"{'':>9}{'':>9}{'':>9}{a.get('p_at_1_copies', a['p_at_1']):>12.3f}"
+        )
     for dim, rows in (report.get("breakdowns") or {}).items():
         lines.append(f"\nby {dim}:")
         for r in rows:
-            lines.append(f"  {r['query']:<15}{r['lang']:<4}{r['group']!s:<10}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_10']:>8.3f}")
+            lines.append(
+                "  "
+                f"{r['query']:<15}{r['lang']:<4}{r['group']!s:<10}{r['n']:>5}{r['p_at_1']:>8.3f}{r['hit_at_10']:>8.3f}"
+            )
     return "\n".join(lines)
 
 
@@ -177,10 +202,20 @@ def config_dict(config: RetrievalSettings, **extra: object) -> dict[str, object]
     return {**config.model_dump(), **extra}
 
 
-async def retrieval_report(settings: PipelineSettings, convs: Sequence[Sequence[QATurn]], pages: PageSource, *,
-                           documents_key: str, documents: str, questions: str, langs: Sequence[str],
-                           query_types: Sequence[str], strategy: str, strict_urls: bool,
-                           by: Sequence[str]) -> dict[str, Any]:
+async def retrieval_report(
+    settings: PipelineSettings,
+    convs: Sequence[Sequence[QATurn]],
+    pages: PageSource,
+    *,
+    documents_key: str,
+    documents: str,
+    questions: str,
+    langs: Sequence[str],
+    query_types: Sequence[str],
+    strategy: str,
+    strict_urls: bool,
+    by: Sequence[str],
+) -> dict[str, Any]:
     """Build (or reuse) the eval index for ``documents``, run every question, summarize with the config."""
     from pipeline.evaluation.index_cache import eval_expander, open_eval_index
     from pipeline.factory import make_reranker_from
@@ -189,10 +224,19 @@ async def retrieval_report(settings: PipelineSettings, convs: Sequence[Sequence[
     try:
         cfg = settings.retrieval
         results = await run_retrieval_eval(
-            convs, index=index, embedder=embedder, sparse=sparse, config=cfg,
-            reranker=make_reranker_from(settings, embedder), langs=langs, query_types=query_types,
-            strategy=strategy, strict_urls=strict_urls,
-            expander=eval_expander(settings, documents_key, embedder, sparse), copies=await page_copies(pages()))
+            convs,
+            index=index,
+            embedder=embedder,
+            sparse=sparse,
+            config=cfg,
+            reranker=make_reranker_from(settings, embedder),
+            langs=langs,
+            query_types=query_types,
+            strategy=strategy,
+            strict_urls=strict_urls,
+            expander=eval_expander(settings, documents_key, embedder, sparse),
+            copies=await page_copies(pages()),
+        )
         return summarize(results, by=by, config=config_dict(
             cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
             context_items=list(settings.ingest.context_items), table_indexing=settings.ingest.table_indexing,

@@ -87,17 +87,25 @@ def evidence_from_payload(payload: Mapping[str, Any]) -> Evidence:
             row_index=payload.get("row_index"),
         )
     except KeyError as exc:
-        raise IndexError_(f"index point payload lacks field {exc.args[0]!r}; re-ingest with --rebuild") from exc
+        raise IndexError_(
+            f"index point payload lacks field {exc.args[0]!r}; re-ingest with --rebuild"
+        ) from exc
 
 
 def check_point(page_id: str, page_hash: str, point: IndexPoint, dim: int) -> None:
     """Reject a point that does not belong to the page version being written, before it is stored."""
     if point.evidence.page_id != page_id:
-        raise IndexError_(f"evidence {point.evidence.id} belongs to page {point.evidence.page_id}, not {page_id}")
+        raise IndexError_(
+            f"evidence {point.evidence.id} belongs to page {point.evidence.page_id}, not {page_id}"
+        )
     if point.page_hash != page_hash:
-        raise IndexError_(f"evidence {point.evidence.id} has page hash {point.page_hash}, expected {page_hash}")
+        raise IndexError_(
+            f"evidence {point.evidence.id} has page hash {point.page_hash}, expected {page_hash}"
+        )
     if len(point.dense) != dim:
-        raise IndexError_(f"evidence {point.evidence.id} has a {len(point.dense)}-dim vector; index expects {dim}")
+        raise IndexError_(
+            f"evidence {point.evidence.id} has a {len(point.dense)}-dim vector; index expects {dim}"
+        )
 
 
 REEMBED = ("re-embed with `evident ingest --rebuild PATH` or `evident sync --rebuild`, "
@@ -132,7 +140,8 @@ def check_manifest(stored: Mapping[str, Any], *, embedder: str, dense_dim: int, 
         def fmt(r: Mapping[str, Any]) -> str:
             return ", ".join(f"{k} {v}" for k, v in sorted(r.items()))
         raise IndexMismatchError(
-            f"index at {where} holds '{embedder}' vectors made with {fmt(old_recipe)}; this run makes them with "
+            f"index at {where} holds '{embedder}' vectors made with {fmt(old_recipe)}; this run makes them "
+            "with "
             f"{fmt(recipe)}: {REEMBED}"
         )
 
@@ -163,14 +172,16 @@ def rrf_fuse(
 
 def dbsf_fuse(scored: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
     """Client-side distribution-based score fusion, the engine's formula: each leg's scores are normalized
-    to its mean ± 3 sample standard deviations (clipped to [0, 1]) and a point's normalized scores are summed."""
+    to its mean ± 3 sample standard deviations (clipped to [0, 1]) and a point's normalized scores are
+    summed."""
     scores: dict[str, float] = {}
     for leg in scored:
         if not leg:
             continue
         values = [s for _, s in leg]
         mean = sum(values) / len(values)
-        std = (sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) ** 0.5  # sample sd, as the engine
+        # sample sd, as the engine
+        std = (sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) ** 0.5
         low, high = mean - 3 * std, mean + 3 * std
         for key, s in leg:
             norm = 0.5 if high == low else min(1.0, max(0.0, (s - low) / (high - low)))

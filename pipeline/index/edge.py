@@ -44,7 +44,12 @@ class EdgeIndex:
     batch_size: int = ic.WRITE_BATCH
 
     def __init__(
-        self, path: Path, *, wait_s: float = 600.0, command: str | None = None, layout: EdgeLayout | None = None
+        self,
+        path: Path,
+        *,
+        wait_s: float = 600.0,
+        command: str | None = None,
+        layout: EdgeLayout | None = None,
     ) -> None:
         self._path = Path(path)
         self._layout = layout or EdgeLayout()
@@ -101,11 +106,15 @@ class EdgeIndex:
     def _config(self, dense_dim: int) -> qe.EdgeConfig:
         return self._layout.config(dense_dim, sparse_idf=self._sparse_idf)
 
-    def _open_sync(self, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> qe.EdgeShard:
+    def _open_sync(
+        self, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None
+    ) -> qe.EdgeShard:
         self._path.mkdir(parents=True, exist_ok=True)
         manifest_path = self._path / MANIFEST_FILE
         shard_path = self._path / SHARD_DIR
-        has_manifest = prepare_manifest(self._path, shard_path, embedder=embedder, dense_dim=dense_dim, recipe=recipe)
+        has_manifest = prepare_manifest(
+            self._path, shard_path, embedder=embedder, dense_dim=dense_dim, recipe=recipe
+        )
         shard = self._load_shard(dense_dim, shard_path, has_manifest=has_manifest, embedder=embedder)
         self._dim, self._embedder = dense_dim, embedder
         try:
@@ -118,7 +127,9 @@ class EdgeIndex:
             raise
         return shard
 
-    def _load_shard(self, dense_dim: int, shard_path: Path, *, has_manifest: bool, embedder: str = "") -> qe.EdgeShard:
+    def _load_shard(
+        self, dense_dim: int, shard_path: Path, *, has_manifest: bool, embedder: str = ""
+    ) -> qe.EdgeShard:
         config = self._config(dense_dim)
         exists = shard_path.is_dir() and any(shard_path.iterdir())
         try:
@@ -135,7 +146,8 @@ class EdgeIndex:
                 ) from exc
             if exists and not has_manifest:
                 raise IndexMismatchError(
-                    f"index at {self._path} has no manifest and does not match '{embedder}' (dim {dense_dim}): "
+                    f"index at {self._path} has no manifest and does not match '{embedder}' (dim "
+                    f"{dense_dim}): "
                     f"{exc}. Use another --index-dir or re-ingest with --rebuild"
                 ) from exc
             raise IndexError_(f"cannot open qdrant edge shard at {shard_path}: {exc}") from exc
@@ -144,9 +156,14 @@ class EdgeIndex:
         schema = self._call(lambda: shard.info().payload_schema)
         for name in ic.KEYWORD_FIELDS:
             if name not in schema:
-                self._call(shard.update, qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+                self._call(
+                    shard.update, qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword)
+                )
         # Leftovers of a write that crashed while staging (no live process is mid-swap: see module doc).
-        self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])))
+        self._call(
+            shard.update,
+            qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])),
+        )
         if not self._pages.open():
             self._pages.rebuild(scan_pages(lambda req: self._call(shard.scroll, req), self._live_filter()))
 
@@ -213,8 +230,13 @@ class EdgeIndex:
                     batch = []
             if batch:
                 new_ids += await asyncio.to_thread(self._upsert_sync, batch, state)
-            await asyncio.to_thread(self._swap_sync, page_id, new_ids, in_place,
-                                    (page_hash if new_ids else None, points[0].evidence.space if points else ""))
+            await asyncio.to_thread(
+                self._swap_sync,
+                page_id,
+                new_ids,
+                in_place,
+                (page_hash if new_ids else None, points[0].evidence.space if points else ""),
+            )
             self._unoptimized += len(new_ids)
             if self._unoptimized >= self._layout.optimize_every_points:
                 await self._optimize_held()
@@ -253,7 +275,9 @@ class EdgeIndex:
         self._call(shard.update, qe.UpdateOperation.upsert_points(edge_points))
         return ids
 
-    def _swap_sync(self, page_id: str, new_ids: list[str], in_place: bool, settled: tuple[str | None, str]) -> None:
+    def _swap_sync(
+        self, page_id: str, new_ids: list[str], in_place: bool, settled: tuple[str | None, str]
+    ) -> None:
         """Make the new points the live version, then settle the page table with ``settled`` (hash, space)."""
         shard = self._require()
         with self._shared.lock:  # one critical section: readers never observe the gap or a mix
@@ -267,7 +291,9 @@ class EdgeIndex:
                 # so the next sync re-ingests it) rather than mixed.
                 self._call(shard.update, qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=old)))
                 if new_ids:
-                    self._call(shard.update, qe.UpdateOperation.set_payload(list(new_ids), {ic.STATE: ic.LIVE}))
+                    self._call(
+                        shard.update, qe.UpdateOperation.set_payload(list(new_ids), {ic.STATE: ic.LIVE})
+                    )
         self._pages.settle(page_id, *settled)
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None:
@@ -297,26 +323,43 @@ class EdgeIndex:
             return []
         flt = self._live_filter(request.spaces)
         # IDF over live points only, so staged versions never shift lexical scores.
-        sparse_params = qe.SearchParams(idf=qe.IdfParams(corpus=self._live_filter())) if self._sparse_idf else None
+        sparse_params = (
+            qe.SearchParams(idf=qe.IdfParams(corpus=self._live_filter())) if self._sparse_idf else None
+        )
         legs: list[tuple[Any, int, qe.SearchParams | None]] = []
         if use_sparse and request.sparse is not None:
             vec = qe.SparseVector(list(request.sparse.indices), [float(v) for v in request.sparse.values])
             legs.append((qe.Query.Nearest(vec, using=ic.SPARSE), request.lexical_k, sparse_params))
         if use_dense and request.dense is not None:
             dense_params = self._layout.dense_params()
-            legs.append((qe.Query.Nearest([float(x) for x in request.dense], using=ic.DENSE), request.dense_k, dense_params))
+            legs.append(
+                (
+                    qe.Query.Nearest([float(x) for x in request.dense], using=ic.DENSE),
+                    request.dense_k,
+                    dense_params,
+                )
+            )
         if request.mode != "hybrid":
             query, _, params = legs[0]
-            req = qe.QueryRequest(limit=request.limit, query=query, filter=flt, params=params, with_payload=True)
+            req = qe.QueryRequest(
+                limit=request.limit, query=query, filter=flt, params=params, with_payload=True
+            )
         else:
             prefetches = [qe.Prefetch(limit=k, query=q, filter=flt, params=p) for q, k, p in legs]
             fusion: Any = qe.Fusion.Dbsf() if request.fusion == "dbsf" else qe.Fusion.Rrf(  # stubs omit Rrf
                 k=ic.engine_rrf_k(request.rrf_k), weights=ic.leg_weights(request, use_sparse, use_dense)
             )
-            req = qe.QueryRequest(limit=request.limit, prefetches=prefetches, query=fusion, filter=flt, with_payload=True)
+            req = qe.QueryRequest(
+                limit=request.limit, prefetches=prefetches, query=fusion, filter=flt, with_payload=True
+            )
         scored = ic.stable_order(list(self._call(shard.query, req)))
         return [
-            Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank, str((p.payload or {}).get("content", "")))
+            Hit(
+                ic.evidence_from_payload(p.payload or {}),
+                float(p.score),
+                rank,
+                str((p.payload or {}).get("content", "")),
+            )
             for rank, p in enumerate(scored, start=1)
         ]
 
@@ -353,7 +396,9 @@ class EdgeIndex:
             offset: Any = None
             while True:
                 async with self._shared.use():
-                    points, offset = await asyncio.to_thread(self._export_sync, page_id, offset, max(1, batch))
+                    points, offset = await asyncio.to_thread(
+                        self._export_sync, page_id, offset, max(1, batch)
+                    )
                 for point in points:
                     yield point
                 if offset is None:
@@ -379,7 +424,9 @@ class EdgeIndex:
         found: dict[str, Evidence] = {}
         offset: Any = None
         while True:
-            req = qe.ScrollRequest(offset=offset, limit=max(len(evidence_ids), 16), filter=flt, with_payload=True)
+            req = qe.ScrollRequest(
+                offset=offset, limit=max(len(evidence_ids), 16), filter=flt, with_payload=True
+            )
             records, offset = self._call(shard.scroll, req)
             for r in records:
                 ev = ic.evidence_from_payload(r.payload or {})
@@ -416,7 +463,9 @@ class EdgeIndex:
             "by_kind": by_kind,
             "staged": self._count_sync(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])),
             "segments": info.segments_count,
-            "disk_bytes": sum(f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file()),
+            "disk_bytes": sum(
+                f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file()
+            ),
             "embedder": self._embedder,
             "dim": self._dim,
         }

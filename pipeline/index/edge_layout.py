@@ -38,7 +38,8 @@ class EdgeLayout:
     hnsw_on_disk: bool = False
     sparse_on_disk: bool = True
     payload_on_disk: bool = True
-    indexing_threshold_kb: int = 10_000  # a segment gets HNSW + quantization once its vectors pass this (Qdrant default)
+    # a segment gets HNSW + quantization once its vectors pass this (Qdrant default)
+    indexing_threshold_kb: int = 10_000
     max_segment_kb: int = 200_000  # segments stop growing here (bounds one optimization's work)
     indexing_threads: int = 0  # 0: Edge's choice (all cores)
     optimize_every_points: int = 100_000  # writes optimize (index the filled segment) after this many points
@@ -50,23 +51,37 @@ class EdgeLayout:
         )
         modifier = qe.Modifier.Idf if sparse_idf else getattr(qe.Modifier, "None")
         return qe.EdgeConfig(
-            vectors={ic.DENSE: qe.EdgeVectorParams(
-                size=dense_dim, distance=qe.Distance.Cosine, memory=_memory(self.vectors_on_disk),
-            )},
-            sparse_vectors={ic.SPARSE: qe.EdgeSparseVectorParams(modifier=modifier, memory=_memory(self.sparse_on_disk))},
+            vectors={
+                ic.DENSE: qe.EdgeVectorParams(
+                    size=dense_dim,
+                    distance=qe.Distance.Cosine,
+                    memory=_memory(self.vectors_on_disk),
+                )
+            },
+            sparse_vectors={
+                ic.SPARSE: qe.EdgeSparseVectorParams(modifier=modifier, memory=_memory(self.sparse_on_disk))
+            },
             hnsw_config=qe.HnswIndexConfig(
-                m=self.hnsw_m, ef_construct=self.hnsw_ef_construct, full_scan_threshold=10_000,
-                max_indexing_threads=self.indexing_threads, memory=_memory(self.hnsw_on_disk),
+                m=self.hnsw_m,
+                ef_construct=self.hnsw_ef_construct,
+                full_scan_threshold=10_000,
+                max_indexing_threads=self.indexing_threads,
+                memory=_memory(self.hnsw_on_disk),
             ),
             quantization_config=quant,
             optimizers=qe.EdgeOptimizersConfig(
-                indexing_threshold=self.indexing_threshold_kb, max_segment_size=self.max_segment_kb,
+                indexing_threshold=self.indexing_threshold_kb,
+                max_segment_size=self.max_segment_kb,
             ),
             payload_memory=_memory(self.payload_on_disk),
         )
 
     def dense_params(self) -> qe.SearchParams:
-        quant = qe.QuantizationSearchParams(rescore=True, oversampling=self.oversampling) if self.quantize else None
+        quant = (
+            qe.QuantizationSearchParams(rescore=True, oversampling=self.oversampling)
+            if self.quantize
+            else None
+        )
         return qe.SearchParams(hnsw_ef=self.search_ef, quantization=quant)
 
 

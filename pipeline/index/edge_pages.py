@@ -92,7 +92,8 @@ class PageTable:
         """Before the shard changes these pages: their rows say "ask the shard"."""
         with self._lock:
             self._conn.executemany(
-                "INSERT INTO pages (page_id, hash) VALUES (?, NULL) ON CONFLICT (page_id) DO UPDATE SET hash = NULL",
+                "INSERT INTO pages (page_id, hash) VALUES (?, NULL) ON CONFLICT (page_id) DO UPDATE SET hash "
+                "= NULL",
                 [(p,) for p in page_ids],
             )
 

@@ -24,7 +24,9 @@ def scan_pages(scroll: Scroll, live: qe.Filter) -> list[tuple[str, str, str]]:
     offset: Any = None
     selector = qe.PayloadSelector.Include(["page_id", "page_hash", "space"])
     while True:
-        records, offset = scroll(qe.ScrollRequest(offset=offset, limit=5000, filter=live, with_payload=selector))
+        records, offset = scroll(
+            qe.ScrollRequest(offset=offset, limit=5000, filter=live, with_payload=selector)
+        )
         for r in records:
             if r.payload:
                 page = str(r.payload["page_id"])

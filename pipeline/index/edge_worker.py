@@ -36,8 +36,23 @@ from pipeline.index.lease import describe_process
 from pipeline.runtime.child import spawn_child, stop_child
 from pipeline.types import Evidence, Hit, IndexPoint, SearchRequest
 
-_OPS = frozenset({"open", "close", "optimize", "drop", "replace_page", "delete_pages", "search", "page_hashes",
-                  "page_spaces", "get", "count", "stats", "export_page"})
+_OPS = frozenset(
+    {
+        "open",
+        "close",
+        "optimize",
+        "drop",
+        "replace_page",
+        "delete_pages",
+        "search",
+        "page_hashes",
+        "page_spaces",
+        "get",
+        "count",
+        "stats",
+        "export_page",
+    }
+)
 
 
 class ProcessEdgeIndex:
@@ -47,7 +62,12 @@ class ProcessEdgeIndex:
                  layout: EdgeLayout | None = None) -> None:
         self._path = Path(path)
         # The lease names the bot's command, not the worker's ("evident serve (index worker)").
-        self._spec = (str(self._path), wait_s, command or f"{describe_process()} (index worker)", layout or EdgeLayout())
+        self._spec = (
+            str(self._path),
+            wait_s,
+            command or f"{describe_process()} (index worker)",
+            layout or EdgeLayout(),
+        )
         self._lock = asyncio.Lock()  # requests in order; the pipe carries one at a time
         self._io = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
@@ -118,11 +138,15 @@ class ProcessEdgeIndex:
         busy = self.busy
         if busy is not None and busy[0] in MAINTENANCE_OPS:
             if time.monotonic() - busy[1] > MAINTENANCE_GRACE_S:
-                raise IndexError_(f"the index worker has been in {busy[0]} for over {MAINTENANCE_GRACE_S:.0f} s")
+                raise IndexError_(
+                    f"the index worker has been in {busy[0]} for over {MAINTENANCE_GRACE_S:.0f} s"
+                )
             return
         await self.count()
 
-    async def export_points(self, batch: int = 256, *, page_ids: Sequence[str] | None = None) -> AsyncIterator[IndexPoint]:
+    async def export_points(
+        self, batch: int = 256, *, page_ids: Sequence[str] | None = None
+    ) -> AsyncIterator[IndexPoint]:
         """Every live point (of ``page_ids``), a page per request; see ``EdgeIndex.export_points``."""
         pages = sorted(await self.page_hashes()) if page_ids is None else list(page_ids)
         for page_id in pages:
@@ -131,7 +155,9 @@ class ProcessEdgeIndex:
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _request(self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+    async def _request(
+        self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         async with self._lock:
             if self._conn is None and op != "open" and self._open_kwargs is not None:
                 await self._round_trip(("open", (), self._open_kwargs))  # a new child after a crash

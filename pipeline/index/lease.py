@@ -137,7 +137,8 @@ class IndexLease:
                 waited = time.monotonic() - start
                 if waited >= self.wait_s:
                     raise IndexBusyError(
-                        f"index at {self.directory} is in use by {self.holder()}; gave up after {waited:.0f} s "
+                        f"index at {self.directory} is in use by {self.holder()}; gave up after {waited:.0f} "
+                        "s "
                         "(EVIDENT_INDEX_WAIT_S)"
                     )
                 if waited >= _NOTICE_AFTER_S and (not noticed or waited - noticed >= _NOTICE_EVERY_S):

@@ -36,14 +36,23 @@ class MigrateReport:
 
     def summary(self) -> str:
         same = sum(self.verified)
-        return (f"migrated {self.source} -> {self.destination}: {self.pages_copied} pages copied "
-                f"({self.points_copied} points), {self.pages_skipped} unchanged, {self.pages_deleted} deleted; "
-                f"points: source {self.source_points}, destination {self.destination_points}; "
-                f"same top-{VERIFY_K} for {same}/{len(self.verified)} sample queries")
+        return (
+            f"migrated {self.source} -> {self.destination}: {self.pages_copied} pages copied "
+            f"({self.points_copied} points), {self.pages_skipped} unchanged, {self.pages_deleted} deleted; "
+            f"points: source {self.source_points}, destination {self.destination_points}; "
+            f"same top-{VERIFY_K} for {same}/{len(self.verified)} sample queries"
+        )
 
 
-async def migrate_index(source_dir: Path, dest: Index, *, batch: int = 256, force: bool = False, verify: int = 5,
-                        progress: Callable[[str], None] | None = None) -> MigrateReport:
+async def migrate_index(
+    source_dir: Path,
+    dest: Index,
+    *,
+    batch: int = 256,
+    force: bool = False,
+    verify: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> MigrateReport:
     """Copy every live page of the Edge index at ``source_dir`` into ``dest`` (an unopened ``Index``)."""
     embedder, dim = read_manifest(source_dir)
     source = EdgeIndex(source_dir)

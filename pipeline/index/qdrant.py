@@ -147,15 +147,19 @@ class QdrantServerIndex:
         self._dim, self._embedder = dense_dim, embedder
 
     def _open_error(self, exc: IndexError_) -> EvidentError:
-        """At open, say which setting is wrong: a rejected key and an unreachable server are the usual first-day
+        """At open, say which setting is wrong: a rejected key and an unreachable server are the usual
+        first-day
         errors, and the second is worth retrying (``evident serve`` does)."""
         cause = exc.__cause__
         if isinstance(cause, UnexpectedResponse) and cause.status_code in (401, 403):
             return AuthError(f"Qdrant at {self.where} rejected QDRANT_API_KEY (HTTP {cause.status_code})",
                              service="qdrant", status=cause.status_code)
         if isinstance(cause, UnexpectedResponse) and (cause.status_code or 0) >= 500:
-            return TransientError(f"Qdrant at {self.where} answered HTTP {cause.status_code}", service="qdrant",
-                                  status=cause.status_code)
+            return TransientError(
+                f"Qdrant at {self.where} answered HTTP {cause.status_code}",
+                service="qdrant",
+                status=cause.status_code,
+            )
         if isinstance(cause, ResponseHandlingException):
             return UnreachableError(f"cannot reach Qdrant at {self.where} (QDRANT_URL): "
                                     f"{type(cause.source).__name__}", service="qdrant")
@@ -178,9 +182,16 @@ class QdrantServerIndex:
             await self._do(
                 client.create_collection(
                     self._collection,
-                    vectors_config={ic.DENSE: models.VectorParams(size=dense_dim, distance=models.Distance.COSINE)},
-                    sparse_vectors_config={ic.SPARSE: models.SparseVectorParams(
-                        modifier=models.Modifier.IDF if (recipe or {}).get("sparse_idf", True) else models.Modifier.NONE)},
+                    vectors_config={
+                        ic.DENSE: models.VectorParams(size=dense_dim, distance=models.Distance.COSINE)
+                    },
+                    sparse_vectors_config={
+                        ic.SPARSE: models.SparseVectorParams(
+                            modifier=models.Modifier.IDF
+                            if (recipe or {}).get("sparse_idf", True)
+                            else models.Modifier.NONE
+                        )
+                    },
                     shard_number=self._shard_number,
                     replication_factor=self._replication_factor,
                     write_consistency_factor=self._write_consistency_factor,
@@ -245,14 +256,18 @@ class QdrantServerIndex:
             await self._delete(models.Filter(must=live_old))
             if new_ids:
                 await self._do(
-                    client.set_payload(self._collection, payload={ic.STATE: ic.LIVE}, points=list(new_ids), wait=True)
+                    client.set_payload(
+                        self._collection, payload={ic.STATE: ic.LIVE}, points=list(new_ids), wait=True
+                    )
                 )
 
     async def _live_hash(self, page_id: str) -> str | None:
         client = self._require()
         flt = models.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
         records, _ = await self._do(
-            client.scroll(self._collection, scroll_filter=flt, limit=1, with_payload=["page_hash"], with_vectors=False)
+            client.scroll(
+                self._collection, scroll_filter=flt, limit=1, with_payload=["page_hash"], with_vectors=False
+            )
         )
         return str(records[0].payload["page_hash"]) if records and records[0].payload else None
 
@@ -264,7 +279,9 @@ class QdrantServerIndex:
                 id=pid,
                 vector={
                     ic.DENSE: [float(x) for x in p.dense],
-                    ic.SPARSE: models.SparseVector(indices=list(p.sparse.indices), values=[float(v) for v in p.sparse.values]),
+                    ic.SPARSE: models.SparseVector(
+                        indices=list(p.sparse.indices), values=[float(v) for v in p.sparse.values]
+                    ),
                 },
                 payload=ic.to_payload(p, state),
             )
@@ -291,7 +308,9 @@ class QdrantServerIndex:
         flt = self._live_filter(request.spaces)
         legs: list[tuple[Any, str, int]] = []
         if use_sparse and request.sparse is not None:
-            vec = models.SparseVector(indices=list(request.sparse.indices), values=[float(v) for v in request.sparse.values])
+            vec = models.SparseVector(
+                indices=list(request.sparse.indices), values=[float(v) for v in request.sparse.values]
+            )
             legs.append((vec, ic.SPARSE, request.lexical_k))
         if use_dense and request.dense is not None:
             legs.append(([float(x) for x in request.dense], ic.DENSE, request.dense_k))
@@ -301,12 +320,20 @@ class QdrantServerIndex:
         weights = ic.leg_weights(request, use_sparse, use_dense)
         if self.engine_fusion:
             prefetch = [models.Prefetch(query=q, using=u, limit=k, filter=flt) for q, u, k in legs]
-            fusion: Any = (models.FusionQuery(fusion=models.Fusion.DBSF) if request.fusion == "dbsf"
-                           else models.RrfQuery(rrf=models.Rrf(k=ic.engine_rrf_k(request.rrf_k), weights=weights)))
+            fusion: Any = (
+                models.FusionQuery(fusion=models.Fusion.DBSF)
+                if request.fusion == "dbsf"
+                else models.RrfQuery(rrf=models.Rrf(k=ic.engine_rrf_k(request.rrf_k), weights=weights))
+            )
             try:
-                return await self._query(client, prefetch=prefetch, query=fusion, query_filter=flt, limit=request.limit)
+                return await self._query(
+                    client, prefetch=prefetch, query=fusion, query_filter=flt, limit=request.limit
+                )
             except IndexError_ as exc:
-                if not isinstance(exc.__cause__, UnexpectedResponse) or exc.__cause__.status_code not in (400, 422):
+                if not isinstance(exc.__cause__, UnexpectedResponse) or exc.__cause__.status_code not in (
+                    400,
+                    422,
+                ):
                     raise
                 self.engine_fusion = False  # an older server: fuse client-side from now on
         return await self._client_fused(client, legs, flt, request, weights)
@@ -314,7 +341,12 @@ class QdrantServerIndex:
     async def _query(self, client: AsyncQdrantClient, **kwargs: Any) -> list[Hit]:
         response = await self._do(client.query_points(self._collection, with_payload=True, **kwargs))
         return [
-            Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank, str((p.payload or {}).get("content", "")))
+            Hit(
+                ic.evidence_from_payload(p.payload or {}),
+                float(p.score),
+                rank,
+                str((p.payload or {}).get("content", "")),
+            )
             for rank, p in enumerate(ic.stable_order(list(response.points)), start=1)
         ]
 
@@ -331,8 +363,13 @@ class QdrantServerIndex:
             *(self._query(client, query=q, using=u, query_filter=flt, limit=k) for q, u, k in legs)
         )
         by_id = {h.evidence.id: h for hits in lists for h in hits}
-        fused = (ic.dbsf_fuse([[(h.evidence.id, h.score) for h in hits] for hits in lists]) if request.fusion == "dbsf"
-                 else ic.rrf_fuse([[h.evidence.id for h in hits] for hits in lists], k=request.rrf_k, weights=weights))
+        fused = (
+            ic.dbsf_fuse([[(h.evidence.id, h.score) for h in hits] for hits in lists])
+            if request.fusion == "dbsf"
+            else ic.rrf_fuse(
+                [[h.evidence.id for h in hits] for hits in lists], k=request.rrf_k, weights=weights
+            )
+        )
         return [
             Hit(by_id[eid].evidence, score, rank, by_id[eid].content)
             for rank, (eid, score) in enumerate(fused[: request.limit], start=1)
@@ -403,8 +440,16 @@ class QdrantServerIndex:
             flt = models.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
             offset: Any = None
             while True:
-                records, offset = await self._do(client.scroll(self._collection, scroll_filter=flt, limit=max(1, batch),
-                                                               offset=offset, with_payload=True, with_vectors=True))
+                records, offset = await self._do(
+                    client.scroll(
+                        self._collection,
+                        scroll_filter=flt,
+                        limit=max(1, batch),
+                        offset=offset,
+                        with_payload=True,
+                        with_vectors=True,
+                    )
+                )
                 for record in records:
                     yield ic.point_from_record(record)
                 if offset is None:
@@ -417,7 +462,9 @@ class QdrantServerIndex:
 
     async def stats(self) -> dict[str, object]:
         live = _match(ic.STATE, ic.LIVE)
-        by_kind = {k: await self._count(models.Filter(must=[live, _match("kind", k)])) for k in EVIDENCE_KINDS}
+        by_kind = {
+            k: await self._count(models.Filter(must=[live, _match("kind", k)])) for k in EVIDENCE_KINDS
+        }
         return {
             "backend": "qdrant",
             "collection": self._collection,

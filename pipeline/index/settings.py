@@ -10,15 +10,28 @@ from pipeline.runtime.config import Area, HttpUrl, SecretStr, setting
 class IndexSettings(Area):
     title = "Index"
 
-    qdrant_url: HttpUrl = setting(None, "QDRANT_URL", "Qdrant server/cluster URL. Unset: embedded Qdrant Edge.")
+    qdrant_url: HttpUrl = setting(
+        None, "QDRANT_URL", "Qdrant server/cluster URL. Unset: embedded Qdrant Edge."
+    )
     qdrant_api_key: SecretStr = setting(SecretStr(""), "QDRANT_API_KEY", "API key for the Qdrant server.")
     collection: str = setting("evident", "EVIDENT_COLLECTION", "Qdrant collection name.")
-    shard_number: int = setting(1, "EVIDENT_SHARD_NUMBER", "Shards when creating the collection on a cluster.", ge=1)
-    replication_factor: int = setting(1, "EVIDENT_REPLICATION_FACTOR", "Replicas per shard on a cluster.", ge=1)
+    shard_number: int = setting(
+        1, "EVIDENT_SHARD_NUMBER", "Shards when creating the collection on a cluster.", ge=1
+    )
+    replication_factor: int = setting(
+        1, "EVIDENT_REPLICATION_FACTOR", "Replicas per shard on a cluster.", ge=1
+    )
     write_consistency_factor: int = setting(1, "EVIDENT_WRITE_CONSISTENCY_FACTOR",
                                             "Replicas that must ack a write.", ge=1)
     index_process: Literal["auto", "yes", "no"] = setting(
-        "auto", "EVIDENT_INDEX_PROCESS", "Run the embedded index in a worker process: auto (in serve: yes) | yes | "
-        "no. Qdrant Edge holds the GIL while it builds segments; in a worker the bot never stalls.")
-    index_wait_s: float = setting(600.0, "EVIDENT_INDEX_WAIT_S", "How long a command waits for the embedded index "
-                                  "while another process uses it.", ge=0)
+        "auto",
+        "EVIDENT_INDEX_PROCESS",
+        "Run the embedded index in a worker process: auto (in serve: yes) | yes | "
+        "no. Qdrant Edge holds the GIL while it builds segments; in a worker the bot never stalls.",
+    )
+    index_wait_s: float = setting(
+        600.0,
+        "EVIDENT_INDEX_WAIT_S",
+        "How long a command waits for the embedded index while another process uses it.",
+        ge=0,
+    )

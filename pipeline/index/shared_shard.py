@@ -1,4 +1,5 @@
-"""A Qdrant Edge shard shared between processes: open under the directory's lease, handed over between operations.
+"""A Qdrant Edge shard shared between processes: open under the directory's lease, handed over between
+operations.
 
 ``SharedShard`` owns the lease (``pipeline.index.lease``), the open shard and a watcher thread.
 Every index operation runs inside ``use()``, which (re)loads the shard under the lease if it was handed
@@ -47,7 +48,8 @@ class SharedShard:
             raise IndexError_(f"index at {self.path} is not open; call open() first")
         return self._shard
 
-    # ------------------------------------------------------------------ lifecycle (blocking: call in a thread)
+    # ------------------------------------------------------------------ lifecycle (blocking: call in a
+    # thread)
 
     def open(self, first: Callable[[], qe.EdgeShard], reload: Callable[[], qe.EdgeShard]) -> None:
         """Take the lease and load the shard with ``first`` (create, check); ``reload`` after hand-overs."""
@@ -62,7 +64,9 @@ class SharedShard:
         with self._state:
             self._shard, self._load, self._opened = shard, reload, True
         self._stop.clear()
-        self._watcher = threading.Thread(target=self._watch, name=f"index-lease:{self.path.name}", daemon=True)
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"index-lease:{self.path.name}", daemon=True
+        )
         self._watcher.start()
 
     def close(self) -> None:
@@ -113,8 +117,10 @@ class SharedShard:
     # ------------------------------------------------------------------ internals
 
     def _reacquire(self) -> None:
-        """Take the lease back and reload the shard. Concurrent operations queue here: the first one re-acquires,
-        the others find the lease held (``acquire`` returns at once) and the shard loaded; were they to wait on
+        """Take the lease back and reload the shard. Concurrent operations queue here: the first one
+        re-acquires,
+        the others find the lease held (``acquire`` returns at once) and the shard loaded; were they to wait
+        on
         locks of their own, they would wait for their own process."""
         with self._acquiring:
             self.lease.acquire()

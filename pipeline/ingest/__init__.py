@@ -1,1 +1,2 @@
-"""Pages to evidence: the page schema, the storage-format parser, evidence extraction, contextualization, redaction, and the ingest run."""
+"""Pages to evidence: the page schema, the storage-format parser, evidence extraction, contextualization,
+redaction, and the ingest run."""

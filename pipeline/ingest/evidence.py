@@ -44,7 +44,12 @@ LINEARIZATIONS = ("verbalized", "markdown", "plain")
 
 
 def linearize_row(
-    headers: Sequence[str], row: Sequence[str], *, row_number: int, table_number: int, style: str = "verbalized"
+    headers: Sequence[str],
+    row: Sequence[str],
+    *,
+    row_number: int,
+    table_number: int,
+    style: str = "verbalized",
 ) -> str:
     """One table row as text. ``verbalized`` is RAGonite's; ``markdown`` and ``plain`` exist for the
     paper's linearization ablation. Returns "" when every cell is empty."""
@@ -81,8 +86,13 @@ MAX_EVIDENCE_CHARS = 64_000  # above the largest ConfQuestions table (41,891 cha
 
 
 def build_evidence(
-    page: Page, elements: Sequence[Element], *, table_indexing: str = "both", linearization: str = "verbalized",
-    max_chars: int = MAX_EVIDENCE_CHARS, notes: list[str] | None = None,
+    page: Page,
+    elements: Sequence[Element],
+    *,
+    table_indexing: str = "both",
+    linearization: str = "verbalized",
+    max_chars: int = MAX_EVIDENCE_CHARS,
+    notes: list[str] | None = None,
 ) -> list[Evidence]:
     """Turn one page's elements into evidence in document order (a table precedes its rows).
 
@@ -170,7 +180,9 @@ def _units(elements: Sequence[Element], linearization: str, max_chars: int, note
             verbalized = [(r, _cap(text, max_chars, notes, f"row {r} of table {table_number}"))
                           for r, text in verbalized]
             caption = (element.caption,) if element.caption else ()
-            for part in _chunks(verbalized, max(max_chars // 2, max_chars - len(element.caption)), key=lambda rt: rt[1]):
+            for part in _chunks(
+                verbalized, max(max_chars // 2, max_chars - len(element.caption)), key=lambda rt: rt[1]
+            ):
                 rows = tuple(text for _, text in part)
                 body: tuple[str, ...] = rows
                 if linearization == "markdown":  # the header once, then value lines

@@ -111,8 +111,10 @@ def _body(record: Mapping[str, Any]) -> str:
         inner = storage.get("value") if isinstance(storage, Mapping) else None
         if isinstance(inner, str):
             return clean_text(inner)
-        raise InputError(f"{field} must be storage-format text or an object with storage.value text, "
-                         f"got {_kind(value)}" + (" without storage.value" if isinstance(value, Mapping) else ""))
+        raise InputError(
+            f"{field} must be storage-format text or an object with storage.value text, "
+            f"got {_kind(value)}" + (" without storage.value" if isinstance(value, Mapping) else "")
+        )
     raise InputError("page has no content (neither content nor body.storage.value)")
 
 

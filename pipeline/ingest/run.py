@@ -1,4 +1,5 @@
-"""Pages -> evidence -> vectors -> index, page by page: a bad page is reported, never fatal, never half-written.
+"""Pages -> evidence -> vectors -> index, page by page: a bad page is reported, never fatal, never
+half-written.
 
 Embedding is the slow stage, so evidence of several pages is embedded in one batch; each page is then
 swapped into the index as a unit (``Index.replace_page``). Unchanged pages (same content hash under
@@ -33,7 +34,8 @@ from pipeline.models.vocabulary import TermCounts, update_vocabulary
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.types import Evidence, IndexPoint, Page, SparseVector
 
-PARSER_VERSION = 2  # part of every page hash: a parser change re-reads pages (the embedding cache keeps it cheap)
+# part of every page hash: a parser change re-reads pages (the embedding cache keeps it cheap)
+PARSER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class IngestOptions:
         cfg: dict[str, Any] = {
             "context_items": list(self.context_items),
             "context_item_max_chars": self.context_item_max_chars,
-            "dense_context_items": None if self.dense_context_items is None else list(self.dense_context_items),
+            "dense_context_items": None
+            if self.dense_context_items is None
+            else list(self.dense_context_items),
             "table_indexing": self.table_indexing,
             **({"linearization": self.linearization} if self.linearization != "verbalized" else {}),
             "embedder": embedder,
@@ -157,8 +161,10 @@ def _cap_evidence(result: PageEvidence, cap: int) -> None:
                 continue
             kept.append(e)
         result.evidence = kept[::-1]
-        result.recovered.append(f"{drop_rows} table rows not indexed one by one (EVIDENT_MAX_EVIDENCE_PER_PAGE "
-                                f"{cap}); their tables are indexed whole")
+        result.recovered.append(
+            f"{drop_rows} table rows not indexed one by one (EVIDENT_MAX_EVIDENCE_PER_PAGE "
+            f"{cap}); their tables are indexed whole"
+        )
     if len(result.evidence) > cap:
         result.lost.append(f"only the first {cap} of {len(result.evidence)} evidence indexed "
                            "(EVIDENT_MAX_EVIDENCE_PER_PAGE)")
@@ -206,16 +212,19 @@ async def ingest_pages(
     vocabulary: Path | VocabularyRun | None = None,
     count_unchanged: bool | None = None,
 ) -> IngestReport:
-    """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal. ``vocabulary``,
-    ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``VocabularyRun``): a path is loaded and
+    """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal.
+    ``vocabulary``,
+    ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``VocabularyRun``): a path is
+    loaded and
     saved by this run; a ``VocabularyRun`` belongs to the caller (one for a whole sync), who finishes it."""
     t0 = time.perf_counter()
     if isinstance(vocabulary, VocabularyRun):
         return await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress, words=vocabulary)
     words = await VocabularyRun.start(vocabulary, sparse, count_unchanged)
-    report = await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options, progress=progress,
-                           words=words)
+    report = await _ingest(
+        pages, index=index, embedder=embedder, sparse=sparse, options=options, progress=progress, words=words
+    )
     if words is not None:
         await words.finish(embedder, report.warnings)
     report.seconds = time.perf_counter() - t0
@@ -298,12 +307,15 @@ class VocabularyRun:
     existed: bool
 
     @classmethod
-    async def start(cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None) -> VocabularyRun | None:
+    async def start(
+        cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None
+    ) -> VocabularyRun | None:
         if path is None or not isinstance(sparse, Bm25Encoder):
             return None
 
         def load() -> VocabularyRun:
-            counts = TermCounts.load(path)  # empty when there are none yet, or they are unreadable: count afresh
+            # empty when there are none yet, or they are unreadable: count afresh
+            counts = TermCounts.load(path)
             return cls(path, counts, sparse, not counts.df if bootstrap is None else bootstrap, path.exists())
 
         return await asyncio.to_thread(load)
@@ -314,7 +326,8 @@ class VocabularyRun:
             self.counts.add((ev.text for ev in result.evidence), self.sparse)
 
     async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]]) -> None:
-        """Write the vocabulary when words were counted (or there is none yet); a failure is a warning (appended to
+        """Write the vocabulary when words were counted (or there is none yet); a failure is a warning
+        (appended to
         ``warnings``): search works without expansion."""
         if not (self.counts.added or not self.existed):
             return
@@ -376,7 +389,9 @@ async def _encode(
         dense = await asyncio.to_thread(embedder.embed_documents, dense_texts)
         sparse_vecs = await asyncio.to_thread(sparse.encode_documents, texts)
         if len(dense) != len(texts) or len(sparse_vecs) != len(texts):
-            raise EvidentError(f"got {len(dense)} dense and {len(sparse_vecs)} sparse vectors for {len(texts)} texts")
+            raise EvidentError(
+                f"got {len(dense)} dense and {len(sparse_vecs)} sparse vectors for {len(texts)} texts"
+            )
         return texts, dense, sparse_vecs
     except (EvidentError, ValueError, RuntimeError, MemoryError, UnicodeError) as exc:
         if report is not None:

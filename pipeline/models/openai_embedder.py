@@ -13,7 +13,8 @@ vLLM, Ollama, infinity): ``EVIDENT_EMBEDDER=openai:<model>`` with ``EVIDENT_EMBE
 - **Start-up probe**: one request discovers the dimension, and a wrong key (``AuthError``), an unknown model
   (``NotFoundError``) or a wrong base URL (``UnreachableError``) fails at once, naming the setting. Every
   later response is checked against that dimension.
-- **Prefixes**: ``query_prefix`` / ``document_prefix`` (e5: ``query: `` / ``passage: ``; bge: its instruction).
+- **Prefixes**: ``query_prefix`` / ``document_prefix`` (e5: ``query: `` / ``passage: ``; bge: its
+  instruction).
 """
 
 from __future__ import annotations
@@ -58,10 +59,19 @@ class RemoteEmbedding:
 
     def build(self, model: str, *, batch_size: int, max_tokens: int) -> OpenAIEmbedder:
         return OpenAIEmbedder(
-            model, base_url=self.base_url, api_key=self.api_key, batch_size=batch_size, max_tokens=max_tokens,
-            max_request_tokens=self.max_request_tokens, concurrency=self.concurrency, timeout_s=self.timeout_s,
-            max_retries=self.max_retries, dimensions=self.dimensions, query_prefix=self.query_prefix,
-            document_prefix=self.document_prefix, api_version=self.api_version,
+            model,
+            base_url=self.base_url,
+            api_key=self.api_key,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            max_request_tokens=self.max_request_tokens,
+            concurrency=self.concurrency,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            dimensions=self.dimensions,
+            query_prefix=self.query_prefix,
+            document_prefix=self.document_prefix,
+            api_version=self.api_version,
         )
 
 
@@ -118,7 +128,9 @@ class OpenAIEmbedder:
             self.close()
             raise EmbeddingError(f"embedding model {model!r} returned {self.dim}-dim vectors, "
                                  f"EVIDENT_EMBED_DIMENSIONS asks for {dimensions}")
-        recipe = [f"dim={self.dim}"] + [f"{k}={v!r}" for k, v in (("q", query_prefix), ("d", document_prefix)) if v]
+        recipe = [f"dim={self.dim}"] + [
+            f"{k}={v!r}" for k, v in (("q", query_prefix), ("d", document_prefix)) if v
+        ]
         self.name = f"openai:{model}[{','.join(recipe)}]"
 
     # ------------------------------------------------------------------ Embedder
@@ -141,8 +153,9 @@ class OpenAIEmbedder:
             return out
         inputs = [prefix + self._cut(t) for t in texts]
         batches = self._batches(inputs)
-        for (start, end), vectors in zip(batches, self._pool.map(lambda b: self._post_split(inputs[b[0]:b[1]]),
-                                                                 batches), strict=True):
+        for (start, end), vectors in zip(
+            batches, self._pool.map(lambda b: self._post_split(inputs[b[0] : b[1]]), batches), strict=True
+        ):
             out[start:end] = vectors
         return out
 
@@ -173,8 +186,10 @@ class OpenAIEmbedder:
                                           CallOptions(log, "embeddings request", retry=_retryable))
         except _TooLargeError:
             if len(inputs) == 1:
-                raise EmbeddingError(f"the embeddings endpoint rejects even a single input of {len(inputs[0])} "
-                                     "characters; lower EVIDENT_EMBED_MAX_TOKENS") from None
+                raise EmbeddingError(
+                    f"the embeddings endpoint rejects even a single input of {len(inputs[0])} "
+                    "characters; lower EVIDENT_EMBED_MAX_TOKENS"
+                ) from None
             half = len(inputs) // 2
             return np.vstack([self._post_split(inputs[:half]), self._post_split(inputs[half:])])
 
@@ -189,12 +204,16 @@ class OpenAIEmbedder:
         try:
             response = self._http.post(self._url, json=body)
         except httpx.TimeoutException as exc:
-            raise TransientError(f"embeddings endpoint timed out ({type(exc).__name__})", service="embeddings") from None
+            raise TransientError(
+                f"embeddings endpoint timed out ({type(exc).__name__})", service="embeddings"
+            ) from None
         except httpx.ConnectError as exc:
             raise UnreachableError(f"cannot reach the embeddings endpoint EVIDENT_EMBED_BASE_URL ({exc})",
                                    service="embeddings") from None
         except httpx.TransportError as exc:
-            raise TransientError(f"embeddings request failed ({type(exc).__name__})", service="embeddings") from None
+            raise TransientError(
+                f"embeddings request failed ({type(exc).__name__})", service="embeddings"
+            ) from None
         if response.status_code != 200:
             raise _status_error(response, self.model)
         return self._vectors(response, len(inputs))
@@ -204,13 +223,17 @@ class OpenAIEmbedder:
             data = sorted(response.json()["data"], key=lambda d: d.get("index", 0))
             matrix = np.asarray([d["embedding"] for d in data], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as exc:
-            raise EmbeddingError(f"the embeddings endpoint answered without a list of embeddings ({exc})") from None
+            raise EmbeddingError(
+                f"the embeddings endpoint answered without a list of embeddings ({exc})"
+            ) from None
         if matrix.ndim != 2 or matrix.shape[0] != n:
             raise EmbeddingError(f"the embeddings endpoint returned {matrix.shape[0] if matrix.ndim else 0} "
                                  f"vectors for {n} inputs")
         if getattr(self, "dim", None) and matrix.shape[1] != self.dim:
-            raise EmbeddingError(f"the embeddings endpoint returned {matrix.shape[1]}-dim vectors; this index "
-                                 f"uses {self.dim} (did the model behind {self.model!r} change?)")
+            raise EmbeddingError(
+                f"the embeddings endpoint returned {matrix.shape[1]}-dim vectors; this index "
+                f"uses {self.dim} (did the model behind {self.model!r} change?)"
+            )
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         return (matrix / np.clip(norms, 1e-12, None)).astype(np.float32)
 
@@ -232,9 +255,14 @@ def _status_error(response: Any, model: str) -> RemoteError:
         message = response.text[:200]
     lowered = message.lower()
     if status == 404 or ("model" in lowered and ("not found" in lowered or "does not exist" in lowered)):
-        return NotFoundError(f"embedding model {model!r} is unknown at EVIDENT_EMBED_BASE_URL ({status}: {message})",
-                             service="embeddings", status=status)
-    if status == 413 or (status == 400 and ("batch" in lowered or "too large" in lowered or "too long" in lowered)):
+        return NotFoundError(
+            f"embedding model {model!r} is unknown at EVIDENT_EMBED_BASE_URL ({status}: {message})",
+            service="embeddings",
+            status=status,
+        )
+    if status == 413 or (
+        status == 400 and ("batch" in lowered or "too large" in lowered or "too long" in lowered)
+    ):
         return _TooLargeError(f"batch too large ({status})", service="embeddings", status=status)
     if status in (401, 403):
         what = "the embeddings endpoint rejected the API key"

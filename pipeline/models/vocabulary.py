@@ -31,7 +31,8 @@ from pipeline.types import SparseVector
 
 log = logging.getLogger(__name__)
 
-UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)  # what a damaged file raises
+# what a damaged file raises
+UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)
 MIN_DOC_FREQ = 2
 MAX_WORD = 40
 MAX_TERMS = 50_000
@@ -41,7 +42,8 @@ BATCH = 256
 class TermCounts:
     """How many evidence each corpus word occurs in, and every stem the corpus's evidence carries; counted as
     ingest writes evidence and kept beside the vocabulary (``<vocabulary>.counts.npz``). Counts only grow: a
-    page deleted or rewritten keeps its old words counted, which only makes a word a candidate a little early."""
+    page deleted or rewritten keeps its old words counted, which only makes a word a candidate a little
+    early."""
 
     def __init__(self, df: Counter[str] | None = None, stems: set[str] | None = None) -> None:
         self.df: Counter[str] = df if df is not None else Counter()
@@ -74,13 +76,19 @@ class TermCounts:
                 return cls(df, set(_unpack(data["stems"])))
         except UNREADABLE as exc:
             if not isinstance(exc, FileNotFoundError):
-                log.warning("vocabulary counts at %s unreadable (%s): counting afresh", cls.path_for(vocabulary), exc)
+                log.warning(
+                    "vocabulary counts at %s unreadable (%s): counting afresh", cls.path_for(vocabulary), exc
+                )
             return cls()
 
     def save(self, vocabulary: Path) -> None:
         words = list(self.df)
-        _save_npz(self.path_for(vocabulary), words=_pack(words),
-                  counts=np.array([self.df[w] for w in words], dtype=np.int64), stems=_pack(sorted(self.stems)))
+        _save_npz(
+            self.path_for(vocabulary),
+            words=_pack(words),
+            counts=np.array([self.df[w] for w in words], dtype=np.int64),
+            stems=_pack(sorted(self.stems)),
+        )
 
 
 def _pack(words: Sequence[str]) -> np.ndarray:
@@ -152,7 +160,8 @@ class KeywordExpander:
         self._lock = threading.Lock()
 
     def vocabulary(self) -> Vocabulary | None:
-        """The vocabulary file's current content (None while there is none, or it belongs to another embedder)."""
+        """The vocabulary file's current content (None while there is none, or it belongs to another
+        embedder)."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -183,8 +192,11 @@ class KeywordExpander:
                 out.append(token)
         return out
 
-    def expansions(self, query: str, *, min_similarity: float, per_word: int = 1) -> list[tuple[str, str, float]]:
-        """(query word, corpus word, cosine) for each expansion of ``query``: the ``per_word`` nearest corpus words
+    def expansions(
+        self, query: str, *, min_similarity: float, per_word: int = 1
+    ) -> list[tuple[str, str, float]]:
+        """(query word, corpus word, cosine) for each expansion of ``query``: the ``per_word`` nearest corpus
+        words
         of each unknown word, at cosine ``min_similarity`` or more."""
         vocab = self.vocabulary()
         if vocab is None or not vocab.terms:
@@ -203,7 +215,8 @@ class KeywordExpander:
 
     def expand(self, query: str, vector: SparseVector, *, weight: float,
                min_similarity: float) -> tuple[SparseVector, list[tuple[str, str, float]]]:
-        """``vector`` (the query's sparse vector) with the expansions added at ``weight``; and the expansions."""
+        """``vector`` (the query's sparse vector) with the expansions added at ``weight``; and the
+        expansions."""
         found = self.expansions(query, min_similarity=min_similarity)
         if not found:
             return vector, []

@@ -101,12 +101,16 @@ class ProcessEmbedder:
         conn.send((name, kwargs))
         if not conn.poll(_START_TIMEOUT_S):
             process.kill()
-            raise EmbeddingError(f"the embedding worker for {name!r} did not start within {_START_TIMEOUT_S:.0f} s")
+            raise EmbeddingError(
+                f"the embedding worker for {name!r} did not start within {_START_TIMEOUT_S:.0f} s"
+            )
         try:
             reply = conn.recv()
         except EOFError:
             code = process.wait(10)
-            raise EmbeddingError(f"the embedding worker for {name!r} exited at start-up (exit code {code})") from None
+            raise EmbeddingError(
+                f"the embedding worker for {name!r} exited at start-up (exit code {code})"
+            ) from None
         if reply[0] == "error":
             process.wait(10)
             raise _error(reply[1], reply[2])

@@ -1,1 +1,2 @@
-"""Process plumbing: settings, the factory that builds every client, metrics, log context, retries, user-facing error text."""
+"""Process plumbing: settings, the factory that builds every client, metrics, log context, retries,
+user-facing error text."""

@@ -1,4 +1,5 @@
-"""Worker processes of evident's own (the embedding model, the embedded index): start one on a socket pair, stop it.
+"""Worker processes of evident's own (the embedding model, the embedded index): start one on a socket pair,
+stop it.
 
 The child is ``python -m <module> <fd>`` with the repository on ``PYTHONPATH``, so nothing depends on how the
 parent was started; it reads requests from the connection on that descriptor and exits when it closes.
@@ -33,7 +34,8 @@ def spawn_child(module: str) -> tuple[subprocess.Popen[bytes], Connection]:
 
 def stop_child(conn: Connection | None, process: subprocess.Popen[bytes] | None, close: Any, *,
                reply_s: float = 0.0, exit_s: float = 10.0) -> None:
-    """Send ``close``, wait up to ``reply_s`` for the child's answer and ``exit_s`` for it to exit, then kill it."""
+    """Send ``close``, wait up to ``reply_s`` for the child's answer and ``exit_s`` for it to exit, then kill
+    it."""
     if conn is not None:
         with contextlib.suppress(OSError, EOFError):
             conn.send(close)

@@ -34,7 +34,8 @@ __all__ = ["Area", "CommaList", "HttpUrl", "Lower", "OptionalPath", "SecretStr",
 
 
 def setting(default: Any, env: str, doc: str, **constraints: Any) -> Any:
-    """A field of an area: its default, environment variable, documentation and constraints (``ge``, ``le``)."""
+    """A field of an area: its default, environment variable, documentation and constraints (``ge``,
+    ``le``)."""
     return Field(default, description=doc, json_schema_extra={"env": env}, **constraints)
 
 
@@ -115,7 +116,11 @@ class SettingsGroup(BaseModel):
     @classmethod
     def keys(cls) -> dict[str, tuple[str, str]]:
         """Flat key -> (area, field), for every setting of every area."""
-        return {flat_key(area.env_name(f)): (name, f) for name, area in cls.areas().items() for f in area.model_fields}
+        return {
+            flat_key(area.env_name(f)): (name, f)
+            for name, area in cls.areas().items()
+            for f in area.model_fields
+        }
 
     @classmethod
     def load(cls, *, env: Mapping[str, str] | None = None, toml_path: Path | None = None,

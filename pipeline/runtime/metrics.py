@@ -36,7 +36,9 @@ prometheus_client.disable_created_metrics()  # no *_created series: they add not
 
 
 class _Metric:
-    def __init__(self, name: str, help_: str, labelnames: Sequence[str], registry: CollectorRegistry | None) -> None:
+    def __init__(
+        self, name: str, help_: str, labelnames: Sequence[str], registry: CollectorRegistry | None
+    ) -> None:
         self.name = name
         self.labelnames: tuple[str, ...] = tuple(labelnames)
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -78,8 +80,14 @@ class Counter(_Metric):
 class Histogram(_Metric):
     """Observed durations in cumulative buckets, plus their sum and count."""
 
-    def __init__(self, name: str, help_: str, labelnames: Sequence[str] = (),
-                 buckets: Sequence[float] = DEFAULT_BUCKETS, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        help_: str,
+        labelnames: Sequence[str] = (),
+        buckets: Sequence[float] = DEFAULT_BUCKETS,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         super().__init__(name, help_, labelnames, registry)
         self._metric = prometheus_client.Histogram(name, help_, self.labelnames, buckets=tuple(buckets),
                                                    registry=self.registry)
@@ -111,23 +119,31 @@ class Metrics:
                                  "evident_events_total.", registry=r)
         self.llm_calls = Counter("evident_llm_calls_total", "Requests sent to the LLM endpoint, by role.",
                                  ("role",), registry=r)
-        self.llm_errors = Counter("evident_llm_errors_total", "Failed LLM requests, by error kind.", ("kind",),
-                                  registry=r)
+        self.llm_errors = Counter(
+            "evident_llm_errors_total", "Failed LLM requests, by error kind.", ("kind",), registry=r
+        )
         self.sync_pages = Counter("evident_sync_pages_total",
                                   "Pages handled by Confluence sync, by result (e.g. indexed, unchanged, "
                                   "deleted, failed).", ("result",), registry=r)
         self.sync_errors = Counter("evident_sync_errors_total", "Sync runs that failed.", registry=r)
         self.answer_seconds = Histogram("evident_answer_seconds", "Time from question to posted answer.",
                                         buckets=buckets, registry=r)
-        self.explain_seconds = Histogram("evident_explain_seconds",
-                                         "Time to compute a causal explanation (attribution).", buckets=buckets,
-                                         registry=r)
+        self.explain_seconds = Histogram(
+            "evident_explain_seconds",
+            "Time to compute a causal explanation (attribution).",
+            buckets=buckets,
+            registry=r,
+        )
         self.events = Counter("evident_events_total", "Requests received from a chat platform (events, "
                               "commands, actions, activities), by platform.", ("platform",), registry=r)
         self.connects = Counter("evident_transport_connects_total", "Connections a chat transport opened, by "
                                 "platform (Slack Socket Mode: one per hello).", ("platform",), registry=r)
-        self.reconnects = Counter("evident_transport_reconnects_total", "Connections opened after the first one "
-                                  "(a refresh or a dropped link), by platform.", ("platform",), registry=r)
+        self.reconnects = Counter(
+            "evident_transport_reconnects_total",
+            "Connections opened after the first one (a refresh or a dropped link), by platform.",
+            ("platform",),
+            registry=r,
+        )
         self._event_age = prometheus_client.Gauge(
             "evident_seconds_since_last_event", "Seconds since the last request from a chat platform, by "
             "platform (absent until the first).", ("platform",), registry=r)
@@ -137,7 +153,9 @@ class Metrics:
         """A chat platform delivered something: count it and restart its "seconds since" clock."""
         self.events.inc(platform=platform)
         if platform not in self._last_event:
-            self._event_age.labels(platform=platform).set_function(lambda: self.seconds_since_event(platform) or 0.0)
+            self._event_age.labels(platform=platform).set_function(
+                lambda: self.seconds_since_event(platform) or 0.0
+            )
         self._last_event[platform] = time.monotonic()
 
     def seconds_since_event(self, platform: str) -> float | None:
@@ -157,9 +175,15 @@ class Metrics:
 
 def error_kind(exc: BaseException) -> str:
     """A small, stable label value for ``evident_llm_errors_total{kind}`` (never the message: cardinality)."""
-    for cls, kind in ((RateLimitedError, "rate_limited"), (TransientError, "transient"), (AuthError, "auth"),
-                      (NotFoundError, "not_found"), (UnreachableError, "unreachable"), (RemoteError, "remote"),
-                      (EvidentError, "evident")):
+    for cls, kind in (
+        (RateLimitedError, "rate_limited"),
+        (TransientError, "transient"),
+        (AuthError, "auth"),
+        (NotFoundError, "not_found"),
+        (UnreachableError, "unreachable"),
+        (RemoteError, "remote"),
+        (EvidentError, "evident"),
+    ):
         if isinstance(exc, cls):
             return kind
     return "other"

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity import wait_random_exponential as _wait_random_exponential
@@ -54,7 +54,9 @@ class RetryPolicy:
 class retry_after_wait(wait_base):
     """Wait ``exc.retry_after_s`` when the failed attempt's exception carries it, else exponential jitter."""
 
-    def __init__(self, *, initial_s: float = 0.5, max_s: float = 30.0, retry_after_cap_s: float | None = None) -> None:
+    def __init__(
+        self, *, initial_s: float = 0.5, max_s: float = 30.0, retry_after_cap_s: float | None = None
+    ) -> None:
         self._fallback = _wait_random_exponential(multiplier=initial_s, max=max_s)
         self._initial = initial_s
         self._cap = max_s if retry_after_cap_s is None else retry_after_cap_s
@@ -107,7 +109,9 @@ def status_error(status: int, *, service: str, what: str, headers: Mapping[str, 
     if status >= 500 or status == 408:
         return TransientError(text, service=service, status=status, retry_after_s=retry_after_s(headers))
     if status in (401, 403):
-        return AuthError(f"{text}{': check ' + auth_hint if auth_hint else ''}", service=service, status=status)
+        return AuthError(
+            f"{text}{': check ' + auth_hint if auth_hint else ''}", service=service, status=status
+        )
     if status == 404:
         return NotFoundError(text, service=service, status=status)
     return RemoteError(text, service=service, status=status)
@@ -147,13 +151,16 @@ class CallOptions:
     count: Callable[[], None] | None = None
 
 
-def _tenacity_kwargs(policy: RetryPolicy, options: CallOptions) -> dict[str, object]:
+def _tenacity_kwargs(policy: RetryPolicy, options: CallOptions) -> dict[str, Any]:
     return {
         "stop": stop_after_attempt(max(0, policy.max_retries) + 1),
-        "wait": retry_after_wait(initial_s=policy.initial_s, max_s=policy.max_s,
-                                 retry_after_cap_s=policy.retry_after_cap_s),
+        "wait": retry_after_wait(
+            initial_s=policy.initial_s, max_s=policy.max_s, retry_after_cap_s=policy.retry_after_cap_s
+        ),
         "retry": retry_if_exception(options.retry),
-        "before_sleep": _before_sleep(options.logger, options.what, policy.max_retries, options.level, options.count),
+        "before_sleep": _before_sleep(
+            options.logger, options.what, policy.max_retries, options.level, options.count
+        ),
         "reraise": True,
     }
 
@@ -161,7 +168,7 @@ def _tenacity_kwargs(policy: RetryPolicy, options: CallOptions) -> dict[str, obj
 async def call_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy, options: CallOptions, *,
                             sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> T:
     """Await ``call()`` until it succeeds, raises what ``options.retry`` refuses, or the policy is spent."""
-    async for attempt in AsyncRetrying(sleep=sleep, **_tenacity_kwargs(policy, options)):  # type: ignore[arg-type]
+    async for attempt in AsyncRetrying(sleep=sleep, **_tenacity_kwargs(policy, options)):
         with attempt:
             return await call()
     raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
@@ -169,7 +176,7 @@ async def call_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolic
 
 def call_with_retries_sync(call: Callable[[], T], policy: RetryPolicy, options: CallOptions) -> T:
     """``call_with_retries`` for blocking clients that run in a worker thread."""
-    for attempt in Retrying(**_tenacity_kwargs(policy, options)):  # type: ignore[arg-type]
+    for attempt in Retrying(**_tenacity_kwargs(policy, options)):
         with attempt:
             return call()
     raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover

@@ -18,13 +18,16 @@ def _upper(value: Any) -> Any:
 class CoreSettings(Area):
     title = "Storage and logging"
 
-    data_dir: UserPath = setting(Path(), "EVIDENT_DATA_DIR", "Where the embedded index, the store and caches live.")
+    data_dir: UserPath = setting(
+        Path(), "EVIDENT_DATA_DIR", "Where the embedded index, the store and caches live."
+    )
     index_dir: OptionalPath = setting(None, "EVIDENT_INDEX_DIR",
                                       "Embedded (Qdrant Edge) index directory; default DATA_DIR/index.")
     store_path: OptionalPath = setting(None, "EVIDENT_STORE_PATH",
                                        "SQLite conversation store; default DATA_DIR/evident.db.")
-    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)] = setting(
-        "INFO", "EVIDENT_LOG_LEVEL", "Logging level.")
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
+    ] = setting("INFO", "EVIDENT_LOG_LEVEL", "Logging level.")
     log_format: Literal["text", "json"] = setting("text", "EVIDENT_LOG_FORMAT",
                                                   "text | json (one JSON object per line, with turn_ref).")
 

@@ -88,13 +88,17 @@ def build_table(
             c += advance
             width = max(width, c)
     if merged:
-        budget.notes.append(f"table {number} has more than {max_cols} columns; the rest were joined into the last")
+        budget.notes.append(
+            f"table {number} has more than {max_cols} columns; the rest were joined into the last"
+        )
     if clipped:
         budget.notes.append(f"table {number}: merged cells were not expanded (page span budget)")
     return make_table(grid, n_rows, width, caption), nested
 
 
-def make_table(grid: dict[tuple[int, int], tuple[str, bool]], n_rows: int, width: int, caption: str) -> Table | None:
+def make_table(
+    grid: dict[tuple[int, int], tuple[str, bool]], n_rows: int, width: int, caption: str
+) -> Table | None:
     """Pick the header row(s), pad ragged rows, drop empty rows, make header names unique.
 
     The first row is the header. When it is all ``th``, following all-``th`` rows are header rows too

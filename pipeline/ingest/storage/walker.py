@@ -3,7 +3,8 @@
 Block tags flush the running inline text as a paragraph, inline tags append to it, and Confluence
 macros are reduced to the content a reader sees (bodies kept, parameters dropped). Bounded per page:
 markup nested deeper than ``max_depth`` is kept as flat text, the walk checks a deadline every 1,024
-elements (``ParseTimeoutError``), and tables spend from one ``TableBudget`` (``pipeline.ingest.storage.tables``).
+elements (``ParseTimeoutError``), and tables spend from one ``TableBudget``
+(``pipeline.ingest.storage.tables``).
 """
 
 from __future__ import annotations
