@@ -445,7 +445,8 @@ class EventSender:
 
 
 # The engine's own result types, so the fake cannot drift from what the bot really receives.
-from pipeline.answer.engine import ClusterShare, ExplainResult, TurnResult  # noqa: E402
+from pipeline.answer.engine import ExplainResult, TurnResult  # noqa: E402
+from pipeline.attribution import AttributionResult, ClusterAttribution, EvidenceRef  # noqa: E402
 from pipeline.turns import Turn, TurnRecord  # noqa: E402
 
 
@@ -615,15 +616,28 @@ class FakeEngine:
     async def explain(self, turn_id: int) -> ExplainResult:
         if turn_id in self._explained:
             r = self._explained[turn_id]
-            return ExplainResult(r.turn_id, r.text, r.clusters, cached=True, partial=r.partial)
+            return ExplainResult(r.turn_id, r.text, cached=True, partial=r.partial, result=r.result)
         self.explain_computations.append(turn_id)
-        clusters = [ClusterShare(52.0, ["VPN access", "VPN access (old)", "VPN FAQ"],
-                                 ["https://wiki.example.com/pages/1", "https://wiki.example.com/pages/9",
-                                  "https://wiki.example.com/pages/8"], 3),
-                    ClusterShare(48.0, ["Remote work guide"], ["https://wiki.example.com/pages/2"], 1)]
-        r = ExplainResult(turn_id, "VPN access 52%, Remote work guide 48%", clusters)
+        r = ExplainResult(turn_id, "VPN access 52%, Remote work guide 48%", result=fake_attribution())
         self._explained[turn_id] = r
         return r
+
+
+def fake_attribution(partial: bool = False) -> AttributionResult:
+    """Two clusters: the VPN pages (52 %: three near-copies) and the remote work guide (48 %)."""
+    def ref(n: int, title: str, rank: int) -> EvidenceRef:
+        return EvidenceRef(f"e{n}", title, f"https://wiki.example.com/pages/{n}", "passage", rank)
+
+    vpn = ClusterAttribution(
+        1,
+        [ref(1, "VPN access", 1), ref(9, "VPN access (old)", 2), ref(8, "VPN FAQ", 3)],
+        0.9,
+        52.0,
+        ["no answer"],
+        [0.1],
+    )
+    guide = ClusterAttribution(2, [ref(2, "Remote work guide", 4)], 0.8, 48.0, ["no answer"], [0.2])
+    return AttributionResult("cfa_clusters", "q", "a", [vpn, guide], partial=partial)
 
 
 class EventsServer:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from fake_slack import ClusterShare, ExplainResult, MemoryStore, TurnResult
+from fake_slack import ExplainResult, MemoryStore, TurnResult
 
 from bot.core.dedup import Deduper, SeenSet
 from bot.core.messages import user_message
@@ -16,6 +16,7 @@ from bot.slack.mrkdwn import bar, escape, link
 from bot.slack.threads import clean_question, conversation_key, thread_of_key
 from bot.slack.transports import check_tokens
 from evident.settings import Settings
+from pipeline.attribution import AttributionResult, ClusterAttribution, EvidenceRef
 from pipeline.errors import ConfigError, EmbeddingError, RateLimitedError, TransientError
 from pipeline.types import Answer, Citation
 
@@ -130,24 +131,25 @@ def test_render_answer_splits_long_answers_into_sections() -> None:
 
 
 def test_render_explanation_bars_links_clusters_partial() -> None:
+    def ref(n: str, rank: int) -> EvidenceRef:
+        return EvidenceRef(f"e{n}", n, f"https://w/{n.lower()}", "passage", rank)
+
+    b = ClusterAttribution(
+        2, [EvidenceRef("eB", "B <x>", "https://w/b", "passage", 4)], 0.3, 30.0, ["x"], [0.7]
+    )
+    a = ClusterAttribution(1, [ref("A", 1), ref("A2", 2), ref("A3", 3)], 0.7, 70.0, ["y"], [0.1])
     res = ExplainResult(
-        1,
-        "",
-        [
-            ClusterShare(30.0, ["B <x>"], ["https://w/b"], 1),
-            ClusterShare(70.0, ["A", "A2", "A3"], ["https://w/a", "https://w/a2", "https://w/a3"], 3),
-        ],
-        partial=True,
+        1, "", partial=True, result=AttributionResult("cfa_clusters", "q", "a", [a, b], partial=True)
     )
     text = render_explanation(res)
     lines = text.splitlines()
-    assert lines[1] == "`██████░░` 70%  <https://w/a|A> (+2 similar)"
-    assert lines[2] == "`██░░░░░░` 30%  <https://w/b|B &lt;x&gt;>"
-    assert "Partial" in lines[-1]
+    assert lines[1].startswith("`██████░░` 70%  <https://w/a|A> (+2 similar)")
+    assert lines[2].startswith("`██░░░░░░` 30%  <https://w/b|B &lt;x&gt;>")
+    assert "(partial:" in text
 
 
 def test_render_explanation_falls_back_to_escaped_text() -> None:
-    assert render_explanation(ExplainResult(1, "<!here> only text", [])) == "&lt;!here&gt; only text"
+    assert render_explanation(ExplainResult(1, "<!here> only text")) == "&lt;!here&gt; only text"
 
 
 def test_rate_limiter_token_bucket_refills() -> None:

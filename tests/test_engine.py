@@ -385,30 +385,32 @@ async def test_explain_puts_the_causal_page_first_and_caches(make: Make) -> None
         r = await p.engine.ask("t:ex", "When is the next RAG meeting in November?")
         assert r.error is None and "12 November 2024" in r.answer.text
         ex = await p.engine.explain(r.turn_id)
-        assert not ex.cached and ex.error is None and ex.clusters
-        assert ex.clusters[0].urls[0] == RAG_MEETING_URL
-        assert ex.clusters[0].percent == max(c.percent for c in ex.clusters)
-        assert ex.clusters[0].percent > 50
+        assert not ex.cached and ex.error is None and ex.result is not None and ex.result.clusters
+        clusters = ex.result.clusters
+        assert clusters[0].members[0].url == RAG_MEETING_URL
+        assert clusters[0].percent == max(c.percent for c in clusters)
+        assert clusters[0].percent > 50
         assert "RAG meeting October" in ex.text
         calls = stub.calls
         again = await p.engine.explain(r.turn_id)
         assert again.cached and stub.calls == calls
-        assert [c.percent for c in again.clusters] == [c.percent for c in ex.clusters]
+        assert again.result is not None
+        assert [c.percent for c in again.result.clusters] == [c.percent for c in clusters]
 
 
 async def test_explain_offline_uses_the_extractive_generator(make: Make) -> None:
     p = await make()
     r = await p.engine.ask("t:exo", "When is the next RAG meeting?")
     ex = await p.engine.explain(r.turn_id)
-    assert ex.error is None and ex.clusters and ex.text
-    assert abs(sum(c.percent for c in ex.clusters) - 100) < 1.0
+    assert ex.error is None and ex.result is not None and ex.result.clusters and ex.text
+    assert abs(sum(c.percent for c in ex.result.clusters) - 100) < 1.0
 
 
 async def test_explain_of_a_failed_turn_says_so(make: Make) -> None:
     p = await make()
     r = await p.engine.ask("t:exf", "  ")
     ex = await p.engine.explain(r.turn_id)
-    assert ex.error == "no answer" and ex.clusters == []
+    assert ex.error == "no answer" and ex.result is None
 
 
 # ---------------------------------------------------------------- persistence

@@ -10,7 +10,7 @@ from pipeline.answer.engine import ExplainResult
 
 
 def explained(attribution):  # type: ignore[no-untyped-def]
-    return ExplainResult(turn_id=1, text="", clusters=[], result=attribution, partial=attribution.partial)
+    return ExplainResult(turn_id=1, text="", result=attribution, partial=attribution.partial)
 
 
 def test_bars_links_reasons_and_collapsed_clusters() -> None:

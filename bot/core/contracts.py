@@ -22,17 +22,9 @@ class TurnResultLike(Protocol):
     notice: str | None
 
 
-class ClusterShareLike(Protocol):
-    percent: float
-    evidence_titles: list[str]
-    urls: list[str]
-    size: int
-
-
 class ExplainResultLike(Protocol):
     turn_id: int
     text: str
-    clusters: list[Any]  # ClusterShareLike items
     cached: bool
     partial: bool
     result: Any  # the structured AttributionResult, or None

@@ -20,14 +20,6 @@ class TurnResult:
     notice: str | None = None  # e.g. "your message was shortened to 2000 characters"
 
 
-@dataclass
-class ClusterShare:
-    percent: float
-    evidence_titles: list[str]
-    urls: list[str]
-    size: int
-
-
 NOTHING_TO_EXPLAIN = (
     "There is nothing to explain: no answer to this question was found in the wiki, so no source produced it."
 )
@@ -37,7 +29,6 @@ NOTHING_TO_EXPLAIN = (
 class ExplainResult:
     turn_id: int
     text: str
-    clusters: list[ClusterShare]
     cached: bool = False
     partial: bool = False
     result: AttributionResult | None = None

@@ -155,7 +155,7 @@ class SharedGenerations:
         if m == 1 and key in self.cache:
             return self.cache[key]
         self.llm_calls += 1
-        texts = await self.engine.generate_from(self.question, subset, m, self.max_tokens)
+        texts = await self.engine.generator.generate_from(self.question, subset, m, self.max_tokens)
         if m == 1:
             self.cache[key] = texts
         return texts
@@ -174,7 +174,7 @@ async def explain_one(engine: Engine, q: AnsweredQuestion, method: str,
         else:
             result = await attribute(method, question=q.question, answer=q.raw_answer, hits=q.hits,
                                      generate=shared, embedder=engine.embedder,
-                                     params=engine.attribution_params_for(q.question))
+                                     params=engine.explainer.params_for(q.question))
     except ConfigError:
         raise
     except EvidentError as exc:
