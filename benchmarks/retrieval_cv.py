@@ -6,12 +6,11 @@ P@1).
         [--questions ../shared/confquestions/qa-dev.json] [--documents ../shared/confquestions/documents]
 
 ``--vary`` names one ``RetrievalSettings`` field (or ``reranker``, e.g. ``reranker=none,sentences:dense``) and
-the
-values to compare (the first is the baseline);
-``--set`` fixes other fields. Conversations are split into two halves (alternating by sorted id). For each
-direction the value with the best P@1 (completed + conversational, EN + DE) on the tuning half is picked and
-its P@1 on the held-out half reported next to every value's. Paired per question against the baseline: how
-many questions only one of the two gets right at rank 1, and the two-sided sign-test p-value on those.
+the values to compare (the first is the baseline); ``--set`` fixes other fields. Conversations are split into
+two halves (alternating by sorted id). For each direction the value with the best P@1 (completed +
+conversational, EN + DE) on the tuning half is picked and its P@1 on the held-out half reported next to every
+value's. Paired per question against the baseline: how many questions only one of the two gets right at rank
+1, and the two-sided sign-test p-value on those.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from dev_split import add_dev_arguments, open_dev
 
 def configs(base: RetrievalSettings) -> dict[str, tuple[RetrievalSettings, str]]:
     """Named variants of the production retrieval settings. Page aggregation, dense pseudo-relevance feedback
-    and
-    language-aware fusion weights were measured here and hurt (BENCHMARKS.md); they are no longer options."""
+    and language-aware fusion weights were measured here and hurt (BENCHMARKS.md); they are no longer
+    options."""
     def vary(cfg: RetrievalSettings, **changes: object) -> RetrievalSettings:
         return cfg.model_copy(update=changes)
 

@@ -7,8 +7,7 @@ whole ingest, because one broken export file should not block a space of hundred
 holding a list of pages, each page stands alone: ``file.json[3]`` names the one that failed.
 
 Pages made from a file (HTML, Markdown, text, PDF, Word) are identified by their path relative to the folder
-read,
-and cite ``base_url`` + that path when a base URL is given (where the files are published), else the
+read, and cite ``base_url`` + that path when a base URL is given (where the files are published), else the
 ``file://`` URL. ``origins`` maps each page read to its file and ``read_files`` lists the files read in full,
 so the caller can tell which indexed pages of the folder are gone (``connectors.local_ingest``).
 

@@ -8,8 +8,7 @@ at blank lines; a PDF's text layer is read by ``pypdf`` page by page, at most ``
 PDF page a section headed "Page n". A PDF without a text layer (a scan) is an error that says so. A Word
 document (``.docx``) is read by ``python-docx`` in document order: headings (and the Title) as headings, list
 paragraphs as lists, tables as tables (the first row as header), other paragraphs as paragraphs; one that
-would
-unpack to more than ``MAX_DOCX_UNPACKED`` bytes is refused before it is parsed.
+would unpack to more than ``MAX_DOCX_UNPACKED`` bytes is refused before it is parsed.
 """
 
 from __future__ import annotations

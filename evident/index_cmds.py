@@ -30,8 +30,7 @@ from pipeline.errors import InputError
 def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index_dir: Path | None,
            sample: bool, no_progress: bool, rebuild: bool, base_url: str | None) -> None:
     """Index pages from folders: Confluence exports (ConfQuestions-style JSON, HTML), Markdown, text, PDF and
-    Word (.docx).
-    Pages whose files were deleted since the folder's last ingest leave the index."""
+    Word (.docx). Pages whose files were deleted since the folder's last ingest leave the index."""
     from connectors.local import sample_space_dir
     from connectors.local_ingest import ingest_folders
 

@@ -193,9 +193,8 @@ async def serve_platforms(
     started: Callable[[int], None] | None = None,
 ) -> None:
     """Run ``platforms`` and the shared HTTP server on ``port`` (``routes``: health and metrics) until
-    ``stop``;
-    then stop accepting everywhere, drain for ``drain_timeout_s`` and close. ``started`` gets the bound
-    port."""
+    ``stop``; then stop accepting everywhere, drain for ``drain_timeout_s`` and close. ``started`` gets the
+    bound port."""
     web_app = web.Application()
     if routes is not None:
         routes(web_app)

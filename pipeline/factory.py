@@ -1,9 +1,8 @@
 """Builds every client of the pipeline from its settings areas, in one place.
 
 Each package declares its own settings area (``pipeline.settings.PipelineSettings`` composes them); this
-module
-turns them into objects. Heavy imports (model runtimes, qdrant-client) happen lazily, so a CLI command only
-pays for what it uses.
+module turns them into objects. Heavy imports (model runtimes, qdrant-client) happen lazily, so a CLI command
+only pays for what it uses.
 """
 
 from __future__ import annotations

@@ -208,8 +208,7 @@ class Store(StoreReports, StoreSources):
 
     async def turn_by_message(self, key_or_channel: str, message_ref: str) -> Turn | None:
         """The turn whose posted answer is message ``message_ref``. A reaction event names only the channel
-        and
-        the message, not the thread, so ``key_or_channel`` may be a full conversation key, a key prefix
+        and the message, not the thread, so ``key_or_channel`` may be a full conversation key, a key prefix
         (``team:channel`` matches ``team:channel:<thread_ts>``) or a bare channel id (the middle segment)."""
         esc = _like_escape(key_or_channel)
 

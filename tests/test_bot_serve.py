@@ -1,6 +1,5 @@
 """Slack as `evident serve` runs it (``serve_platforms`` with a ``SlackPlatform``): Socket Mode over a real
-local
-websocket, the HTTP transport on the shared server, fail-fast start-up, shutdown."""
+local websocket, the HTTP transport on the shared server, fail-fast start-up, shutdown."""
 
 from __future__ import annotations
 

@@ -356,8 +356,7 @@ def _cards(h: Harness) -> list[dict[str, Any]]:
 
 async def test_teams_alone_serves_health_on_the_http_port_and_drains_on_stop(tmp_path: Path) -> None:
     """As `evident serve` runs Teams alone: /api/messages on EVIDENT_TEAMS_PORT, /healthz /readyz /livez
-    /metrics on
-    EVIDENT_HTTP_PORT (as docs/deploy.md says), a stop waits for the answer in flight."""
+    /metrics on EVIDENT_HTTP_PORT (as docs/deploy.md says), a stop waits for the answer in flight."""
     import functools
 
     from bot.core.health import add_health_routes

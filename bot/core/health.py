@@ -202,8 +202,7 @@ def http_get_check(url: str, *, headers: Mapping[str, str] | None = None, timeou
     """A readiness check that GETs ``url`` (e.g. the LLM endpoint's ``/models``) and wants a 2xx.
 
     Raises the ``pipeline.errors`` RemoteError subclass matching the failure, so ``/readyz`` shows its
-    meaning.
-    Pass revealed secrets in ``headers``; they are never echoed in the result.
+    meaning. Pass revealed secrets in ``headers``; they are never echoed in the result.
     """
 
     async def check() -> None:

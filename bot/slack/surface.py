@@ -308,8 +308,8 @@ class SlackStream:
 
     async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "") -> bool:
         """Flush what is left (plus ``closing``) and stop with ``blocks`` under the text; False when the
-        stream
-        had failed or Slack had ended it (``message_not_in_streaming_state``). Either way it is done."""
+        stream had failed or Slack had ended it (``message_not_in_streaming_state``). Either way it is
+        done."""
         if self.ts is None or self.failed or self.done:
             return False
         self.done = True

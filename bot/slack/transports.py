@@ -58,8 +58,7 @@ async def verify_auth(client: AsyncWebClient) -> dict[str, Any]:
 
 async def verify_app_token(settings: SlackSettings, client: AsyncWebClient) -> None:
     """Open one Socket Mode connection URL with SLACK_APP_TOKEN, so a wrong or revoked token stops start-up
-    with
-    one line naming it (slack_sdk's own connect loop would retry it forever)."""
+    with one line naming it (slack_sdk's own connect loop would retry it forever)."""
     app_client = AsyncWebClient(
         token=settings.app_token.get_secret_value(), base_url=client.base_url, timeout=30
     )

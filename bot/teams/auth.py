@@ -5,10 +5,9 @@ these hold (the Bot Framework's connector authentication rules, as the SDKs appl
 
 - it is RS256-signed by a key of **its issuer's** OpenID metadata: Bot Framework channel tokens
   (``https://api.botframework.com``) by ``EVIDENT_TEAMS_OPENID_URL``'s keys; Entra ID tokens of a
-  single-tenant
-  bot's tenant (``https://sts.windows.net/<tenant>/``, ``https://login.microsoftonline.com/<tenant>/v2.0``) by
-  the tenant's own metadata, and their ``tid`` names that tenant. A key of one issuer never validates
-  another's token;
+  single-tenant bot's tenant (``https://sts.windows.net/<tenant>/``,
+  ``https://login.microsoftonline.com/<tenant>/v2.0``) by the tenant's own metadata, and their ``tid`` names
+  that tenant. A key of one issuer never validates another's token;
 - the audience is our app id, ``exp``/``nbf`` hold with five minutes of clock skew;
 - the signing key's **endorsements**, where it has any, include the activity's ``channelId`` (a key endorsed
   only for another channel is refused; an activity without a channel id is refused by an endorsed key);

@@ -1,16 +1,14 @@
 """Async wrapper over atlassian-python-api's ``Confluence`` client with our own retries and error mapping.
 
-The library client is synchronous, so every call runs in a worker thread (``asyncio.to_thread``) and
-the event loop never blocks. We use the library for what it does well (auth for Cloud and Data
-Center, session, URL joining) but call the REST paths explicitly through its ``get``: on Cloud the space
-check and page and blog post bodies go through REST v2 (``/wiki/api/v2/spaces``, ``/pages``, ``/blogposts``),
-CQL search stays on v1 (v2 has no CQL, nor ancestor titles, labels or read restrictions in its lists);
-otherwise its method
-set differs between Cloud and Server implementations and releases (5.x routes legacy Cloud methods to
-the v2 API root and Server ``cql()`` to ``/rest/api/search``), while ``/rest/api/content/search``,
-``/rest/api/space/{key}`` and ``/rest/api/content/{id}`` exist on both Cloud (under ``/wiki``) and
-Data Center. The library's own retry loops are switched off so that retries, waits and the API-call
-count are ours.
+The library client is synchronous, so every call runs in a worker thread (``asyncio.to_thread``) and the event
+loop never blocks. We use the library for what it does well (auth for Cloud and Data Center, session, URL
+joining) but call the REST paths explicitly through its ``get``: on Cloud the space check and page and blog
+post bodies go through REST v2 (``/wiki/api/v2/spaces``, ``/pages``, ``/blogposts``), CQL search stays on v1
+(v2 has no CQL, nor ancestor titles, labels or read restrictions in its lists); otherwise its method set
+differs between Cloud and Server implementations and releases (5.x routes legacy Cloud methods to the v2 API
+root and Server ``cql()`` to ``/rest/api/search``), while ``/rest/api/content/search``,
+``/rest/api/space/{key}`` and ``/rest/api/content/{id}`` exist on both Cloud (under ``/wiki``) and Data
+Center. The library's own retry loops are switched off so that retries, waits and the API-call count are ours.
 """
 
 from __future__ import annotations
@@ -93,11 +91,10 @@ class ConfluenceClient:
                   max_timeouts: int | None = None) -> dict[str, Any]:
         """GET ``path`` (relative to the site URL, e.g. ``rest/api/space/KEY``) and return its JSON.
 
-        Retries 429 (waiting ``Retry-After``), 5xx, timeouts and dropped connections
-        (``pipeline.runtime.retry``);
-        an ``UnreachableError`` with a status (a wrong base URL that answers) is not retried.
-        ``max_timeouts``:
-        give up (``ConfluenceTimeout``) after that many timeouts, so the caller can ask for less.
+        Retries 429 and 5xx (waiting ``Retry-After``), timeouts and dropped connections
+        (``pipeline.runtime.remote``); an ``UnreachableError`` with a status (a wrong base URL that answers)
+        is not retried. ``max_timeouts``: give up (``ConfluenceTimeout``) after that many timeouts, so the
+        caller can ask for less.
         """
         timeouts = 0
 
@@ -206,10 +203,10 @@ class ConfluenceClient:
 
     async def storage_bodies(self, kind: str, ids: Sequence[str]) -> dict[str, str]:
         """Cloud: the storage-format bodies of the pages (``kind="page"``) or blog posts (``"blogpost"``)
-        ``ids``
-        through REST v2, at most 250 per request (``/api/v2/pages?id=1,2&body-format=storage``), following the
-        cursor in ``_links.next``. A site without those endpoints (HTTP 404) is read through v1 search for the
-        rest of the run. Ids the site does not return (deleted meanwhile) are absent from the answer."""
+        ``ids`` through REST v2, at most 250 per request (``/api/v2/pages?id=1,2&body-format=storage``),
+        following the cursor in ``_links.next``. A site without those endpoints (HTTP 404) is read through v1
+        search for the rest of the run. Ids the site does not return (deleted meanwhile) are absent from the
+        answer."""
         out: dict[str, str] = {}
         wanted = [i for i in dict.fromkeys(ids) if i.isdigit()]
         for n in range(0, len(wanted), V2_MAX_IDS):

@@ -58,8 +58,8 @@ WIDE_OVERLAP_S = 13 * 3600
 
 def since_bound(checkpoint_utc: str, overlap_s: int, zone_min: int | None = None) -> str:
     """The ``lastmodified`` bound for an incremental query: checkpoint minus overlap as wall time in the
-    site's
-    CQL zone (``zone_min`` east of UTC), floored to the minute; an unknown zone widens the overlap by 13 h."""
+    site's CQL zone (``zone_min`` east of UTC), floored to the minute; an unknown zone widens the overlap by
+    13 h."""
     dt = parse_utc(checkpoint_utc) - timedelta(seconds=max(0, overlap_s))
     dt += timedelta(seconds=-WIDE_OVERLAP_S) if zone_min is None else timedelta(minutes=zone_min)
     return dt.strftime("%Y-%m-%d %H:%M")

@@ -127,15 +127,14 @@ class ConfluenceSource:
 
     async def iter_space(self, space: str, *, since: str | None = None) -> AsyncIterator[Page]:
         """In-scope pages of ``space`` (modified since the ``since`` CQL bound), oldest edit first. With
-        ``since``,
-        pages at the version time ``known`` says is indexed are left out (no body read; ``stats.known``)."""
+        ``since``, pages at the version time ``known`` says is indexed are left out (no body read;
+        ``stats.known``)."""
         async for page in self._iter_cql(space, self._cql(space, since=since), skip_known=since is not None):
             yield page
 
     async def iter_ids(self, space: str, page_ids: Sequence[str], *, chunk: int = 100) -> AsyncIterator[Page]:
         """Those of ``page_ids`` that are in-scope pages of ``space``, whatever their edit time (e.g. pages
-        moved
-        into the space: a move does not have to change ``lastmodified``)."""
+        moved into the space: a move does not have to change ``lastmodified``)."""
         ids = [i for i in page_ids if i.isdigit()]
         for n in range(0, len(ids), chunk):
             cql = self._cql(space, ordered=False) + f" and id in ({', '.join(ids[n:n + chunk])})"
@@ -212,9 +211,8 @@ class ConfluenceSource:
     async def iter_attachments(self, space: str, *, containers: set[str], since: str | None = None,
                                only: set[str] | None = None) -> AsyncIterator[Page]:
         """The attachments of in-scope pages changed since ``since`` (or those of ``only``, whatever their
-        time),
-        each a page of its own: its text as body, its page as breadcrumb. Too large or unreadable ones are
-        reported, not indexed."""
+        time), each a page of its own: its text as body, its page as breadcrumb. Too large or unreadable ones
+        are reported, not indexed."""
         rows = self.client.search(self._attachments_cql(space, since), expand="container,version,extensions",
                                   limit=self.id_limit)
         async for r in rows:

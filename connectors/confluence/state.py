@@ -2,8 +2,7 @@
 
 Two maps live there: which pages show which others through include macros (``connectors.confluence.includes``)
 and the version time of each page a sync indexed lately (``known_versions``: an incremental query's re-reads
-of
-those need no body, which on Cloud is a REST v2 request per results page).
+of those need no body, which on Cloud is a REST v2 request per results page).
 """
 
 from __future__ import annotations

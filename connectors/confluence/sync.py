@@ -107,9 +107,8 @@ async def sync_confluence(
     vocabulary: Path | None = None,
 ) -> SyncReport:
     """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints. ``vocabulary``:
-    the
-    keyword-expansion vocabulary to keep up to date; while it has no word counts yet, the run reads every page
-    (as ``full``) so that the unchanged ones are counted too.
+    the keyword-expansion vocabulary to keep up to date; while it has no word counts yet, the run reads every
+    page (as ``full``) so that the unchanged ones are counted too.
 
     Raises ``NotFoundError``/``AuthError``/``UnreachableError`` up front for a wrong space key, bad
     credentials or base URL; later per-page and per-space failures are reported, not raised.
@@ -220,8 +219,8 @@ async def _sync_space(
 ) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
     outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller.
-    Returns
-    the new checkpoint (what it may advance to: never past a page that failed in a way a retry can fix)."""
+    Returns the new checkpoint (what it may advance to: never past a page that failed in a way a retry can
+    fix)."""
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()
@@ -271,9 +270,8 @@ SPACE_CHECK_TTL_S = 6 * 3600
 async def _check_space(source: ConfluenceSource, store: CheckpointStore, key: str, *, again: bool) -> None:
     """The space check (wrong key, credentials, base URL), at most every ``SPACE_CHECK_TTL_S`` per space: a
     passed check is kept in the checkpoint store row ``__space_ok__:<key>``; ``again`` (``--full``) checks
-    anyway.
-    Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave the
-    index."""
+    anyway. Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave
+    the index."""
     row = f"__space_ok__:{key}"
     kept = await store.get_checkpoint(source.source_key, row)
     now = datetime.now(UTC)
@@ -319,10 +317,9 @@ async def _moved_extras(source: ConfluenceSource, key: str, containers: set[str]
 async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
                      includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
     """After the changed pages: the pages showing an older version of one of them, fetched again so the
-    included
-    text is current. Runs last, when ``tracker`` has seen every changed page. Included pages of other synced
-    spaces count by the version those spaces indexed lately (``elsewhere``: their known versions as this run
-    began), so their edits reach the includer at this space's next sync after theirs."""
+    included text is current. Runs last, when ``tracker`` has seen every changed page. Included pages of other
+    synced spaces count by the version those spaces indexed lately (``elsewhere``: their known versions as
+    this run began), so their edits reach the includer at this space's next sync after theirs."""
     seen = {pid: updated or "" for pid, updated in tracker.seen}
 
     def changed(inc: str, when: str) -> bool:
@@ -340,9 +337,8 @@ async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
 async def _unindexed(source: ConfluenceSource, key: str, tracker: _Tracker, index: Index,
                      candidates: set[str]) -> AsyncIterator[Page]:
     """Last: the in-scope pages that are neither indexed nor were read this run nor were settled at their
-    current
-    version by an earlier one: pages whose read restriction was lifted, that gained an included label or came
-    under the configured ancestor; none of that changes ``lastmodified``. Fetched by id."""
+    current version by an earlier one: pages whose read restriction was lifted, that gained an included label
+    or came under the configured ancestor; none of that changes ``lastmodified``. Fetched by id."""
     seen = {pid for pid, _ in tracker.seen}
     indexed = await index.page_spaces()
     wanted = sorted(pid for pid in candidates - seen if pid not in indexed)

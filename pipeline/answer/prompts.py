@@ -35,8 +35,7 @@ _REASONING_START = re.compile(r"^\s*(?:\*\*)?(?:reasoning|überlegung|begründun
 def answer_stream(sink: Callable[[str], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
     """For ``cot``: a text sink that shows only the answer as it streams. Text is held back while the reply
     starts with reasoning ("Reasoning: …") and forwarded from its "Answer:" line on; a reply that does not
-    start
-    with reasoning (a model that skips it) is forwarded whole, as with the other styles."""
+    start with reasoning (a model that skips it) is forwarded whole, as with the other styles."""
     held: list[str] = []
     state = {"mode": "undecided"}  # undecided -> reasoning -> answer | passthrough
 

@@ -6,8 +6,9 @@ Kept as one small stage so the CLI, the bot and the evaluation all retrieve the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipeline.answer.confidence import Confidence, confidence_of
@@ -71,62 +72,70 @@ async def retrieve(
 ) -> Retrieval:
     """Retrieve ``config.final_k`` hits for ``query`` within ``spaces`` (None = every space)."""
     timings: dict[str, float] = {}
-    t = time.perf_counter()
-    need_dense = config.mode != "lexical" or trace
-    dense_vec = None
-    if need_dense:
-        out = await asyncio.to_thread(embedder.embed_queries, [query])
-        dense_vec = tuple(float(x) for x in out[0])
-    sparse_vec = sparse.encode_query(query)
-    timings["embed_query"] = (time.perf_counter() - t) * 1000
+    with _timer(timings, "embed_query"):
+        dense_vec = await _dense(query, embedder) if config.mode != "lexical" or trace else None
+        sparse_vec = sparse.encode_query(query)
     expansions: list[tuple[str, str, float]] = []
     if expander is not None and config.keyword_weight > 0 and config.mode != "dense":
-        t = time.perf_counter()
-        sparse_vec, expansions = await asyncio.to_thread(
-            expander.expand, query, sparse_vec, weight=config.keyword_weight,
-            min_similarity=config.keyword_min_similarity)
-        timings["expand"] = (time.perf_counter() - t) * 1000
-
-    request = _search_request(
-        dense_vec,
-        sparse_vec,
-        config=config,
-        spaces=spaces,
-        reranking=reranker is not None,
-        context_pages=bool(context_pages),
-    )
-    t = time.perf_counter()
-    hits = await index.search(request)
-    timings["search"] = (time.perf_counter() - t) * 1000
-    if config.continuity_boost and context_pages and hits:
-        hits = boost_pages(hits, set(context_pages), config.continuity_boost)
-    if config.hub_weight and hits:
-        hits = await asyncio.to_thread(hub_rerank, hits, sparse, config.hub_weight)
+        with _timer(timings, "expand"):
+            sparse_vec, expansions = await asyncio.to_thread(
+                expander.expand, query, sparse_vec, weight=config.keyword_weight,
+                min_similarity=config.keyword_min_similarity)
+    request = _search_request(dense_vec, sparse_vec, config=config, spaces=spaces,
+                              reranking=reranker is not None, context_pages=bool(context_pages))
+    with _timer(timings, "search"):
+        hits = await _rescored(await index.search(request), config, sparse, context_pages)
     result = Retrieval(query=query, hits=hits, timings_ms=timings, expansions=expansions)
     if trace or (config.confidence and config.mode == "hybrid" and hits):
-        t = time.perf_counter()
-        result.lexical, result.dense = await asyncio.gather(
-            index.search(replace(request, mode="lexical", limit=config.lexical_k if trace else 1)),
-            index.search(replace(request, mode="dense", limit=config.dense_k if trace else 1)))
-        if config.mode == "hybrid":
-            result.confidence = confidence_of(
-                hits, next(iter(result.lexical), None), next(iter(result.dense), None)
-            )
-        timings["confidence"] = (time.perf_counter() - t) * 1000
+        with _timer(timings, "confidence"):
+            await _legs(result, index, request, config, trace=trace)
     if reranker is not None and hits:
-        t = time.perf_counter()
-        hits = await asyncio.to_thread(reranker.rerank, query, hits)
-        timings["rerank"] = (time.perf_counter() - t) * 1000
+        with _timer(timings, "rerank"):
+            hits = await asyncio.to_thread(reranker.rerank, query, hits)
     result.hits = hits[: config.final_k]
     if config.adaptive_min_k:
         result.hits = steepest_cut(result.hits, config.adaptive_min_k)
     return result
 
 
+async def _dense(query: str, embedder: Embedder) -> tuple[float, ...]:
+    out = await asyncio.to_thread(embedder.embed_queries, [query])
+    return tuple(float(x) for x in out[0])
+
+
+async def _rescored(hits: list[Hit], config: RetrievalSettings, sparse: SparseEncoder,
+                    context_pages: Sequence[str]) -> list[Hit]:
+    """Continuity (the previous turn's pages) and graph reranking, where configured."""
+    if config.continuity_boost and context_pages and hits:
+        hits = boost_pages(hits, set(context_pages), config.continuity_boost)
+    if config.hub_weight and hits:
+        hits = await asyncio.to_thread(hub_rerank, hits, sparse, config.hub_weight)
+    return hits
+
+
+async def _legs(result: Retrieval, index: Index, request: SearchRequest, config: RetrievalSettings, *,
+                trace: bool) -> None:
+    """Each ranker alone (its top hit for the confidence check; its whole list when traced)."""
+    result.lexical, result.dense = await asyncio.gather(
+        index.search(replace(request, mode="lexical", limit=config.lexical_k if trace else 1)),
+        index.search(replace(request, mode="dense", limit=config.dense_k if trace else 1)))
+    if config.mode == "hybrid":
+        result.confidence = confidence_of(result.hits, next(iter(result.lexical), None),
+                                          next(iter(result.dense), None))
+
+
+@contextlib.contextmanager
+def _timer(timings: dict[str, float], name: str) -> Iterator[None]:
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + (time.perf_counter() - t) * 1000
+
+
 def steepest_cut(hits: list[Hit], min_k: int) -> list[Hit]:
     """The hits before the largest score drop between neighbours, keeping at least ``min_k`` (ties: the
-    earlier
-    drop): adaptive k from the score curve instead of a fixed cut."""
+    earlier drop): adaptive k from the score curve instead of a fixed cut."""
     if len(hits) <= min_k:
         return hits
     _, cut = max((hits[i - 1].score - hits[i].score, -i) for i in range(min_k, len(hits)))

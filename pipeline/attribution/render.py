@@ -60,11 +60,9 @@ def explanation_view(result: AttributionResult, *, max_clusters: int = 5) -> Exp
 
 def is_flat(result: AttributionResult, *, ratio: float = 1.5, entropy: float = 0.95) -> bool:
     """True when no source stands out: top share < ratio × uniform; and for counterfactual methods when no
-    removal
-    changed the answer (every similarity ≥ ``UNCHANGED``), for the others when the normalised entropy is ≥
-    ``entropy``. Entropy alone misjudges counterfactuals: two quoted sources at 17 % and 15 % among eight
-    unchanged
-    ones at 8.5 % score 0.97 although the counterfactuals singled both out."""
+    removal changed the answer (every similarity ≥ ``UNCHANGED``), for the others when the normalised entropy
+    is ≥ ``entropy``. Entropy alone misjudges counterfactuals: two quoted sources at 17 % and 15 % among eight
+    unchanged ones at 8.5 % score 0.97 although the counterfactuals singled both out."""
     known = [c for c in result.clusters if not c.unknown]
     shares = [c.percent / 100.0 for c in known]
     k = len(shares)

@@ -79,10 +79,9 @@ def without(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
 
 def _without_rows(hit: Hit, rows: Sequence[Evidence]) -> Hit:
     """``hit`` without the lines of ``rows`` when it is their table (same page and table number). A table's
-    text is
-    its rows, one line each; a row's own line is the last line of its text (markdown rows carry the header
-    first).
-    Whole lines are compared, so a short row ("Yes", plain linearization) never cuts into other rows."""
+    text is its rows, one line each; a row's own line is the last line of its text (markdown rows carry the
+    header first). Whole lines are compared, so a short row ("Yes", plain linearization) never cuts into other
+    rows."""
     ev = hit.evidence
     if ev.kind != "table":
         return hit

@@ -2,12 +2,10 @@
 
 Real wikis hold copies: a team page copied into a personal space, a page moved by copying. ConfQuestions has
 five such pairs (``Tech1: OpenXT Platform Architecture`` in space CS and in ``~cclark``, word 5-shingle
-Jaccard
-0.97-1.0), and its gold URL names whichever copy the annotator had open (Tech1: 4 questions name one copy, 5
-the
-other). Under the paper's page-URL rule a system that ranks the other copy first scores a miss on a coin flip.
-The copy-aware figure counts a hit on a page whose text is a near-copy of the gold page's (Jaccard of word
-5-shingles ≥ ``THRESHOLD``); it is reported next to the paper's rule, never instead of it.
+Jaccard 0.97-1.0), and its gold URL names whichever copy the annotator had open (Tech1: 4 questions name one
+copy, 5 the other). Under the paper's page-URL rule a system that ranks the other copy first scores a miss on
+a coin flip. The copy-aware figure counts a hit on a page whose text is a near-copy of the gold page's
+(Jaccard of word 5-shingles ≥ ``THRESHOLD``); it is reported next to the paper's rule, never instead of it.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 - **Faithfulness**: the share of the answer's claims that the sources shown to the generator support
   (``prompts/ragas_faithfulness.j2``); undefined (None) for an answer without claims ("cannot be found").
 - **Answer relevancy**: the judge writes ``n`` questions the answer answers (``ragas_questions.j2``); the
-  score
-  is their mean cosine similarity to the asked question under the embedder, 0 for a noncommittal answer.
+  score is their mean cosine similarity to the asked question under the embedder, 0 for a noncommittal answer.
 - **Context precision**: the judge marks each shown source useful (1) or not (0) for arriving at the reference
   answer (``ragas_context_precision.j2``); the score is the mean of precision@k over the useful ranks k
   (average precision: useful sources ranked first score higher), 0 when none is useful.

@@ -81,14 +81,14 @@ async def run_retrieval_eval(
     reranker: Reranker | None = None,
     langs: Sequence[str] = ("en", "de"),
     query_types: Sequence[str] = ("completed", "conversational"),
-    strategy: str = "topic",
+    strategy: str,
     strict_urls: bool = False,
     expander: KeywordExpander | None = None,
     copies: dict[str, frozenset[str]] | None = None,
 ) -> list[QuestionResult]:
     """Every question of ``conversations`` in each language and query type. ``copies`` (page URL ->
-    near-copies,
-    ``evaluation.copies.page_copies``) adds the copy-aware rank; without it that rank is the page-id rank."""
+    near-copies, ``evaluation.copies.page_copies``) adds the copy-aware rank; without it that rank is the
+    page-id rank."""
     out: list[QuestionResult] = []
     for qt in query_types:
         for lang in langs:

@@ -148,8 +148,7 @@ class QdrantServerIndex:
 
     def _open_error(self, exc: IndexError_) -> EvidentError:
         """At open, say which setting is wrong: a rejected key and an unreachable server are the usual
-        first-day
-        errors, and the second is worth retrying (``evident serve`` does)."""
+        first-day errors, and the second is worth retrying (``evident serve`` does)."""
         cause = exc.__cause__
         if isinstance(cause, UnexpectedResponse) and cause.status_code in (401, 403):
             return AuthError(f"Qdrant at {self.where} rejected QDRANT_API_KEY (HTTP {cause.status_code})",

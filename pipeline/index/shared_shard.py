@@ -118,10 +118,8 @@ class SharedShard:
 
     def _reacquire(self) -> None:
         """Take the lease back and reload the shard. Concurrent operations queue here: the first one
-        re-acquires,
-        the others find the lease held (``acquire`` returns at once) and the shard loaded; were they to wait
-        on
-        locks of their own, they would wait for their own process."""
+        re-acquires, the others find the lease held (``acquire`` returns at once) and the shard loaded; were
+        they to wait on locks of their own, they would wait for their own process."""
         with self._acquiring:
             self.lease.acquire()
             with self._state:

@@ -213,10 +213,9 @@ async def ingest_pages(
     count_unchanged: bool | None = None,
 ) -> IngestReport:
     """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal.
-    ``vocabulary``,
-    ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``VocabularyRun``): a path is
-    loaded and
-    saved by this run; a ``VocabularyRun`` belongs to the caller (one for a whole sync), who finishes it."""
+    ``vocabulary``, ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``VocabularyRun``):
+    a path is loaded and saved by this run; a ``VocabularyRun`` belongs to the caller (one for a whole sync),
+    who finishes it."""
     t0 = time.perf_counter()
     if isinstance(vocabulary, VocabularyRun):
         return await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
@@ -327,8 +326,7 @@ class VocabularyRun:
 
     async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]]) -> None:
         """Write the vocabulary when words were counted (or there is none yet); a failure is a warning
-        (appended to
-        ``warnings``): search works without expansion."""
+        (appended to ``warnings``): search works without expansion."""
         if not (self.counts.added or not self.existed):
             return
         try:

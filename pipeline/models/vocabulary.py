@@ -196,8 +196,7 @@ class KeywordExpander:
         self, query: str, *, min_similarity: float, per_word: int = 1
     ) -> list[tuple[str, str, float]]:
         """(query word, corpus word, cosine) for each expansion of ``query``: the ``per_word`` nearest corpus
-        words
-        of each unknown word, at cosine ``min_similarity`` or more."""
+        words of each unknown word, at cosine ``min_similarity`` or more."""
         vocab = self.vocabulary()
         if vocab is None or not vocab.terms:
             return []
