@@ -1,6 +1,6 @@
 """`evident ingest` / `evident demo`: pages from a ``SourceConnector`` (export folders) into the index.
 
-Folders are remembered (``pipeline.store_sources``): a page whose file was deleted, or that a file read in
+Folders are remembered (``pipeline.store.sources``): a page whose file was deleted, or that a file read in
 full no longer holds, leaves the index at the folder's next ingest. Pages of files that failed to read this
 time stay (their ids are unknown until they read again), and so do pages another folder also produced.
 """

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pipeline.store_reports import FeedbackSummary, SpaceSync, SyncRun
+from pipeline.store.reports import FeedbackSummary, SpaceSync, SyncRun
 from pipeline.turns import Turn
 from pipeline.types import ChatMessage, Evidence, Hit, IndexPoint, Page, SearchRequest, SparseVector
 
@@ -164,8 +164,8 @@ class CheckpointStore(Protocol):
     async def set_checkpoint(self, source: str, space: str, checkpoint_utc: str) -> None: ...
 
 
-class ConversationStore(Protocol):
-    """What a chat adapter's conversation core needs of the store (``pipeline.store.Store``)."""
+class TurnStore(Protocol):
+    """Turns and the platform messages that show them (``pipeline.store.turns``)."""
 
     async def set_message_ref(self, turn_id: int, message_ref: str) -> None: ...
 
@@ -175,9 +175,34 @@ class ConversationStore(Protocol):
 
     async def mark_explained(self, turn_id: int) -> None: ...
 
+    async def conversation_exists(self, key: str) -> bool: ...
+
+
+class ConversationMetaStore(Protocol):
+    """What a platform keeps about a conversation (``pipeline.store.conversations``)."""
+
     async def conversation_meta(self, key: str) -> dict[str, Any]: ...
 
     async def set_conversation_meta(self, key: str, meta: Mapping[str, Any]) -> None: ...
+
+
+class FeedbackStore(Protocol):
+    """One rating per user and turn, named with the platform it came from (``pipeline.store.feedback``)."""
+
+    async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str,
+                           comment: str | None = None) -> None: ...
+
+    async def remove_feedback(self, turn_id: int, user_id: str) -> None: ...
+
+
+class EventLog(Protocol):
+    """Platform events already handled (``pipeline.store.events``)."""
+
+    async def mark_event_seen(self, event_id: str) -> bool: ...
+
+
+class StatusReports(Protocol):
+    """What status views read (``pipeline.store.reports``)."""
 
     async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]: ...
 
@@ -189,11 +214,6 @@ class ConversationStore(Protocol):
 
     async def last_sync(self) -> SyncRun | None: ...
 
-    async def conversation_exists(self, key: str) -> bool: ...
 
-    async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str = "slack",
-                           comment: str | None = None) -> None: ...
-
-    async def remove_feedback(self, turn_id: int, user_id: str) -> None: ...
-
-    async def mark_event_seen(self, event_id: str) -> bool: ...
+class ConversationStore(TurnStore, ConversationMetaStore, FeedbackStore, EventLog, StatusReports, Protocol):
+    """What a chat adapter's conversation core needs of the store: the protocols above together."""

@@ -482,7 +482,7 @@ class MemoryStore:
     async def conversation_exists(self, key: str) -> bool:
         return any(t.conversation_key == key for t in self.turns.values())
 
-    async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str = "slack",
+    async def set_feedback(self, turn_id: int, user_id: str, value: int, *, platform: str,
                            comment: str | None = None) -> None:
         self.feedback[(turn_id, user_id)] = value
 
@@ -515,7 +515,7 @@ class MemoryStore:
         return [(t.id, t.question, t.created_at) for t in reversed(mine)][:limit]
 
     async def feedback_summary(self, worst: int = 5) -> Any:
-        from pipeline.store_reports import FeedbackSummary
+        from pipeline.store.reports import FeedbackSummary
 
         values = list(self.feedback.values())
         return FeedbackSummary(sum(v > 0 for v in values), sum(v < 0 for v in values), ())

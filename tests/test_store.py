@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.errors import InputError, StoreError
 from pipeline.store import Store
-from pipeline.store_migrations import MIGRATIONS
+from pipeline.store.migrations import MIGRATIONS
 from pipeline.turns import RetrievedRef, TurnRecord
 from pipeline.types import Citation
 
@@ -82,17 +82,19 @@ async def test_turns_roundtrip_history_and_restart(tmp_path: Path) -> None:
     retrieved = (RetrievedRef("e1", score=0.5, rank=1, page_id="p1", url="u", title="t"),)
     cited = (Citation(1, "u", "t", "ENG", ("e1",)),)
     ids = []
-    for i in range(12):
+    for i in range(11):
         ids.append(await s.add_turn(TurnRecord(conversation_key=key, question=f"q{i}", user_id="U1",
                                                retrieved=retrieved, timings={"retrieve": 12.5},
                                                out_of_scope=False, notice="shortened")))
+    ids.append(await s.add_turn(TurnRecord(
+        conversation_key=key, question="q11", user_id="U1", retrieved=retrieved, timings={"retrieve": 12.5},
+        out_of_scope=False, notice="shortened", answer="because [1]", citations=cited, raw_answer="because [1] raw",
+        extractive=True, model="extractive", prompt_template="answer", prompt_version="1")))
     assert await s.conversation_exists(key)
-    await s.update_turn(ids[-1], answer="because [1]", citations=cited, raw_answer="because [1] raw",
-                        extractive=True, model="extractive", prompt_template="answer", prompt_version="1")
     hist = await s.history(key, limit=3)
     assert [t.question for t in hist] == ["q9", "q10", "q11"]
     assert [t.turn_no for t in hist] == [10, 11, 12]
-    await s.set_feedback(ids[0], "U2", 1)
+    await s.set_feedback(ids[0], "U2", 1, platform="slack")
     await s.put_attribution(ids[0], "cfa", "h1", {"scores": [0.7, 0.3]})
     await s.set_checkpoint("confluence", "ENG", "2024-01-01T00:00:00Z")
     await s.close()
@@ -105,7 +107,7 @@ async def test_turns_roundtrip_history_and_restart(tmp_path: Path) -> None:
     assert t.answer == "because [1]" and t.citations == cited
     assert t.retrieved == retrieved and t.timings == {"retrieve": 12.5}
     assert t.extractive is True and t.out_of_scope is False
-    assert t.raw_answer == "because [1] raw" and t.notice == "shortened"  # meta fields merge on update
+    assert t.raw_answer == "because [1] raw" and t.notice == "shortened"  # kept in the meta column
     assert await s2.get_feedback(ids[0]) == {"U2": 1}
     assert await s2.get_attribution(ids[0], "cfa", "h1") == {"scores": [0.7, 0.3]}
     assert await s2.get_checkpoint("confluence", "ENG") == "2024-01-01T00:00:00Z"
@@ -114,12 +116,12 @@ async def test_turns_roundtrip_history_and_restart(tmp_path: Path) -> None:
     await s2.close()
 
 
-async def test_update_turn_rejects_unknown_field_and_missing_turn(store: Store) -> None:
+async def test_linking_a_missing_turn_fails_and_an_empty_key_is_refused(store: Store) -> None:
     tid = await store.add_turn(TurnRecord(conversation_key="cli:s", question="q"))
-    with pytest.raises(StoreError, match="unknown turn field"):
-        await store.update_turn(tid, bogus=1)
     with pytest.raises(StoreError, match="does not exist"):
-        await store.update_turn(tid + 100, answer="x")
+        await store.set_message_ref(tid + 100, "1.2")
+    with pytest.raises(StoreError, match="does not exist"):
+        await store.mark_explained(tid + 100)
     assert await store.get_turn(tid + 100) is None
     with pytest.raises(InputError):
         await store.add_turn(TurnRecord(conversation_key="", question="q"))
@@ -145,17 +147,17 @@ async def test_turn_by_message_matches_key_or_channel_prefix(store: Store) -> No
 
 async def test_feedback_change_and_remove(store: Store) -> None:
     tid = await store.add_turn(TurnRecord(conversation_key="cli:s", question="q"))
-    await store.set_feedback(tid, "U1", 1)
-    await store.set_feedback(tid, "U2", -1)
-    await store.set_feedback(tid, "U1", -1)
+    await store.set_feedback(tid, "U1", 1, platform="slack")
+    await store.set_feedback(tid, "U2", -1, platform="slack")
+    await store.set_feedback(tid, "U1", -1, platform="slack")
     assert await store.get_feedback(tid) == {"U1": -1, "U2": -1}
     await store.remove_feedback(tid, "U1")
     assert await store.get_feedback(tid) == {"U2": -1}
     await store.remove_feedback(tid, "nobody")
     with pytest.raises(InputError):
-        await store.set_feedback(tid, "U1", 0)
+        await store.set_feedback(tid, "U1", 0, platform="slack")
     with pytest.raises(StoreError):  # foreign key: no such turn
-        await store.set_feedback(tid + 50, "U1", 1)
+        await store.set_feedback(tid + 50, "U1", 1, platform="slack")
 
 
 async def test_feedback_records_platform_and_keeps_a_comment(tmp_path: Path) -> None:
@@ -220,11 +222,10 @@ async def test_fifty_concurrent_writers(tmp_path: Path) -> None:
 
     async def writer(i: int) -> int:
         store = s if i % 2 else other
-        tid = await store.add_turn(
-            TurnRecord(conversation_key=f"cli:{i % 5}", question=f"q{i}", user_id=f"U{i}")
-        )
-        await store.update_turn(tid, answer=f"a{i}", timings={"total": i})
-        await store.set_feedback(tid, f"U{i}", 1 if i % 3 else -1)
+        tid = await store.add_turn(TurnRecord(conversation_key=f"cli:{i % 5}", question=f"q{i}", user_id=f"U{i}",
+                                              answer=f"a{i}", timings={"total": i}))
+        await store.set_message_ref(tid, f"{i}.0")
+        await store.set_feedback(tid, f"U{i}", 1 if i % 3 else -1, platform="teams")
         return tid
 
     ids = await asyncio.wait_for(asyncio.gather(*(writer(i) for i in range(50))), timeout=30)

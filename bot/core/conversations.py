@@ -242,7 +242,7 @@ class Conversations:
         except StoreError:
             log.exception("could not record that turn %s was explained", turn_id)
 
-    async def feedback(self, turn: Turn, user: str, value: int | None, *, platform: str = "slack",
+    async def feedback(self, turn: Turn, user: str, value: int | None, *, platform: str,
                        comment: str | None = None) -> None:
         """Record (``value`` ±1) or withdraw (None) one user's rating of a turn."""
         if not user:

@@ -37,7 +37,7 @@ from bot.slack.threads import (
     thread_of_key,
 )
 from pipeline.errors import EvidentError, StoreError
-from pipeline.store_reports import RatedTurn
+from pipeline.store.reports import RatedTurn
 from pipeline.turns import Turn
 
 log = logging.getLogger("evident.bot")
@@ -380,7 +380,7 @@ class EvidentBot:
     async def _button_feedback(self, channel: str, turn_id: int, user: str, value: int) -> None:
         turn = await self._button_turn(channel, turn_id)
         if turn is not None:
-            await self.core.feedback(turn, user, value)
+            await self.core.feedback(turn, user, value, platform="slack")
 
     async def _button_explain(self, channel: str, turn_id: int) -> None:
         turn = await self._button_turn(channel, turn_id)
@@ -391,7 +391,7 @@ class EvidentBot:
     async def _feedback(self, channel: str, ts: str, user: str, value: int | None) -> None:
         turn = await self.core.turn_for(channel, ts)
         if turn is not None:
-            await self.core.feedback(turn, user, value)
+            await self.core.feedback(turn, user, value, platform="slack")
 
 
 def _where(body: dict[str, Any]) -> tuple[str, str]:

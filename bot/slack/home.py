@@ -13,7 +13,7 @@ from slack_sdk.models.blocks import ContextBlock, DividerBlock, HeaderBlock, Mar
 
 from bot.slack.mrkdwn import escape
 from bot.slack.threads import channel_of_key
-from pipeline.store_reports import FeedbackSummary, SpaceSync, SyncRun
+from pipeline.store.reports import FeedbackSummary, SpaceSync, SyncRun
 
 MAX_SHOWN = 5
 

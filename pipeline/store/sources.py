@@ -1,29 +1,20 @@
 """Which pages each local source folder produced, so pages whose files are gone can leave the index.
 
-A mixin of ``pipeline.store.Store`` (table ``source_pages``, migration 6): per source (a folder, by its
+A concern of ``pipeline.store.Store`` (table ``source_pages``, migration 6): per source (a folder, by its
 resolved path) the page ids it produced and the file each came from.
 """
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TypeVar
+
+from pipeline.store.database import Database
 
 T = TypeVar("T")
 
 
-class StoreSources:
-    async def _run(self, fn: Callable[[], T]) -> T:  # pragma: no cover - provided by Store
-        raise NotImplementedError
-
-    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
-
+class StoreSources(Database):
     async def source_pages(self, source: str) -> dict[str, str]:
         """page id -> file for the pages ``source`` produced when it was last read."""
         rows = await self._run(

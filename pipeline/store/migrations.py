@@ -39,7 +39,8 @@ def _m1_initial(db: sqlite_utils.Database) -> None:
     db["sync_state"].create(  # type: ignore[union-attr]
         {"source": str, "space": str, "checkpoint_utc": str, "updated_at": str}, pk=("source", "space"),
     )
-    db["seen_events"].create({"event_id": str, "created_at": float}, pk="event_id")  # type: ignore[union-attr]
+    db["seen_events"].create(  # type: ignore[union-attr]
+        {"event_id": str, "created_at": float}, pk="event_id")
     db["seen_events"].create_index(["created_at"])  # type: ignore[union-attr]
 
 

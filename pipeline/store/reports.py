@@ -6,9 +6,10 @@ A mixin of ``pipeline.store.Store``: it uses the store's connection helpers and 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from pipeline.store.database import Database
 
 T = TypeVar("T")
 
@@ -47,14 +48,9 @@ class SyncRun:
     errors: tuple[str, ...]
 
 
-class StoreReports:
-    """Implemented by ``Store``; these are what the reports need from it."""
-
-    async def _run(self, fn: Callable[[], T]) -> T:  # pragma: no cover - provided by Store
-        raise NotImplementedError
-
-    def _rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-        raise NotImplementedError
+class StoreReports(Database):
+    """What status views (App Home, `evident status`) read: popular pages, recent questions, feedback,
+    syncs."""
 
     async def popular_pages(self, limit: int = 20, *, recent_turns: int = 2000) -> list[tuple[str, str, int]]:
         """(title, space, times cited) of the pages the latest ``recent_turns`` answers cited most."""
