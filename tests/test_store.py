@@ -86,10 +86,26 @@ async def test_turns_roundtrip_history_and_restart(tmp_path: Path) -> None:
         ids.append(await s.add_turn(TurnRecord(conversation_key=key, question=f"q{i}", user_id="U1",
                                                retrieved=retrieved, timings={"retrieve": 12.5},
                                                out_of_scope=False, notice="shortened")))
-    ids.append(await s.add_turn(TurnRecord(
-        conversation_key=key, question="q11", user_id="U1", retrieved=retrieved, timings={"retrieve": 12.5},
-        out_of_scope=False, notice="shortened", answer="because [1]", citations=cited, raw_answer="because [1] raw",
-        extractive=True, model="extractive", prompt_template="answer", prompt_version="1")))
+    ids.append(
+        await s.add_turn(
+            TurnRecord(
+                conversation_key=key,
+                question="q11",
+                user_id="U1",
+                retrieved=retrieved,
+                timings={"retrieve": 12.5},
+                out_of_scope=False,
+                notice="shortened",
+                answer="because [1]",
+                citations=cited,
+                raw_answer="because [1] raw",
+                extractive=True,
+                model="extractive",
+                prompt_template="answer",
+                prompt_version="1",
+            )
+        )
+    )
     assert await s.conversation_exists(key)
     hist = await s.history(key, limit=3)
     assert [t.question for t in hist] == ["q9", "q10", "q11"]
@@ -222,8 +238,15 @@ async def test_fifty_concurrent_writers(tmp_path: Path) -> None:
 
     async def writer(i: int) -> int:
         store = s if i % 2 else other
-        tid = await store.add_turn(TurnRecord(conversation_key=f"cli:{i % 5}", question=f"q{i}", user_id=f"U{i}",
-                                              answer=f"a{i}", timings={"total": i}))
+        tid = await store.add_turn(
+            TurnRecord(
+                conversation_key=f"cli:{i % 5}",
+                question=f"q{i}",
+                user_id=f"U{i}",
+                answer=f"a{i}",
+                timings={"total": i},
+            )
+        )
         await store.set_message_ref(tid, f"{i}.0")
         await store.set_feedback(tid, f"U{i}", 1 if i % 3 else -1, platform="teams")
         return tid

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import qdrant_edge as qe
 
@@ -28,63 +28,21 @@ from pipeline.errors import IndexError_, IndexMismatchError
 from pipeline.index import common as ic
 from pipeline.index.edge_layout import EdgeLayout, trim_heap
 from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manifest, write_json_atomic
-from pipeline.index.edge_pages import PageTable
-from pipeline.index.edge_records import match as _match
-from pipeline.index.edge_records import match_any as _match_any
-from pipeline.index.edge_records import scan_pages
-from pipeline.index.shared_shard import SharedShard
-from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
-
-T = TypeVar("T")
+from pipeline.index.edge_reads import EdgeReads
+from pipeline.index.edge_records import match, match_any, scan_pages
+from pipeline.types import IndexPoint
 
 
-class EdgeIndex:
+class EdgeIndex(EdgeReads):
     """Hybrid index in a local directory via Qdrant Edge (``qdrant-edge-py``)."""
 
     batch_size: int = ic.WRITE_BATCH
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        wait_s: float = 600.0,
-        command: str | None = None,
-        layout: EdgeLayout | None = None,
-    ) -> None:
-        self._path = Path(path)
-        self._layout = layout or EdgeLayout()
-        self._pages = PageTable(self._path)  # page_id -> (hash, space), read by every sync
-        self._shared = SharedShard(self._path, wait_s=wait_s, command=command)
-        self._dim = 0
-        self._embedder = ""
-        self._sparse_idf = True  # from the recipe: BM25 needs IDF, learned sparse weights (bge-m3) do not
+    def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None,
+                 layout: EdgeLayout | None = None) -> None:
+        super().__init__(path, wait_s=wait_s, command=command, layout=layout)
         self._unoptimized = 0  # points written since the last optimize (segments are built as they fill)
         self._write_lock = asyncio.Lock()  # one writer at a time (staging cleanup vs. staging)
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    @property
-    def handovers(self) -> int:  # how often this process handed the shard to another one
-        return self._shared.handovers
-
-    def _require(self) -> qe.EdgeShard:
-        return self._shared.current
-
-    def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run one Edge call under the lock, turning its errors into ``IndexError_``."""
-        with self._shared.lock:
-            try:
-                return fn(*args)
-            except Exception as exc:
-                raise IndexError_(f"qdrant edge at {self._path}: {exc}") from exc
-
-    def _live_filter(self, spaces: Sequence[str] | None = None) -> qe.Filter:
-        must: list[Any] = [_match(ic.STATE, ic.LIVE)]
-        if spaces is not None:
-            must.append(_match_any("space", spaces))
-        return qe.Filter(must=must)
 
     # ------------------------------------------------------------------ open / close
 
@@ -162,7 +120,7 @@ class EdgeIndex:
         # Leftovers of a write that crashed while staging (no live process is mid-swap: see module doc).
         self._call(
             shard.update,
-            qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])),
+            qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[match(ic.STATE, ic.STAGED)])),
         )
         if not self._pages.open():
             self._pages.rebuild(scan_pages(lambda req: self._call(shard.scroll, req), self._live_filter()))
@@ -244,19 +202,9 @@ class EdgeIndex:
     def _begin_page_sync(self, page_id: str) -> str | None:
         """Mark the page pending in the page table, drop its staged leftovers; return its live hash."""
         self._pages.mark_pending([page_id])
-        staged = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.STAGED)])
+        staged = qe.Filter(must=[match("page_id", page_id), match(ic.STATE, ic.STAGED)])
         self._call(self._require().update, qe.UpdateOperation.delete_points_by_filter(staged))
-        return self._live_version_sync(page_id)[0]
-
-    def _live_version_sync(self, page_id: str) -> tuple[str | None, str]:
-        """The page's live hash (None: no live points) and space, from the shard."""
-        shard = self._require()
-        flt = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
-        selector = qe.PayloadSelector.Include(["page_hash", "space"])
-        records, _ = self._call(shard.scroll, qe.ScrollRequest(limit=1, filter=flt, with_payload=selector))
-        if not records or not records[0].payload:
-            return None, ""
-        return str(records[0].payload["page_hash"]), str(records[0].payload.get("space") or "")
+        return self._live_version(page_id)[0]
 
     def _upsert_sync(self, batch: Sequence[IndexPoint], state: str) -> list[str]:
         shard = self._require()
@@ -281,7 +229,7 @@ class EdgeIndex:
         """Make the new points the live version, then settle the page table with ``settled`` (hash, space)."""
         shard = self._require()
         with self._shared.lock:  # one critical section: readers never observe the gap or a mix
-            old: list[Any] = [_match("page_id", page_id), _match(ic.STATE, ic.LIVE)]
+            old: list[Any] = [match("page_id", page_id), match(ic.STATE, ic.LIVE)]
             if in_place:
                 keep: list[Any] = [qe.HasIdCondition(set(new_ids))] if new_ids else []
                 flt = qe.Filter(must=old, must_not=keep or None)
@@ -305,167 +253,6 @@ class EdgeIndex:
 
     def _delete_sync(self, page_ids: list[str]) -> None:
         self._pages.mark_pending(page_ids)
-        flt = qe.Filter(must=[_match_any("page_id", page_ids)])
+        flt = qe.Filter(must=[match_any("page_id", page_ids)])
         self._call(self._require().update, qe.UpdateOperation.delete_points_by_filter(flt))
         self._pages.remove(page_ids)
-
-    # ------------------------------------------------------------------ reads
-
-    async def search(self, request: SearchRequest) -> list[Hit]:
-        """Lexical, dense, or hybrid (RRF fused inside Edge, weighted when ``request.weights``)."""
-        async with self._shared.use():
-            return await asyncio.to_thread(self._search_sync, request)
-
-    def _search_sync(self, request: SearchRequest) -> list[Hit]:
-        shard = self._require()
-        use_sparse, use_dense = ic.query_legs(request)
-        if not (use_sparse or use_dense) or request.limit <= 0:
-            return []
-        flt = self._live_filter(request.spaces)
-        # IDF over live points only, so staged versions never shift lexical scores.
-        sparse_params = (
-            qe.SearchParams(idf=qe.IdfParams(corpus=self._live_filter())) if self._sparse_idf else None
-        )
-        legs: list[tuple[Any, int, qe.SearchParams | None]] = []
-        if use_sparse and request.sparse is not None:
-            vec = qe.SparseVector(list(request.sparse.indices), [float(v) for v in request.sparse.values])
-            legs.append((qe.Query.Nearest(vec, using=ic.SPARSE), request.lexical_k, sparse_params))
-        if use_dense and request.dense is not None:
-            dense_params = self._layout.dense_params()
-            legs.append(
-                (
-                    qe.Query.Nearest([float(x) for x in request.dense], using=ic.DENSE),
-                    request.dense_k,
-                    dense_params,
-                )
-            )
-        if request.mode != "hybrid":
-            query, _, params = legs[0]
-            req = qe.QueryRequest(
-                limit=request.limit, query=query, filter=flt, params=params, with_payload=True
-            )
-        else:
-            prefetches = [qe.Prefetch(limit=k, query=q, filter=flt, params=p) for q, k, p in legs]
-            fusion: Any = qe.Fusion.Dbsf() if request.fusion == "dbsf" else qe.Fusion.Rrf(  # stubs omit Rrf
-                k=ic.engine_rrf_k(request.rrf_k), weights=ic.leg_weights(request, use_sparse, use_dense)
-            )
-            req = qe.QueryRequest(
-                limit=request.limit, prefetches=prefetches, query=fusion, filter=flt, with_payload=True
-            )
-        scored = ic.stable_order(list(self._call(shard.query, req)))
-        return [
-            Hit(
-                ic.evidence_from_payload(p.payload or {}),
-                float(p.score),
-                rank,
-                str((p.payload or {}).get("content", "")),
-            )
-            for rank, p in enumerate(scored, start=1)
-        ]
-
-    async def page_hashes(self) -> dict[str, str]:
-        async with self._shared.use():
-            return await asyncio.to_thread(self._page_hashes_sync)
-
-    def _page_hashes_sync(self) -> dict[str, str]:
-        return self._page_column_sync("hash")
-
-    async def page_spaces(self) -> dict[str, str]:
-        async with self._shared.use():
-            return await asyncio.to_thread(self._page_column_sync, "space")
-
-    def _page_column_sync(self, column: str) -> dict[str, str]:
-        """From the page table, after settling pages a crashed write left pending (see ``edge_pages``)."""
-        with self._shared.lock:
-            for page_id in self._pages.pending():
-                page_hash, space = self._live_version_sync(page_id)
-                self._pages.settle(page_id, page_hash, space)
-            return self._pages.column(column)
-
-    async def export_points(
-        self, batch: int = 256, *, page_ids: Sequence[str] | None = None
-    ) -> AsyncIterator[IndexPoint]:
-        """Every live point (of ``page_ids``, default all) with its vectors; a page's points are consecutive.
-
-        For ``evident index migrate``: the consumer can ``replace_page`` each page as it completes while
-        holding only one page in memory. Each scroll of ``batch`` points is one short thread hop; run it
-        on an index nobody writes to, or a page swapped meanwhile may be exported old or new.
-        """
-        pages = sorted(await self.page_hashes()) if page_ids is None else list(page_ids)
-        for page_id in pages:
-            offset: Any = None
-            while True:
-                async with self._shared.use():
-                    points, offset = await asyncio.to_thread(
-                        self._export_sync, page_id, offset, max(1, batch)
-                    )
-                for point in points:
-                    yield point
-                if offset is None:
-                    break
-
-    def _export_sync(self, page_id: str, offset: Any, batch: int) -> tuple[list[IndexPoint], Any]:
-        shard = self._require()
-        flt = qe.Filter(must=[_match("page_id", page_id), _match(ic.STATE, ic.LIVE)])
-        req = qe.ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=True, with_vector=True)
-        records, next_offset = self._call(shard.scroll, req)
-        return [ic.point_from_record(r) for r in records], next_offset
-
-    async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
-        """Live evidence by id, in the given order; unknown ids are skipped."""
-        if not evidence_ids:
-            return []
-        async with self._shared.use():
-            return await asyncio.to_thread(self._get_sync, list(evidence_ids))
-
-    def _get_sync(self, evidence_ids: list[str]) -> list[Evidence]:
-        shard = self._require()
-        flt = qe.Filter(must=[_match(ic.STATE, ic.LIVE), _match_any("evidence_id", evidence_ids)])
-        found: dict[str, Evidence] = {}
-        offset: Any = None
-        while True:
-            req = qe.ScrollRequest(
-                offset=offset, limit=max(len(evidence_ids), 16), filter=flt, with_payload=True
-            )
-            records, offset = self._call(shard.scroll, req)
-            for r in records:
-                ev = ic.evidence_from_payload(r.payload or {})
-                found[ev.id] = ev
-            if offset is None:
-                break
-        return [found[i] for i in evidence_ids if i in found]
-
-    async def count(self) -> int:
-        """Live points."""
-        async with self._shared.use():
-            return await asyncio.to_thread(self._count_sync, self._live_filter())
-
-    def _count_sync(self, flt: qe.Filter) -> int:
-        return self._call(self._require().count, qe.CountRequest(exact=True, filter=flt))
-
-    async def ready(self) -> None:
-        await self.count()
-
-    async def stats(self) -> dict[str, object]:
-        async with self._shared.use():
-            return await asyncio.to_thread(self._stats_sync)
-
-    def _stats_sync(self) -> dict[str, object]:
-        shard = self._require()
-        live = _match(ic.STATE, ic.LIVE)
-        by_kind = {k: self._count_sync(qe.Filter(must=[live, _match("kind", k)])) for k in EVIDENCE_KINDS}
-        info = self._call(shard.info)
-        return {
-            "backend": "qdrant-edge",
-            "path": str(self._path),
-            "points": self._count_sync(self._live_filter()),
-            "pages": len(self._page_hashes_sync()),
-            "by_kind": by_kind,
-            "staged": self._count_sync(qe.Filter(must=[_match(ic.STATE, ic.STAGED)])),
-            "segments": info.segments_count,
-            "disk_bytes": sum(
-                f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file()
-            ),
-            "embedder": self._embedder,
-            "dim": self._dim,
-        }

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import qdrant_edge as qe
 
@@ -163,3 +165,25 @@ class SharedShard:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.join()
+
+
+class HoldsShard(Protocol):
+    _shared: SharedShard
+
+
+S = TypeVar("S", bound=HoldsShard)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def in_shard(fn: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+    """A blocking index method as the async one callers use: run in a worker thread while this process holds
+    the shard (``SharedShard.use``). Qdrant Edge keeps the GIL within each call; the event loop is not in
+    it."""
+
+    @functools.wraps(fn)
+    async def run(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        async with self._shared.use():
+            return await asyncio.to_thread(fn, self, *args, **kwargs)
+
+    return run

@@ -1,0 +1,203 @@
+"""The reading half of the embedded index: searches, page tables, evidence by id, counts, exports.
+
+Each public method is written once, as the blocking Qdrant Edge call it is; ``in_shard`` turns it into the
+async method of the ``Index`` protocol (a worker thread, the shard held for the call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import qdrant_edge as qe
+
+from pipeline.errors import IndexError_
+from pipeline.index import common as ic
+from pipeline.index.edge_layout import EdgeLayout
+from pipeline.index.edge_manifest import SHARD_DIR
+from pipeline.index.edge_pages import PageTable
+from pipeline.index.edge_records import match, match_any
+from pipeline.index.shared_shard import SharedShard, in_shard
+from pipeline.types import EVIDENCE_KINDS, Evidence, Hit, IndexPoint, SearchRequest
+
+T = TypeVar("T")
+
+
+class EdgeShardAccess:
+    """The shard of one index directory and the helpers every operation on it uses."""
+
+    def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None,
+                 layout: EdgeLayout | None = None) -> None:
+        self._path = Path(path)
+        self._layout = layout or EdgeLayout()
+        self._pages = PageTable(self._path)  # page_id -> (hash, space), read by every sync
+        self._shared = SharedShard(self._path, wait_s=wait_s, command=command)
+        self._dim = 0
+        self._embedder = ""
+        self._sparse_idf = True  # from the recipe: BM25 needs IDF, learned sparse weights (bge-m3) do not
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def handovers(self) -> int:  # how often this process handed the shard to another one
+        return self._shared.handovers
+
+    def _require(self) -> qe.EdgeShard:
+        return self._shared.current
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one Edge call under the lock, turning its errors into ``IndexError_``."""
+        with self._shared.lock:
+            try:
+                return fn(*args)
+            except Exception as exc:
+                raise IndexError_(f"qdrant edge at {self._path}: {exc}") from exc
+
+    def _live_filter(self, spaces: Sequence[str] | None = None) -> qe.Filter:
+        must: list[Any] = [match(ic.STATE, ic.LIVE)]
+        if spaces is not None:
+            must.append(match_any("space", spaces))
+        return qe.Filter(must=must)
+
+    def _live_version(self, page_id: str) -> tuple[str | None, str]:
+        """The page's live hash (None: no live points) and space, from the shard."""
+        flt = qe.Filter(must=[match("page_id", page_id), match(ic.STATE, ic.LIVE)])
+        selector = qe.PayloadSelector.Include(["page_hash", "space"])
+        records, _ = self._call(
+            self._require().scroll, qe.ScrollRequest(limit=1, filter=flt, with_payload=selector)
+        )
+        if not records or not records[0].payload:
+            return None, ""
+        return str(records[0].payload["page_hash"]), str(records[0].payload.get("space") or "")
+
+    def _count_where(self, flt: qe.Filter) -> int:
+        return self._call(self._require().count, qe.CountRequest(exact=True, filter=flt))
+
+    def _page_column(self, column: str) -> dict[str, str]:
+        """From the page table, after settling pages a crashed write left pending (see ``edge_pages``)."""
+        with self._shared.lock:
+            for page_id in self._pages.pending():
+                page_hash, space = self._live_version(page_id)
+                self._pages.settle(page_id, page_hash, space)
+            return self._pages.column(column)
+
+
+class EdgeReads(EdgeShardAccess):
+    @in_shard
+    def search(self, request: SearchRequest) -> list[Hit]:
+        """Lexical, dense, or hybrid (fused inside Edge: DBSF, or RRF weighted by ``request.weights``)."""
+        use_sparse, use_dense = ic.query_legs(request)
+        if not (use_sparse or use_dense) or request.limit <= 0:
+            return []
+        flt = self._live_filter(request.spaces)
+        legs = self._legs(request, use_sparse, use_dense, flt)
+        if request.mode != "hybrid":
+            query, _, params = legs[0]
+            req = qe.QueryRequest(
+                limit=request.limit, query=query, filter=flt, params=params, with_payload=True
+            )
+        else:
+            prefetches = [qe.Prefetch(limit=k, query=q, filter=flt, params=p) for q, k, p in legs]
+            fusion: Any = qe.Fusion.Dbsf() if request.fusion == "dbsf" else qe.Fusion.Rrf(  # stubs omit Rrf
+                k=ic.engine_rrf_k(request.rrf_k), weights=ic.leg_weights(request, use_sparse, use_dense))
+            req = qe.QueryRequest(limit=request.limit, prefetches=prefetches, query=fusion, filter=flt,
+                                  with_payload=True)
+        scored = ic.stable_order(list(self._call(self._require().query, req)))
+        return [Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank,
+                    str((p.payload or {}).get("content", ""))) for rank, p in enumerate(scored, start=1)]
+
+    def _legs(self, request: SearchRequest, use_sparse: bool, use_dense: bool,
+              flt: qe.Filter) -> list[tuple[Any, int, qe.SearchParams | None]]:
+        legs: list[tuple[Any, int, qe.SearchParams | None]] = []
+        if use_sparse and request.sparse is not None:
+            # IDF over live points only, so staged versions never shift lexical scores.
+            idf = qe.SearchParams(idf=qe.IdfParams(corpus=self._live_filter())) if self._sparse_idf else None
+            vec = qe.SparseVector(list(request.sparse.indices), [float(v) for v in request.sparse.values])
+            legs.append((qe.Query.Nearest(vec, using=ic.SPARSE), request.lexical_k, idf))
+        if use_dense and request.dense is not None:
+            dense = qe.Query.Nearest([float(x) for x in request.dense], using=ic.DENSE)
+            legs.append((dense, request.dense_k, self._layout.dense_params()))
+        return legs
+
+    @in_shard
+    def page_hashes(self) -> dict[str, str]:
+        return self._page_column("hash")
+
+    @in_shard
+    def page_spaces(self) -> dict[str, str]:
+        return self._page_column("space")
+
+    @in_shard
+    def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
+        """Live evidence by id, in the given order; unknown ids are skipped."""
+        ids = list(evidence_ids)
+        if not ids:
+            return []
+        flt = qe.Filter(must=[match(ic.STATE, ic.LIVE), match_any("evidence_id", ids)])
+        found: dict[str, Evidence] = {}
+        offset: Any = None
+        while True:
+            req = qe.ScrollRequest(offset=offset, limit=max(len(ids), 16), filter=flt, with_payload=True)
+            records, offset = self._call(self._require().scroll, req)
+            for r in records:
+                ev = ic.evidence_from_payload(r.payload or {})
+                found[ev.id] = ev
+            if offset is None:
+                return [found[i] for i in ids if i in found]
+
+    @in_shard
+    def count(self) -> int:
+        """Live points."""
+        return self._count_where(self._live_filter())
+
+    async def ready(self) -> None:
+        await self.count()
+
+    @in_shard
+    def stats(self) -> dict[str, object]:
+        live = match(ic.STATE, ic.LIVE)
+        by_kind = {k: self._count_where(qe.Filter(must=[live, match("kind", k)])) for k in EVIDENCE_KINDS}
+        return {
+            "backend": "qdrant-edge",
+            "path": str(self._path),
+            "points": self._count_where(self._live_filter()),
+            "pages": len(self._page_column("hash")),
+            "by_kind": by_kind,
+            "staged": self._count_where(qe.Filter(must=[match(ic.STATE, ic.STAGED)])),
+            "segments": self._call(self._require().info).segments_count,
+            "disk_bytes": sum(
+                f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file()
+            ),
+            "embedder": self._embedder,
+            "dim": self._dim,
+        }
+
+    async def export_points(self, batch: int = 256, *,
+                            page_ids: Sequence[str] | None = None) -> AsyncIterator[IndexPoint]:
+        """Every live point (of ``page_ids``, default all) with its vectors; a page's points are consecutive.
+
+        For ``evident index migrate``: the consumer can ``replace_page`` each page as it completes while
+        holding
+        only one page in memory. Each scroll of ``batch`` points is one short thread hop; run it on an index
+        nobody writes to, or a page swapped meanwhile may be exported old or new.
+        """
+        pages = sorted(await self.page_hashes()) if page_ids is None else list(page_ids)
+        for page_id in pages:
+            offset: Any = None
+            while True:
+                points, offset = await self._export_batch(page_id, offset, max(1, batch))
+                for point in points:
+                    yield point
+                if offset is None:
+                    break
+
+    @in_shard
+    def _export_batch(self, page_id: str, offset: Any, batch: int) -> tuple[list[IndexPoint], Any]:
+        flt = qe.Filter(must=[match("page_id", page_id), match(ic.STATE, ic.LIVE)])
+        req = qe.ScrollRequest(offset=offset, limit=batch, filter=flt, with_payload=True, with_vector=True)
+        records, next_offset = self._call(self._require().scroll, req)
+        return [ic.point_from_record(r) for r in records], next_offset
+
