@@ -114,14 +114,12 @@ def index_group() -> None:
 @cli_errors
 def index_stats(ctx: click.Context, index_dir: Path | None) -> None:
     """Points, pages, evidence by kind, size on disk."""
-    from pipeline.factory import index_identity, make_index_from
+    from pipeline.factory import open_existing_index
 
     settings = load_settings(ctx, index_dir=index_dir)
 
     async def go() -> dict[str, object]:
-        dim, name = index_identity(settings)
-        idx = make_index_from(settings)
-        await idx.open(dense_dim=dim, embedder=name)
+        idx = await open_existing_index(settings)
         try:
             return await idx.stats()
         finally:
@@ -143,22 +141,30 @@ def index_stats(ctx: click.Context, index_dir: Path | None) -> None:
 def index_migrate(ctx: click.Context, target: str, collection: str | None, force: bool, batch: int,
                   verify: int, index_dir: Path | None) -> None:
     """Copy the embedded index into a Qdrant collection (no re-embedding; resumable)."""
-    from pipeline.factory import make_destination_index
-    from pipeline.index.migrate import migrate_index
+    from pipeline.factory import index_identity, make_destination_index, open_existing_index
+    from pipeline.index.migrate import MigrateReport, migrate_index
 
     settings = load_settings(ctx, index_dir=index_dir)
     dest = make_destination_index(settings, target, collection or settings.index.collection)
-    report = run(
-        migrate_index(
-            settings.core.resolved_index_dir,
-            dest,
-            batch=batch,
-            force=force,
-            verify=verify,
-            progress=lambda m: click.echo(m, err=True),
-        )
-    )
+
+    async def go() -> MigrateReport:
+        source = await open_existing_index(settings)
+        dim, name = index_identity(settings)
+        try:
+            return await migrate_index(source, dest, dim=dim, embedder=name, batch=batch, force=force,
+                                       verify=verify, progress=lambda m: click.echo(m, err=True),
+                                       source_name=_where(settings))
+        finally:
+            await source.close()
+
+    report = run(go())
     click.echo(report.summary())
     if not all(report.verified):
         click.echo("warning: some sample queries ranked differently (approximate HNSW search on the "
                    "server can cause this)", err=True)
+
+
+def _where(settings: Settings) -> str:
+    if settings.index.qdrant_url:
+        return f"collection '{settings.index.collection}' at {settings.index.qdrant_url}"
+    return f"edge index {settings.core.resolved_index_dir}"

@@ -17,21 +17,19 @@ Layout of a backup directory::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.errors import IndexError_, InputError, StoreError
-from pipeline.index.lease import IndexLease
+from pipeline.index.files import copy_index_files, swap_in
 from pipeline.settings import PipelineSettings
 
 MANIFEST = "manifest.json"
@@ -82,35 +80,6 @@ class Manifest:
             raise InputError(f"{path} is not a valid backup manifest: {exc}") from exc
 
 
-def copy_sparse(src: str, dst: str) -> None:
-    """Copy only a file's data extents. Qdrant Edge preallocates large sparse files; a plain copy would
-    write (and hash) hundreds of MB of zeros for a small index."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        size = os.fstat(fin.fileno()).st_size
-        pos = 0
-        while pos < size:
-            try:
-                start = os.lseek(fin.fileno(), pos, os.SEEK_DATA)
-            except OSError:  # ENXIO: only a hole is left (or SEEK_DATA unsupported: copy the rest)
-                if pos == 0:
-                    fin.seek(0)
-                    shutil.copyfileobj(fin, fout)
-                break
-            end = os.lseek(fin.fileno(), start, os.SEEK_HOLE)
-            fin.seek(start)
-            fout.seek(start)
-            remaining = end - start
-            while remaining > 0:
-                chunk = fin.read(min(remaining, 1 << 20))
-                if not chunk:
-                    break
-                fout.write(chunk)
-                remaining -= len(chunk)
-            pos = end
-        fout.truncate(size)
-    shutil.copystat(src, dst)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -121,6 +90,12 @@ def _sha256(path: Path) -> str:
 
 def _entry(path: Path, rel: str) -> FileEntry:
     return FileEntry(path=rel, bytes=path.stat().st_size, sha256=_sha256(path))
+
+
+def index_files(dest: Path) -> list[FileEntry]:
+    """The manifest entries of the index files a backup directory holds (none for a server index)."""
+    root = dest / INDEX_DIR
+    return [_entry(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*")) if p.is_file()]
 
 
 def _is_nonempty(path: Path) -> bool:
@@ -174,12 +149,8 @@ def backup(
     _backup_sqlite(Path(store_path), dest / STORE_FILE)
     index_entries: list[FileEntry] = []
     if index_dir is not None:
-        shutil.copytree(index_dir, dest / INDEX_DIR, symlinks=False, copy_function=copy_sparse,
-                        ignore=shutil.ignore_patterns("lease.*", ".lease.*"))
-        root = dest / INDEX_DIR
-        index_entries = [
-            _entry(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*")) if p.is_file()
-        ]
+        copy_index_files(index_dir, dest / INDEX_DIR)
+    index_entries = index_files(dest)
     snapshot: dict[str, Any] | None = None
     if qdrant is not None:
         described = qdrant.create_snapshot(collection_name=collection, wait=True)
@@ -243,16 +214,7 @@ def restore(src: Path, *, store_path: Path, index_dir: Path | None = None, force
     os.replace(tmp_store, store_path)
 
     if restore_index and index_dir is not None:
-        target = Path(index_dir)
-        staging = target.with_name(target.name + ".restoring")
-        old = target.with_name(target.name + ".old")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(src / INDEX_DIR, staging, copy_function=copy_sparse)
-        if target.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            target.rename(old)
-        staging.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(src / INDEX_DIR, Path(index_dir))
     return manifest
 
 
@@ -260,49 +222,49 @@ def restore(src: Path, *, store_path: Path, index_dir: Path | None = None, force
 
 
 async def backup_data(settings: PipelineSettings, dest: Path) -> Manifest:
-    """Back up the configured store and embedded index (or snapshot the Qdrant server collection)."""
-    from pipeline.factory import make_qdrant_client
+    """Back up the configured store and index: the index writes its own part (``Index.snapshot``: the embedded
+    one copies its files under the lease, a server snapshots the collection server-side)."""
+    from pipeline.factory import make_index_from
 
-    qdrant = None
-    index_dir: Path | None = None
-    if settings.index.qdrant_url:
-        qdrant = make_qdrant_client(settings)
-    elif settings.core.resolved_index_dir.is_dir():
-        index_dir = settings.core.resolved_index_dir
+    dest = Path(dest)
+    if _is_nonempty(dest):
+        raise InputError(f"backup destination {dest} is not empty")
+    started = time.monotonic()
+    dest.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(_backup_sqlite, settings.core.resolved_store_path, dest / STORE_FILE)
+    index = make_index_from(settings)
     try:
-        async with _index_lease(settings, index_dir, "evident backup"):
-            return await asyncio.to_thread(
-                backup,
-                dest,
-                store_path=settings.core.resolved_store_path,
-                index_dir=index_dir,
-                qdrant=qdrant,
-                collection=settings.index.collection,
-            )
+        snapshot = await index.snapshot(dest / INDEX_DIR)
     finally:
-        if qdrant is not None:
-            qdrant.close()
+        await index.close()
+    return await asyncio.to_thread(_write_manifest, dest, started, snapshot)
+
+
+def _write_manifest(dest: Path, started: float, snapshot: dict[str, Any]) -> Manifest:
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        duration_s=round(time.monotonic() - started, 3),
+        store=_entry(dest / STORE_FILE, STORE_FILE),
+        index=index_files(dest),
+        qdrant_snapshot=snapshot if snapshot.get("backend") == "qdrant" else None,
+    )
+    (dest / MANIFEST).write_text(json.dumps(asdict(manifest), indent=2) + "\n", encoding="utf-8")
+    return manifest
 
 
 async def restore_data(settings: PipelineSettings, src: Path, *, force: bool) -> Manifest:
-    """Restore a backup into the configured store and embedded index (after verifying it)."""
-    index_dir = None if settings.index.qdrant_url else settings.core.resolved_index_dir
-    async with _index_lease(settings, index_dir, "evident restore"):
-        return await asyncio.to_thread(restore, src, store_path=settings.core.resolved_store_path,
-                                       index_dir=index_dir, force=force)
+    """Restore a backup into the configured store and index (after verifying it): the store here, the index's
+    part by the index itself (``Index.restore``)."""
+    from pipeline.factory import make_index_from
 
-
-@contextlib.asynccontextmanager
-async def _index_lease(
-    settings: PipelineSettings, index_dir: Path | None, command: str
-) -> AsyncIterator[None]:
-    """Hold the embedded index's lease: a running `evident serve` hands its shard over meanwhile."""
-    if index_dir is None:
-        yield
-        return
-    lease = IndexLease(index_dir, command=command, wait_s=settings.index.index_wait_s)
-    await asyncio.to_thread(lease.acquire)
-    try:
-        yield
-    finally:
-        lease.release()
+    manifest = await asyncio.to_thread(
+        restore, src, store_path=settings.core.resolved_store_path, force=force
+    )
+    if manifest.index:
+        index = make_index_from(settings)
+        try:
+            await index.restore(Path(src) / INDEX_DIR, force=force)
+        finally:
+            await index.close()
+    return manifest

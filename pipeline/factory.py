@@ -174,6 +174,23 @@ async def _open_index(
     return index
 
 
+async def open_existing_index(settings: PipelineSettings) -> Index:
+    """The configured index, opened without loading a model, for commands that only read or copy it (stats,
+    migrate); ``InputError`` when the embedded index does not exist."""
+    if not settings.index.qdrant_url:
+        from pipeline.index.edge_manifest import read_manifest
+
+        read_manifest(settings.core.resolved_index_dir)  # "no embedded index at ..." when there is none
+    dim, name = index_identity(settings)
+    index = make_index_from(settings)
+    try:
+        await index.open(dense_dim=dim, embedder=name)
+    except BaseException:
+        await index.close()
+        raise
+    return index
+
+
 async def drop_index(settings: PipelineSettings, index_dir: Path | None = None) -> None:
     """Delete the configured index (``--rebuild``), whatever embedder built it; it is created again on open.
     Its keyword-expansion vocabulary goes with it."""

@@ -7,6 +7,7 @@ callers run them in a worker thread so the event loop never blocks. Network-boun
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -76,6 +77,14 @@ class Index(Protocol):
     async def count(self) -> int: ...
 
     async def stats(self) -> dict[str, object]: ...
+
+    async def snapshot(self, dest: Path) -> dict[str, object]:
+        """This index's part of a backup: the embedded index copies its files into ``dest`` (consistent: the
+        lease held); a server snapshots server-side and says where. What was done, for the manifest."""
+
+    async def restore(self, src: Path, *, force: bool = False) -> None:
+        """Bring a backup's index part (``src``) back; ``InputError`` over an existing index unless ``force``,
+        or where the backend restores elsewhere (a server's snapshot recovery)."""
 
     async def ready(self) -> None:
         """A readiness check: returns when searches can be answered now (a busy embedded worker building

@@ -170,6 +170,22 @@ class IndexContract:
         assert stats["points"] == 0 and stats["pages"] == 0
         assert stats["embedder"] == EMBEDDER and stats["dim"] == DIM
 
+    async def test_ready_and_export_round_trip_into_another_index(self, corpus_index: Any, tmp_path: Path) -> None:
+        """What readiness checks and `evident index migrate` use of every backend."""
+        await corpus_index.ready()
+        exported = [p async for p in corpus_index.export_points(batch=1)]
+        assert sorted(p.evidence.page_id for p in exported) == sorted(CORPUS)
+        assert all(p.dense and p.page_hash == f"hash-{p.evidence.page_id}" for p in exported)
+        copy = self.make_index(tmp_path / "copy")
+        await copy.open(dense_dim=DIM, embedder=EMBEDDER)
+        try:
+            for p in exported:
+                await copy.replace_page(p.evidence.page_id, p.page_hash, [p])
+            req = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode="dense", limit=5)
+            assert names(await copy.search(req)) == names(await corpus_index.search(req))
+        finally:
+            await copy.close()
+
     async def test_reopen_sees_the_data(self, tmp_path: Path) -> None:
         idx = self.make_index(tmp_path)
         await idx.open(dense_dim=DIM, embedder=EMBEDDER)

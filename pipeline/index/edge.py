@@ -24,12 +24,13 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from pipeline.errors import IndexError_, IndexMismatchError
+from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.index import common as ic
 from pipeline.index.edge_layout import EdgeLayout, trim_heap
 from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manifest, write_json_atomic
 from pipeline.index.edge_reads import EdgeReads
 from pipeline.index.edge_records import match, match_any, scan_pages
+from pipeline.index.files import copy_index_files, swap_in
 from pipeline.types import IndexPoint
 
 
@@ -153,6 +154,21 @@ class EdgeIndex(EdgeReads):
         if changed:
             await asyncio.to_thread(trim_heap)
         return changed
+
+    async def snapshot(self, dest: Path) -> dict[str, object]:
+        """Copy the index directory into ``dest`` (the lease held, the shard flushed and closed meanwhile);
+        nothing when there is no index yet."""
+        if not (self._path / MANIFEST_FILE).is_file():
+            return {"backend": "qdrant-edge", "files": 0}
+        files = await asyncio.to_thread(self._shared.exclusive, lambda: copy_index_files(self._path, dest))
+        return {"backend": "qdrant-edge", "files": len(files)}
+
+    async def restore(self, src: Path, *, force: bool = False) -> None:
+        """Replace the index directory with the backed-up one at ``src`` (refused over an index unless
+        ``force``)."""
+        if (self._path / MANIFEST_FILE).is_file() and not force:
+            raise InputError(f"refusing to overwrite the index at {self._path}: pass --force")
+        await asyncio.to_thread(self._shared.exclusive, lambda: swap_in(src, self._path))
 
     async def drop(self) -> None:
         """Delete the shard and manifest (``--rebuild``), holding the lease throughout, then close.

@@ -132,6 +132,12 @@ class ProcessEdgeIndex:
     async def stats(self) -> dict[str, object]:
         return dict(await self._request("stats"))
 
+    async def snapshot(self, dest: Path) -> dict[str, object]:
+        return dict(await self._request("snapshot", (dest,)))
+
+    async def restore(self, src: Path, *, force: bool = False) -> None:
+        await self._request("restore", (src,), {"force": force})
+
     async def ready(self) -> None:
         """A count, unless the worker is busy writing or building segments (the count would only queue behind
         it); raises when that has lasted over ``MAINTENANCE_GRACE_S``."""

@@ -1,6 +1,8 @@
-"""Copy an embedded index into a Qdrant collection, and compare two indexes' rankings.
+"""Copy one index into another (any backends: ``Index.export_points`` into ``Index.replace_page``), and
+compare
+two indexes' rankings.
 
-``migrate_index`` copies the live points of an embedded index (vectors, sparse vectors and payloads
+``migrate_index`` copies the live points of the source (vectors, sparse vectors and payloads
 exactly as stored, no re-embedding) through the destination's ``replace_page``, page by page, so it is
 resumable: pages already there with the same content hash are skipped. Afterwards sample queries are run
 against both and compared up to ties (``same_ranking``).
@@ -10,11 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from pipeline.errors import IndexError_, InputError
-from pipeline.index.edge import EdgeIndex
-from pipeline.index.edge_manifest import read_manifest
 from pipeline.protocols import Index
 from pipeline.types import Hit, IndexPoint, SearchRequest
 
@@ -44,64 +43,61 @@ class MigrateReport:
         )
 
 
-async def migrate_index(
-    source_dir: Path,
-    dest: Index,
-    *,
-    batch: int = 256,
-    force: bool = False,
-    verify: int = 5,
-    progress: Callable[[str], None] | None = None,
-) -> MigrateReport:
-    """Copy every live page of the Edge index at ``source_dir`` into ``dest`` (an unopened ``Index``)."""
-    embedder, dim = read_manifest(source_dir)
-    source = EdgeIndex(source_dir)
-    await source.open(dense_dim=dim, embedder=embedder)
-    report = MigrateReport(source=f"edge index {source_dir}", destination=str(getattr(dest, "where", dest)))
+async def migrate_index(source: Index, dest: Index, *, dim: int, embedder: str, batch: int = 256,
+                        force: bool = False, verify: int = 5, source_name: str = "",
+                        progress: Callable[[str], None] | None = None) -> MigrateReport:
+    """Copy every live page of ``source`` (an ``Index`` of any backend, opened) into ``dest`` (unopened;
+    opened
+    with ``dim`` and ``embedder``, closed afterwards), then compare counts and sample rankings."""
+    report = MigrateReport(source=source_name or str(getattr(source, "where", source)),
+                           destination=str(getattr(dest, "where", dest)))
+    await dest.open(dense_dim=dim, embedder=embedder)
     try:
-        await dest.open(dense_dim=dim, embedder=embedder)
-        try:
-            src_pages = await source.page_hashes()
-            dst_pages = await dest.page_hashes()
-            extra = sorted(set(dst_pages) - set(src_pages))
-            if extra and not force:
-                raise InputError(f"{report.destination} has {len(extra)} pages that the source lacks; "
-                                 "pass --force to delete them")
-            todo = {pid for pid, h in src_pages.items() if dst_pages.get(pid) != h}
-            report.pages_skipped = len(src_pages) - len(todo)
-            page: list[IndexPoint] = []
-
-            async def flush() -> None:
-                if page:
-                    await dest.replace_page(page[0].evidence.page_id, page[0].page_hash, list(page))
-                    report.pages_copied += 1
-                    report.points_copied += len(page)
-                    page.clear()
-                    if progress and report.pages_copied % 100 == 0:
-                        progress(f"{report.pages_copied}/{len(todo)} pages")
-
-            async for point in source.export_points(batch=batch, page_ids=sorted(todo)):
-                if page and point.evidence.page_id != page[0].evidence.page_id:
-                    await flush()
-                page.append(point)
-            await flush()
-            if extra:
-                await dest.delete_pages(extra)
-                report.pages_deleted = len(extra)
-            report.source_points = await source.count()
-            report.destination_points = await dest.count()
-            if report.source_points != report.destination_points:
-                raise IndexError_(f"after migrating, the source has {report.source_points} points but "
-                                  f"{report.destination} has {report.destination_points}")
-            report.verified = await _verify_top_k(source, dest, verify, batch)
-        finally:
-            await dest.close()
+        src_pages = await source.page_hashes()
+        dst_pages = await dest.page_hashes()
+        extra = sorted(set(dst_pages) - set(src_pages))
+        if extra and not force:
+            raise InputError(f"{report.destination} has {len(extra)} pages that the source lacks; "
+                             "pass --force to delete them")
+        todo = {pid for pid, h in src_pages.items() if dst_pages.get(pid) != h}
+        report.pages_skipped = len(src_pages) - len(todo)
+        await _copy_pages(source, dest, sorted(todo), batch, report, progress)
+        if extra:
+            await dest.delete_pages(extra)
+            report.pages_deleted = len(extra)
+        report.source_points = await source.count()
+        report.destination_points = await dest.count()
+        if report.source_points != report.destination_points:
+            raise IndexError_(f"after migrating, the source has {report.source_points} points but "
+                              f"{report.destination} has {report.destination_points}")
+        report.verified = await _verify_top_k(source, dest, verify, batch)
     finally:
-        await source.close()
+        await dest.close()
     return report
 
 
-async def _verify_top_k(source: EdgeIndex, dest: Index, n: int, batch: int) -> list[bool]:
+async def _copy_pages(source: Index, dest: Index, pages: list[str], batch: int, report: MigrateReport,
+                      progress: Callable[[str], None] | None) -> None:
+    """Page by page, through ``dest.replace_page`` (one page in memory at a time)."""
+    page: list[IndexPoint] = []
+
+    async def flush() -> None:
+        if page:
+            await dest.replace_page(page[0].evidence.page_id, page[0].page_hash, list(page))
+            report.pages_copied += 1
+            report.points_copied += len(page)
+            page.clear()
+            if progress and report.pages_copied % 100 == 0:
+                progress(f"{report.pages_copied}/{len(pages)} pages")
+
+    async for point in source.export_points(batch=batch, page_ids=pages):
+        if page and point.evidence.page_id != page[0].evidence.page_id:
+            await flush()
+        page.append(point)
+    await flush()
+
+
+async def _verify_top_k(source: Index, dest: Index, n: int, batch: int) -> list[bool]:
     """Query both indexes with the vectors of ``n`` stored points; True where both legs rank alike.
 
     The lexical and dense legs are compared separately: hybrid results fuse their ranks, so a tie that

@@ -5,12 +5,13 @@ collection's lifecycle and its atomic page swaps (see ``pipeline.index.qdrant_co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from pipeline.errors import AuthError, EvidentError, IndexError_, TransientError, UnreachableError
+from pipeline.errors import AuthError, EvidentError, IndexError_, InputError, TransientError, UnreachableError
 from pipeline.index import common as ic
 from pipeline.index.qdrant_collection import METADATA_KEY, match, match_any
 from pipeline.index.qdrant_reads import QdrantReads
@@ -108,6 +109,24 @@ class QdrantServerIndex(QdrantReads):
     async def optimize(self) -> bool:
         """The server's optimizers run in the background after writes: nothing to do here."""
         return False
+
+    async def snapshot(self, dest: Path) -> dict[str, object]:
+        """A server-side snapshot of the collection (``dest`` unused: the snapshot stays in the server's
+        snapshot storage); its name, size and checksum for the backup's manifest."""
+        client = self._client or self._new_client()
+        try:
+            described = await self._do(client.create_snapshot(collection_name=self._collection, wait=True))
+        finally:
+            if client is not self._client:
+                await client.close()
+        if described is None:
+            raise IndexError_(f"Qdrant did not create a snapshot of {self.where}")
+        return {"backend": "qdrant", "collection": self._collection, "name": getattr(described, "name", ""),
+                "size": getattr(described, "size", None), "checksum": getattr(described, "checksum", None)}
+
+    async def restore(self, src: Path, *, force: bool = False) -> None:
+        raise InputError(f"{self.where} is restored on the Qdrant server: recover the snapshot named in the "
+                         "backup's manifest (POST /collections/<name>/snapshots/recover)")
 
     async def drop(self) -> None:
         """Delete the collection (``--rebuild``). The index must be opened again afterwards."""

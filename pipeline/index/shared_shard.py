@@ -24,6 +24,8 @@ import qdrant_edge as qe
 from pipeline.errors import IndexError_
 from pipeline.index.lease import IndexLease
 
+T = TypeVar("T")
+
 
 class SharedShard:
     """The shard of one index directory as this process sees it."""
@@ -87,6 +89,17 @@ class SharedShard:
                 self._opened = False
                 self._close_locked()
             delete_files()
+        finally:
+            self.lease.release()
+
+    def exclusive(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` while holding the lease with the shard flushed and closed (a file-level copy sees a
+        consistent directory); the shard is loaded again by the next operation."""
+        self.lease.acquire()
+        try:
+            with self._state:
+                self._close_locked()
+            return fn()
         finally:
             self.lease.release()
 
