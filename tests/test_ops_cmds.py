@@ -24,8 +24,8 @@ from connectors.local import LocalFolderConnector, sample_space_dir
 from evident.cli import main
 from pipeline.answer.retrieve import retrieve
 from pipeline.answer.settings import RetrievalSettings
-from pipeline.index.files import copy_sparse
 from pipeline.index.edge import EdgeIndex
+from pipeline.index.files import copy_sparse
 from pipeline.index.migrate import same_ranking
 from pipeline.index.qdrant import QdrantServerIndex
 from pipeline.ingest.run import IngestOptions, ingest_pages
