@@ -170,7 +170,9 @@ class IndexContract:
         assert stats["points"] == 0 and stats["pages"] == 0
         assert stats["embedder"] == EMBEDDER and stats["dim"] == DIM
 
-    async def test_ready_and_export_round_trip_into_another_index(self, corpus_index: Any, tmp_path: Path) -> None:
+    async def test_ready_and_export_round_trip_into_another_index(
+        self, corpus_index: Any, tmp_path: Path
+    ) -> None:
         """What readiness checks and `evident index migrate` use of every backend."""
         await corpus_index.ready()
         exported = [p async for p in corpus_index.export_points(batch=1)]

@@ -11,14 +11,14 @@ import asyncio
 import inspect
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pipeline.attribution.params import AttributionParams, Generate
+from pipeline.attribution.params import AttributionParams, Generate, Score
 from pipeline.attribution.scoring import assemble, embed, qa_text, softmax, without
 from pipeline.attribution.types import AttributionResult
 from pipeline.errors import ConfigError, EvidentError
@@ -68,16 +68,7 @@ async def counterfactual_attribution(
     """
     started = time.perf_counter()
     state = [_Group(rows) for rows in groups]
-    limiter = params.limiter()
-    calls = rounds = 0
-    errors: list[BaseException] = []
-    original: np.ndarray | None = None
-    step = params.round_size if early_stop else params.samples
-
-    # Embeddings overlap the LLM calls: the original answer is embedded while the calls are in flight,
-    # and each counterfactual answer as soon as its own call returns, so only the slowest call's
-    # embedding remains on the critical path.
-    original_task = asyncio.ensure_future(embed(embedder, [qa_text(question, answer)]))
+    limiter = params.limiter()  # one cap for every call of this explanation
 
     async def draw(group: _Group, k: int) -> tuple[list[str], np.ndarray] | BaseException:
         out = await regenerate(generate, without(hits, group.rows), k, limiter)
@@ -85,21 +76,14 @@ async def counterfactual_attribution(
             return out
         return out, await embed(embedder, [qa_text(question, a) for a in out])
 
+    # Embeddings overlap the LLM calls: the original answer is embedded while the calls are in flight,
+    # and each counterfactual answer as soon as its own call returns.
+    original = asyncio.ensure_future(embed(embedder, [qa_text(question, answer)]))
     try:
-        while state and any(g.drawn < params.samples for g in state):
-            rounds += 1
-            todo = [(g, min(step, params.samples - g.drawn)) for g in state if g.drawn < params.samples]
-            outcomes = await asyncio.gather(*(draw(g, k) for g, k in todo))
-            calls += len(todo)
-            if original is None:
-                original = (await original_task)[0]
-            errors.extend(_record(todo, outcomes, original))
-            if early_stop and _decisive(state, params):
-                break
+        calls, rounds, errors = await _draw_rounds(state, draw, original, params, early_stop)
     finally:
-        if not original_task.done():
-            original_task.cancel()
-
+        if not original.done():
+            original.cancel()
     if state and all(g.contribution() is None for g in state):
         raise errors[0] if errors else EvidentError("no counterfactual answer was generated")
     return assemble(
@@ -109,6 +93,30 @@ async def counterfactual_attribution(
         failed_calls=len(errors), params=params.public(), seconds=time.perf_counter() - started,
         details={"rounds": rounds} if early_stop else {},
     )
+
+
+Draw = Callable[[_Group, int], Awaitable[tuple[list[str], np.ndarray] | BaseException]]
+
+
+async def _draw_rounds(state: list[_Group], draw: Draw, original_task: asyncio.Future[np.ndarray],
+                       params: AttributionParams, early_stop: bool) -> tuple[int, int, list[BaseException]]:
+    """Draw samples for every group (``round_size`` at a time with ``early_stop``) until each has
+    ``params.samples`` or one group clearly leads; (calls, rounds, failed draws)."""
+    calls = rounds = 0
+    errors: list[BaseException] = []
+    original: np.ndarray | None = None
+    step = params.round_size if early_stop else params.samples
+    while state and any(g.drawn < params.samples for g in state):
+        rounds += 1
+        todo = [(g, min(step, params.samples - g.drawn)) for g in state if g.drawn < params.samples]
+        outcomes = await asyncio.gather(*(draw(g, k) for g, k in todo))
+        calls += len(todo)
+        if original is None:
+            original = (await original_task)[0]
+        errors.extend(_record(todo, outcomes, original))
+        if early_stop and _decisive(state, params):
+            break
+    return calls, rounds, errors
 
 
 def _record(
@@ -156,9 +164,30 @@ async def logprob_attribution(
     """
     if params.score is None:
         raise ConfigError(NEEDS_PROMPT_LOGPROBS)
-    score = params.score
     started = time.perf_counter()
-    limiter = params.limiter()
+    logprob = _scorer(params.score, answer, params.limiter())
+    outcomes = await asyncio.gather(logprob(hits), *(logprob(without(hits, rows)) for rows in groups))
+    base, rest = outcomes[0], outcomes[1:]
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if isinstance(base, BaseException):
+        raise base
+    if groups and all(isinstance(o, BaseException) for o in rest):
+        raise errors[0]
+    ratios = [None if isinstance(o, BaseException) else math.exp(min(0.0, o - base)) for o in rest]
+    return assemble(
+        method=method, question=question, answer=answer, hits=hits, groups=groups,
+        contributions=[None if r is None else 1.0 - r for r in ratios], temperature=params.temperature,
+        similarities=[[] if r is None else [r] for r in ratios], calls=len(outcomes),
+        failed_calls=len(errors), params=params.public(), seconds=time.perf_counter() - started,
+        details={"base_logprob": base},
+    )
+
+
+Scorer = Callable[[Sequence[Hit]], Awaitable[float | BaseException]]
+
+
+def _scorer(score: Score, answer: str, limiter: AbstractAsyncContextManager[Any]) -> Scorer:
+    """``score`` (sync or async) of ``answer`` given a subset, under the limiter; a failure is returned."""
 
     async def logprob(subset: Sequence[Hit]) -> float | BaseException:
         async with limiter:
@@ -173,26 +202,4 @@ async def logprob_attribution(
                 return exc
         return float(value)
 
-    outcomes = await asyncio.gather(logprob(hits), *(logprob(without(hits, rows)) for rows in groups))
-    base, rest = outcomes[0], outcomes[1:]
-    errors = [o for o in outcomes if isinstance(o, BaseException)]
-    if isinstance(base, BaseException):
-        raise base
-    if groups and all(isinstance(o, BaseException) for o in rest):
-        raise errors[0]
-    ratios = [None if isinstance(o, BaseException) else math.exp(min(0.0, o - base)) for o in rest]
-    return assemble(
-        method=method,
-        question=question,
-        answer=answer,
-        hits=hits,
-        groups=groups,
-        contributions=[None if r is None else 1.0 - r for r in ratios],
-        temperature=params.temperature,
-        similarities=[[] if r is None else [r] for r in ratios],
-        calls=len(outcomes),
-        failed_calls=len(errors),
-        params=params.public(),
-        seconds=time.perf_counter() - started,
-        details={"base_logprob": base},
-    )
+    return logprob
