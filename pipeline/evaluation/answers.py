@@ -184,50 +184,37 @@ async def run_answer_eval(
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(lang: str, conv: Sequence[QATurn]) -> list[AnswerResult]:
-        out: list[AnswerResult] = []
         async with gate:
             key = f"{run_id}:{lang}:{conv[0].conv_id}"
-            for turn in conv:
-                if lang not in turn.q:
-                    continue
-                t = time.perf_counter()
-                result = await engine.ask(key, turn.q[lang])
-                latency = (time.perf_counter() - t) * 1000
-                text = "" if result.error else result.answer.text
-                urls = [h.evidence.url for h in result.answer.evidence][:10]
-                rank = first_hit_rank(urls, turn.gold_urls)
-                score = metrics = None
-                if judge is not None and not result.error:
-                    score = await judge.score(turn.completed[lang], turn.answer, text)
-                if ragas is not None and not result.error:
-                    shown = [h.evidence.text for h in result.answer.evidence]
-                    metrics = await ragas.score(turn.completed[lang], text, turn.answer, shown)
-                out.append(
-                    AnswerResult(
-                        lang=lang,
-                        conv_id=turn.conv_id,
-                        turn=turn.turn,
-                        source=turn.source,
-                        q_type=turn.q_type,
-                        question=turn.q[lang],
-                        completed_question=result.completed_question,
-                        answer=text,
-                        gold=turn.answer,
-                        f1=token_f1(text, turn.answer, lang),
-                        containment=contains_gold(text, turn.answer, lang),
-                        exact=exact_match(text, turn.answer, lang),
-                        out_of_scope=bool(result.answer.out_of_scope),
-                        p_at_10=1.0 if rank is not None else 0.0,
-                        judge=score,
-                        latency_ms=latency,
-                        error=result.error,
-                        ragas=metrics,
-                    )
-                )
-        return out
+            return [
+                await _answer_turn(engine, key, turn, lang, judge, ragas) for turn in conv if lang in turn.q
+            ]
 
     batches = await asyncio.gather(*(one(lang, conv) for lang in langs for conv in conversations))
     return [r for batch in batches for r in batch]
+
+
+async def _answer_turn(engine: Engine, key: str, turn: QATurn, lang: str, judge: LLMJudge | None,
+                       ragas: RagasJudge | None) -> AnswerResult:
+    t = time.perf_counter()
+    result = await engine.ask(key, turn.q[lang])
+    latency = (time.perf_counter() - t) * 1000
+    text = "" if result.error else result.answer.text
+    rank = first_hit_rank([h.evidence.url for h in result.answer.evidence][:10], turn.gold_urls)
+    score = metrics = None
+    if judge is not None and not result.error:
+        score = await judge.score(turn.completed[lang], turn.answer, text)
+    if ragas is not None and not result.error:
+        shown = [h.evidence.text for h in result.answer.evidence]
+        metrics = await ragas.score(turn.completed[lang], text, turn.answer, shown)
+    return AnswerResult(
+        lang=lang, conv_id=turn.conv_id, turn=turn.turn, source=turn.source, q_type=turn.q_type,
+        question=turn.q[lang], completed_question=result.completed_question, answer=text, gold=turn.answer,
+        f1=token_f1(text, turn.answer, lang), containment=contains_gold(text, turn.answer, lang),
+        exact=exact_match(text, turn.answer, lang), out_of_scope=bool(result.answer.out_of_scope),
+        p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency, error=result.error,
+        ragas=metrics,
+    )
 
 
 def _mean(xs: Sequence[float]) -> float:

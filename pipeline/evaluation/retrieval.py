@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
-from pipeline.answer.retrieve import retrieve
+from pipeline.answer.retrieve import Retrieval, retrieve
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.evaluation.copies import page_copies, with_copies
 from pipeline.evaluation.data import QATurn
@@ -89,47 +89,50 @@ async def run_retrieval_eval(
     """Every question of ``conversations`` in each language and query type. ``copies`` (page URL ->
     near-copies, ``evaluation.copies.page_copies``) adds the copy-aware rank; without it that rank is the
     page-id rank."""
+    async def search(query: str, pages: Sequence[str]) -> Retrieval:
+        return await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=config,
+                              reranker=reranker, context_pages=pages, expander=expander)
+
     out: list[QuestionResult] = []
     for qt in query_types:
         for lang in langs:
             for conv in conversations:
-                prior: list[PriorTurn] = []
-                for turn in conv:
-                    if lang not in turn.q:
-                        continue
-                    pages: tuple[str, ...] = ()
-                    if qt == "completed":
-                        query = turn.completed[lang]
-                    elif qt == "raw":
-                        query = turn.q[lang]
-                    else:
-                        query = build_query(turn.q[lang], prior, strategy=strategy)
-                        pages = context_pages(turn.q[lang], prior)
-                    t = time.perf_counter()
-                    r = await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=config,
-                                       reranker=reranker, context_pages=pages, expander=expander)
-                    latency = (time.perf_counter() - t) * 1000
-                    urls = [h.evidence.url for h in r.hits]
-                    rank = first_hit_rank(urls, turn.gold_urls, strict=strict_urls)
-                    copy_rank = first_hit_rank(urls, with_copies(turn.gold_urls, copies)) if copies else rank
-                    out.append(
-                        QuestionResult(
-                            qt,
-                            lang,
-                            turn.conv_id,
-                            turn.turn,
-                            turn.source,
-                            turn.q_type,
-                            query,
-                            rank,
-                            latency,
-                            urls[:3],
-                            copy_rank,
-                        )
-                    )
-                    prior.append(PriorTurn(question=turn.q[lang],
-                                           retrieved_titles=tuple(h.evidence.title for h in r.hits[:3]),
-                                           retrieved_pages=tuple(h.evidence.page_id for h in r.hits[:3])))
+                out += await _conversation(conv, qt, lang, search, strategy, strict_urls, copies)
+    return out
+
+
+async def _conversation(conv: Sequence[QATurn], qt: str, lang: str,
+                        search: Callable[[str, Sequence[str]], Awaitable[Retrieval]], strategy: str,
+                        strict_urls: bool, copies: dict[str, frozenset[str]] | None) -> list[QuestionResult]:
+    """One conversation's turns in order, each retrieved with the query of type ``qt``."""
+    out: list[QuestionResult] = []
+    prior: list[PriorTurn] = []
+    for turn in conv:
+        if lang not in turn.q:
+            continue
+        pages: tuple[str, ...] = ()
+        if qt == "completed":
+            query = turn.completed[lang]
+        elif qt == "raw":
+            query = turn.q[lang]
+        else:
+            query = build_query(turn.q[lang], prior, strategy=strategy)
+            pages = context_pages(turn.q[lang], prior)
+        t = time.perf_counter()
+        r = await search(query, pages)
+        latency = (time.perf_counter() - t) * 1000
+        urls = [h.evidence.url for h in r.hits]
+        rank = first_hit_rank(urls, turn.gold_urls, strict=strict_urls)
+        copy_rank = first_hit_rank(urls, with_copies(turn.gold_urls, copies)) if copies else rank
+        out.append(QuestionResult(qt, lang, turn.conv_id, turn.turn, turn.source, turn.q_type, query, rank,
+                                  latency, urls[:3], copy_rank))
+        prior.append(
+            PriorTurn(
+                question=turn.q[lang],
+                retrieved_titles=tuple(h.evidence.title for h in r.hits[:3]),
+                retrieved_pages=tuple(h.evidence.page_id for h in r.hits[:3]),
+            )
+        )
     return out
 
 
