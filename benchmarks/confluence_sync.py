@@ -22,9 +22,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from helpers import ingest_options
+
 from connectors.confluence import ConfluenceClient, ConfluenceSource, sync_confluence
 from pipeline.index.edge import EdgeIndex
-from pipeline.ingest.run import IngestOptions
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.store import Store
 from tests.fake_confluence import FakeConfluence, HashEmbedder, documents_dir, load_pages
@@ -40,7 +41,7 @@ async def cycles(mode: str, page_limit: int, limit: int | None, spread_h: float,
             - timedelta(minutes=1)
             - timedelta(hours=spread_h) * (len(pages) - 1 - n) / max(1, len(pages) - 1)
         )
-    embedder, sparse, options = HashEmbedder(), Bm25Encoder(), IngestOptions()
+    embedder, sparse, options = HashEmbedder(), Bm25Encoder(), ingest_options()
     async with FakeConfluence(pages, mode="cloud" if mode == "cloud" else "dc", tz_offset_min=tz_min) as fc:
         spaces = sorted({p.space for p in pages})
         client = ConfluenceClient(fc.url, token=fc.token, user=fc.user if mode == "cloud" else None)

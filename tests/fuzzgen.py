@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from helpers import ingest_options
+
 from connectors.local import LocalFolderConnector
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import IngestOptions, IngestReport, ingest_pages
@@ -373,8 +375,14 @@ async def run_cases(cases: Iterable[Case], workdir: Path, *, embedder: Embedder,
     result = FuzzResult(cases=len(cases))
     connector = LocalFolderConnector([folder])
     try:
-        report = await ingest_pages(connector.iter_pages(), index=index, embedder=embedder, sparse=sparse,
-                                    options=options or IngestOptions(), vocabulary=workdir / "vocabulary.npz")
+        report = await ingest_pages(
+            connector.iter_pages(),
+            index=index,
+            embedder=embedder,
+            sparse=sparse,
+            options=options or ingest_options(),
+            vocabulary=workdir / "vocabulary.npz",
+        )
     except Exception as exc:  # noqa: BLE001 - a crash is what the fuzz suite counts
         result.crashes.append(f"{type(exc).__name__}: {exc}")
         await index.close()

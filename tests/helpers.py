@@ -12,6 +12,7 @@ session directory and copied per test, so every test gets its own writable Qdran
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -30,11 +31,16 @@ from pipeline.answer.engine import Engine, EngineOptions
 from pipeline.answer.prompts import PromptLibrary
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.factory import engine_options
+from pipeline.factory import ingest_options as factory_ingest_options
 from pipeline.index.edge import EdgeIndex
+from pipeline.ingest.evidence import build_evidence as _build_evidence
 from pipeline.ingest.run import IngestOptions, IngestReport, ingest_pages
+from pipeline.ingest.storage import parse_page
+from pipeline.ingest.storage.walker import Element
 from pipeline.models.llm import OpenAILLM
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.store import Store
+from pipeline.types import Evidence, Page
 
 _WORD = re.compile(r"\w+")
 
@@ -85,7 +91,7 @@ async def ingest_folder(index_dir: Path, folder: Path | None = None, *, embedder
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     connector = LocalFolderConnector([folder or sample_space_dir()])
     report = await ingest_pages(connector.iter_pages(), index=index, embedder=embedder, sparse=Bm25Encoder(),
-                                options=options or IngestOptions())
+                                options=options or ingest_options())
     return index, embedder, report
 
 
@@ -166,6 +172,27 @@ def make_llm(base_url: str, *, max_retries: int = 2, timeout_s: float = 5.0) -> 
 def production_settings(**flat: Any) -> Settings:
     """Production's defaults (no environment, no file) with ``flat`` settings changed (``final_k=5``)."""
     return Settings.load(env={}, **flat)
+
+
+def ingest_options(**changes: Any) -> IngestOptions:
+    """The ingest options production builds; ``changes`` are settings (flat keys) or other option fields."""
+    flat = Settings.keys()
+    built = factory_ingest_options(production_settings(**{k: v for k, v in changes.items() if k in flat}))
+    return dataclasses.replace(built, **{k: v for k, v in changes.items() if k not in flat})
+
+
+def parse_storage(xhtml: str, *, page_id: str = "") -> list[Element]:
+    """A page's elements, parsed with production's limits."""
+    return parse_page(xhtml, page_id=page_id, limits=ingest_options().parse).elements
+
+
+def build_evidence(page: Page, elements: Sequence[Element], **changes: Any) -> list[Evidence]:
+    """``pipeline.ingest.evidence.build_evidence`` with production's options (``table_indexing``,
+    ``linearization``, ``max_chars`` changed where given)."""
+    opts = ingest_options()
+    kwargs: dict[str, Any] = {"table_indexing": opts.table_indexing, "linearization": opts.linearization,
+                              "max_chars": opts.max_evidence_chars, **changes}
+    return _build_evidence(page, elements, **kwargs)
 
 
 def options(**flat: Any) -> EngineOptions:

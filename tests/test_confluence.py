@@ -12,6 +12,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 import pytest
+from helpers import ingest_options
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.clock import measure_zone
@@ -22,7 +23,6 @@ from connectors.factory import make_confluence_source
 from evident.settings import Settings
 from pipeline.errors import AuthError, IndexError_, NotFoundError, RateLimitedError, UnreachableError
 from pipeline.index.edge import EdgeIndex
-from pipeline.ingest.run import IngestOptions
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.protocols import SourceConnector
 from pipeline.store import Store
@@ -120,7 +120,7 @@ def _source(fc: FakeConfluence, **kw: Any) -> ConfluenceSource:
 
 async def _sync(src: ConfluenceSource, index: EdgeIndex, store: Store, **kw: Any) -> SyncReport:
     return await sync_confluence(source=src, index=index, embedder=HashEmbedder(), sparse=Bm25Encoder(),
-                                 store=store, options=IngestOptions(), **kw)
+                                 store=store, options=ingest_options(), **kw)
 
 
 async def _ids(index: EdgeIndex) -> set[str]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from helpers import build_evidence, parse_storage
 
 from pipeline.errors import ConfigError
 from pipeline.ingest.contextualize import clip, clip_tail, contextualize, prompt_text
-from pipeline.ingest.evidence import build_evidence
-from pipeline.ingest.storage import parse_storage
 from pipeline.types import Evidence, Page
 
 ROW1 = "Row 1 in Table 1: Member is Alice, and Task is Prepare the evaluation todo list"

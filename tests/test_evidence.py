@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from helpers import build_evidence, parse_storage
 
 from pipeline.errors import ConfigError
-from pipeline.ingest.evidence import PASSAGE_CHARS, build_evidence, evidence_id, split_passage, verbalize_row
-from pipeline.ingest.storage import parse_storage
+from pipeline.ingest.evidence import PASSAGE_CHARS, evidence_id, split_passage, verbalize_row
 from pipeline.types import Heading, ListBlock, Page, Paragraph, Table
 
 # The paper's Figure 5 toy page (hand-written here): meeting notes with an action-items table.

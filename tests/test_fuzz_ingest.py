@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 from fuzzgen import generate, run_cases
-from helpers import HashEmbedder
+from helpers import HashEmbedder, ingest_options
 
-from pipeline.ingest.run import IngestOptions
 from pipeline.models.sparse import Bm25Encoder
 
 CATEGORIES = 16
 # A lower evidence cap than the default keeps the suite fast and still exercises the bound.
-OPTIONS = IngestOptions(max_evidence_per_page=200)
+OPTIONS = ingest_options(max_evidence_per_page=200)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from helpers import HashEmbedder, ingest_folder
+from helpers import HashEmbedder, ingest_folder, ingest_options
 
 from connectors.local import LocalFolderConnector, sample_space_dir
 from pipeline.index.edge import EdgeIndex
-from pipeline.ingest.run import IngestOptions, ingest_pages, page_to_evidence
+from pipeline.ingest.run import ingest_pages, page_to_evidence
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.types import Page, SearchRequest
 
@@ -35,7 +35,7 @@ async def test_reingest_is_idempotent_without_embedding(tmp_path: Path) -> None:
             index=index,
             embedder=embedder,
             sparse=Bm25Encoder(),
-            options=IngestOptions(),
+            options=ingest_options(),
         )
         assert (second.added, second.updated, second.unchanged, second.failed) == (0, 0, 10, [])
         assert second.evidence == 0 and embedder.document_calls == calls
@@ -53,7 +53,7 @@ async def test_changed_options_reindex_everything(tmp_path: Path) -> None:
             index=index,
             embedder=embedder,
             sparse=Bm25Encoder(),
-            options=IngestOptions(table_indexing="rows"),
+            options=ingest_options(table_indexing="rows"),
         )
         assert report.updated == 10 and report.unchanged == 0
         assert "table" not in report.evidence_by_kind and await index.count() == report.evidence
@@ -66,13 +66,13 @@ async def test_changed_page_is_replaced_as_a_unit(tmp_path: Path) -> None:
     try:
         pages = await _sample_pages()
         old = next(p for p in pages if p.id == "100002")
-        old_ids = {ev.id for ev in page_to_evidence(old, IngestOptions())}
+        old_ids = {ev.id for ev in page_to_evidence(old, ingest_options())}
         body = old.body.replace("Prepare the evaluation todo list", "Write the quarterly zeppelin report")
         new = dataclasses.replace(old, body=body)
-        new_evidence = page_to_evidence(new, IngestOptions())
+        new_evidence = page_to_evidence(new, ingest_options())
         before = embedder.documents_embedded
         report = await ingest_pages([*pages[:1], new], index=index, embedder=embedder, sparse=Bm25Encoder(),
-                                    options=IngestOptions())
+                                    options=ingest_options())
         assert (report.updated, report.unchanged, report.added) == (1, 1, 0)
         assert embedder.documents_embedded - before == len(new_evidence)  # only the changed page
         assert await index.count() == 68
@@ -107,7 +107,7 @@ async def test_failing_pages_are_reported_and_the_rest_indexed(tmp_path: Path) -
             index=index,
             embedder=embedder,
             sparse=Bm25Encoder(),
-            options=IngestOptions(),
+            options=ingest_options(),
         )
         assert report.pages_seen == 13 and report.added == 10
         reasons = dict(report.failed)
@@ -121,7 +121,9 @@ async def test_failing_pages_are_reported_and_the_rest_indexed(tmp_path: Path) -
 
 async def test_small_batches_write_every_page(tmp_path: Path) -> None:
     """Evidence of several pages is embedded per batch; a tiny batch size must not lose or mix pages."""
-    index, embedder, report = await ingest_folder(tmp_path / "index", options=IngestOptions(batch_evidence=5))
+    index, embedder, report = await ingest_folder(
+        tmp_path / "index", options=ingest_options(batch_evidence=5)
+    )
     try:
         assert report.added == 10 and await index.count() == 68
         assert embedder.document_calls > 1 and embedder.documents_embedded == 68
@@ -143,7 +145,7 @@ async def test_twenty_confquestions_pages(confq_dir: Path, tmp_path: Path) -> No
             index=index,
             embedder=embedder,
             sparse=Bm25Encoder(),
-            options=IngestOptions(),
+            options=ingest_options(),
         )
         assert connector.failures == []
         assert report.pages_seen >= 20
@@ -155,7 +157,7 @@ async def test_twenty_confquestions_pages(confq_dir: Path, tmp_path: Path) -> No
             index=index,
             embedder=embedder,
             sparse=Bm25Encoder(),
-            options=IngestOptions(),
+            options=ingest_options(),
         )
         assert again.unchanged == report.added
     finally:

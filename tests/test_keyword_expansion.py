@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ingest_options
 
 from connectors.confluence import ConfluenceClient, ConfluenceSource, sync_confluence
 from evident.settings import Settings
@@ -16,7 +17,7 @@ from pipeline.answer.retrieve import retrieve
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.factory import drop_index, make_expander_from, vocabulary_path
 from pipeline.index.edge import EdgeIndex
-from pipeline.ingest.run import IngestOptions, ingest_pages
+from pipeline.ingest.run import ingest_pages
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.models.vocabulary import KeywordExpander, TermCounts, Vocabulary
 from pipeline.store import Store
@@ -71,7 +72,7 @@ async def index(tmp_path: Path) -> EdgeIndex:
 
 async def _ingest(index: EdgeIndex, pages: Sequence[Page], vocab: Path | None, **kw: object) -> None:
     report = await ingest_pages(pages, index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
-                                options=IngestOptions(), vocabulary=vocab, **kw)  # type: ignore[arg-type]
+                                options=ingest_options(), vocabulary=vocab, **kw)  # type: ignore[arg-type]
     assert report.failed == []
 
 
@@ -180,7 +181,7 @@ async def test_sync_without_word_counts_reads_every_page_once_to_count_them(
         async def sync(vocab: Path | None) -> int:
             source = ConfluenceSource(ConfluenceClient(fc.url, token=fc.token), spaces=["OPS"])
             report = await sync_confluence(source=source, index=index, embedder=TrigramEmbedder(),
-                                           sparse=Bm25Encoder(), store=store, options=IngestOptions(),
+                                           sparse=Bm25Encoder(), store=store, options=ingest_options(),
                                            vocabulary=vocab)
             source.close()
             return report.pages_seen
@@ -233,7 +234,7 @@ async def test_a_sync_over_several_spaces_loads_and_saves_the_word_counts_once(
             embedder=TrigramEmbedder(),
             sparse=Bm25Encoder(),
             store=store,
-            options=IngestOptions(),
+            options=ingest_options(),
             vocabulary=path,
         )
         source.close()

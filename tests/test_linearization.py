@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers import build_evidence
 
 from pipeline.errors import ConfigError
-from pipeline.ingest.evidence import build_evidence, linearize_row
+from pipeline.ingest.evidence import linearize_row
 from pipeline.types import Page, Table
 
 HEADERS = ("Member", "Task")

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import CLI_ISOLATE
+from helpers import CLI_ISOLATE, ingest_options
 from pdf_maker import minimal_pdf, word_document
 
 from connectors.local import LocalFolderConnector
 from connectors.local_ingest import ingest_folders
 from evident.settings import Settings
 from pipeline.factory import open_stack
-from pipeline.ingest.run import IngestOptions, page_to_evidence
+from pipeline.ingest.run import page_to_evidence
 
 RUNBOOK_MD = """# Deploy runbook
 
@@ -46,16 +46,16 @@ async def test_markdown_text_and_pdf_become_pages_with_evidence(tmp_path: Path) 
     assert set(pages) == {"Deploy runbook", "notes", "VPN guide"} and src.failures == []
     md = pages["Deploy runbook"]
     assert md.space == "OPS" and md.id.startswith("doc-") and md.url.startswith("file://")
-    evidence = page_to_evidence(md, IngestOptions())  # type: ignore[arg-type]
+    evidence = page_to_evidence(md, ingest_options())  # type: ignore[arg-type]
     kinds = {e.kind for e in evidence}
     assert {"row", "list", "table", "passage"} <= kinds
     assert any("Owner is Alice" in e.text for e in evidence)
     # escaped, not markup
     assert any("<script>alert(1)</script> is shown as text" in e.text for e in evidence)
-    txt = page_to_evidence(pages["notes"], IngestOptions())  # type: ignore[arg-type]
+    txt = page_to_evidence(pages["notes"], ingest_options())  # type: ignore[arg-type]
     lines = [line for e in txt for line in e.text.split("\n")]
     assert lines == ["First paragraph still first.", "Second paragraph."]  # paragraphs at blank lines
-    pdf = page_to_evidence(pages["VPN guide"], IngestOptions())  # type: ignore[arg-type]
+    pdf = page_to_evidence(pages["VPN guide"], ingest_options())  # type: ignore[arg-type]
     assert any("vpn2.example.com" in e.text and e.headings == ("Page 1",) for e in pdf)
 
 
@@ -63,7 +63,7 @@ async def test_word_documents_become_pages_with_headings_lists_and_rows(tmp_path
     (tmp_path / "oncall.docx").write_bytes(word_document())
     src, pages = await _pages(tmp_path)
     assert list(pages) == ["On-call handbook"] and src.failures == []
-    evidence = page_to_evidence(pages["On-call handbook"], IngestOptions())  # type: ignore[arg-type]
+    evidence = page_to_evidence(pages["On-call handbook"], ingest_options())  # type: ignore[arg-type]
     by_kind = {e.kind: e for e in evidence}
     assert {"passage", "list", "table", "row"} <= set(by_kind)
     assert by_kind["passage"].headings == ("Escalation",)

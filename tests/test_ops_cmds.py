@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
+from helpers import ingest_options
 
 from connectors.local import LocalFolderConnector, sample_space_dir
 from evident.cli import main
@@ -28,7 +29,8 @@ from pipeline.index.edge import EdgeIndex
 from pipeline.index.files import copy_sparse
 from pipeline.index.migrate import same_ranking
 from pipeline.index.qdrant import QdrantServerIndex
-from pipeline.ingest.run import IngestOptions, ingest_pages
+from pipeline.ingest.contextualize import contextualize
+from pipeline.ingest.run import ingest_pages
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.store import Store
 from pipeline.turns import TurnRecord
@@ -65,7 +67,7 @@ async def _build_index(index_dir: Path) -> int:
     await index.open(dense_dim=embedder.dim, embedder=embedder.name)
     try:
         report = await ingest_pages(LocalFolderConnector([sample_space_dir()]).iter_pages(), index=index,
-                                    embedder=embedder, sparse=Bm25Encoder(), options=IngestOptions())
+                                    embedder=embedder, sparse=Bm25Encoder(), options=ingest_options())
         assert not report.failed
         return await index.count()
     finally:
@@ -307,7 +309,8 @@ async def test_export_points_round_trips_vectors(data_dir: Path) -> None:
             seen.append(p.evidence.page_id)
         assert p.page_hash == hashes[p.evidence.page_id]
         assert len(p.dense) == BowEmbedder.dim and p.sparse.indices
-    # The stored dense vector is the embedding of the stored content (unit vectors are kept as given).
-    p = points[0]
-    expected = BowEmbedder().embed_documents([p.content])[0]
+    # The stored dense vector embeds the dense text production builds (unit vectors kept as given).
+    p, opts = points[0], ingest_options()
+    dense_text = contextualize(p.evidence, opts.dense_context_items or (), opts.context_item_max_chars)
+    expected = BowEmbedder().embed_documents([dense_text])[0]
     assert np.allclose(p.dense, expected, atol=1e-5)

@@ -8,9 +8,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import build_evidence, ingest_options, parse_storage
 
 from pipeline.errors import ParseTimeoutError
-from pipeline.ingest.storage import ParseLimits, parse_page, parse_storage
+from pipeline.ingest.storage import ParseLimits, parse_page
 from pipeline.types import Heading, ListBlock, Paragraph, Table
 
 
@@ -277,7 +278,7 @@ def test_adf_decision_list_uses_nodes_not_fallback() -> None:
 @pytest.mark.parametrize("levels", [250, 3000])
 def test_deep_nesting_keeps_its_text_and_what_follows(levels: int) -> None:
     xhtml = "<div>" * levels + "<p>deep canary</p>" + "</div>" * levels + "<p>after canary</p>"
-    result = parse_page(xhtml, page_id="p-42")
+    result = parse_page(xhtml, page_id="p-42", limits=ingest_options().parse)
     text = " ".join(e.text for e in result.elements if isinstance(e, Paragraph))
     assert "deep canary" in text and "after canary" in text
     assert result.coverage == 1.0
@@ -295,13 +296,13 @@ def test_a_list_item_with_thousands_of_sub_lists_keeps_every_item() -> None:
 def test_parse_timeout_names_the_page() -> None:
     xhtml = "<p>x</p>" * 50_000
     with pytest.raises(ParseTimeoutError, match=r"page p-7 took longer than 0\.001 s") as info:
-        parse_page(xhtml, page_id="p-7", limits=ParseLimits(timeout_s=0.001))
+        parse_page(xhtml, page_id="p-7", limits=ParseLimits(timeout_s=0.001, max_table_cells=500_000,
+                                                           min_coverage=0.9))
     assert info.value.page_id == "p-7"
 
 
 @pytest.mark.confquestions
 def test_parses_every_confquestions_page(confq_dir: Path) -> None:
-    from pipeline.ingest.evidence import build_evidence
     from pipeline.types import Page
 
     kinds: Counter[str] = Counter()

@@ -89,9 +89,9 @@ def build_evidence(
     page: Page,
     elements: Sequence[Element],
     *,
-    table_indexing: str = "both",
-    linearization: str = "verbalized",
-    max_chars: int = MAX_EVIDENCE_CHARS,
+    table_indexing: str,
+    linearization: str,
+    max_chars: int,
     notes: list[str] | None = None,
 ) -> list[Evidence]:
     """Turn one page's elements into evidence in document order (a table precedes its rows).

@@ -42,18 +42,19 @@ PARSER_VERSION = 2
 class IngestOptions:
     """Everything that changes what gets indexed; part of every page's content hash."""
 
-    context_items: tuple[str, ...] = ("title", "heading", "before", "after")
-    context_item_max_chars: int = 300
+    # From the ingest settings (``pipeline.factory.ingest_options``); no defaults here: declared once, there.
+    context_items: tuple[str, ...]
+    context_item_max_chars: int
     # Context for the dense text, when it should differ from the lexical one: the dense model reads only
     # its first ~128 tokens, so long neighbours can push the evidence itself out of its window.
-    dense_context_items: tuple[str, ...] | None = None
-    table_indexing: str = "both"
-    linearization: str = "verbalized"  # table rows: verbalized | markdown | plain
-    max_page_bytes: int = 4 * 1024 * 1024
-    max_evidence_chars: int = MAX_EVIDENCE_CHARS
-    max_evidence_per_page: int = 2_000
-    parse: ParseLimits = field(default_factory=ParseLimits)
-    batch_evidence: int = 256  # evidence embedded per batch (across pages)
+    dense_context_items: tuple[str, ...] | None
+    table_indexing: str
+    linearization: str  # table rows: verbalized | markdown | plain
+    max_page_bytes: int
+    max_evidence_chars: int
+    max_evidence_per_page: int
+    parse: ParseLimits
+    batch_evidence: int = 256  # evidence embedded per batch (across pages): a tuning constant, not a setting
 
     def fingerprint(self, embedder: str, sparse: str) -> str:
         cfg: dict[str, Any] = {
@@ -68,11 +69,19 @@ class IngestOptions:
             "sparse": sparse,
             "parser": PARSER_VERSION,
         }
-        defaults = IngestOptions()
-        for name in ("max_evidence_chars", "max_evidence_per_page", "parse"):
-            if getattr(self, name) != getattr(defaults, name):
+        for name, usual in _FINGERPRINT_USUAL.items():  # named only when not the usual value (older hashes)
+            if getattr(self, name) != usual:
                 cfg[name] = str(getattr(self, name))
         return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# The bounds every index fingerprint was computed with before they became settings: an index built with them
+# keeps its fingerprint.
+_FINGERPRINT_USUAL: dict[str, object] = {
+    "max_evidence_chars": MAX_EVIDENCE_CHARS,
+    "max_evidence_per_page": 2_000,
+    "parse": ParseLimits(timeout_s=30.0, max_table_cells=500_000, min_coverage=0.9),
+}
 
 
 @dataclass

@@ -4,6 +4,6 @@
 ``tables`` are its stages.
 """
 
-from pipeline.ingest.storage.parse import ParseLimits, ParseResult, parse_page, parse_storage
+from pipeline.ingest.storage.parse import ParseLimits, ParseResult, parse_page
 
-__all__ = ["ParseLimits", "ParseResult", "parse_page", "parse_storage"]
+__all__ = ["ParseLimits", "ParseResult", "parse_page"]

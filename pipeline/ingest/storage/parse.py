@@ -31,12 +31,14 @@ MARKUP_DEPTH = 1024  # libxml2 gives up at 2,048 levels and loses the rest of th
 class ParseLimits:
     """Bounds on parsing one page (documented in docs/ingest.md; settings in docs/configuration.md)."""
 
-    timeout_s: float = 30.0
+    # From the ingest settings (EVIDENT_PAGE_TIMEOUT_S, EVIDENT_MAX_TABLE_CELLS, EVIDENT_MIN_TEXT_COVERAGE).
+    timeout_s: float
+    max_table_cells: int
+    min_coverage: float
+    # Fixed bounds of the parser itself.
     max_depth: int = 200  # deeper markup is kept as flat text
     max_table_columns: int = 128
-    max_table_cells: int = 500_000
     max_span_chars: int = 1_000_000  # text a page's merged cells may duplicate
-    min_coverage: float = 0.9
 
 
 @dataclass
@@ -50,9 +52,8 @@ class ParseResult:
         return self.coverage < limits.min_coverage
 
 
-def parse_page(xhtml: str, *, page_id: str = "", limits: ParseLimits | None = None) -> ParseResult:
+def parse_page(xhtml: str, *, limits: ParseLimits, page_id: str = "") -> ParseResult:
     """Parse one ``body.storage.value``; raises ``ParseTimeoutError`` past ``limits.timeout_s``."""
-    limits = limits or ParseLimits()
     if not xhtml or not xhtml.strip():
         return ParseResult([], "xml", 1.0)
     notes: list[str] = []
@@ -78,11 +79,6 @@ def parse_page(xhtml: str, *, page_id: str = "", limits: ParseLimits | None = No
             elements, coverage, mode, ctx = retry, retried, "html", retry_ctx
     notes.extend(ctx.tables.notes)
     return ParseResult(elements, mode, coverage, notes)
-
-
-def parse_storage(xhtml: str, *, page_id: str = "", limits: ParseLimits | None = None) -> list[Element]:
-    """The elements of ``parse_page`` alone."""
-    return parse_page(xhtml, page_id=page_id, limits=limits).elements
 
 
 def _context(page_id: str, limits: ParseLimits, deadline: float | None = None) -> WalkContext:
