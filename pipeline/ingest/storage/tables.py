@@ -72,19 +72,10 @@ def build_table(
                 grid[(r, last)] = (f"{old} {value}".strip(), th or tag == "th")
                 merged = True
                 continue
-            rowspan = cell.get("rowspan")
-            rs = n_rows - r if (rowspan or "").strip() == "0" else min(span(rowspan), n_rows - r)
-            cs = min(span(cell.get("colspan")), max_cols - c)
-            advance = cs  # the columns the cell covers, even when its value is not copied into them
-            cost = len(value) * (rs * cs - 1)
-            if cost and budget.span_chars + cost > budget.max_span_chars:
-                rs = cs = 1
-                clipped = True
-            else:
-                budget.span_chars += cost
-            for dr in range(rs):
-                for dc in range(cs):
-                    grid.setdefault((r + dr, c + dc), (value, tag == "th"))
+            advance, was_clipped = _place(
+                grid, cell, (r, c), (value, tag == "th"), (n_rows, max_cols), budget
+            )
+            clipped = clipped or was_clipped
             c += advance
             width = max(width, c)
     if merged:
@@ -94,6 +85,27 @@ def build_table(
     if clipped:
         budget.notes.append(f"table {number}: merged cells were not expanded (page span budget)")
     return make_table(grid, n_rows, width, caption), nested
+
+
+def _place(grid: dict[tuple[int, int], tuple[str, bool]], cell: etree._Element, at: tuple[int, int],
+           value: tuple[str, bool], bounds: tuple[int, int], budget: TableBudget) -> tuple[int, bool]:
+    """Put a cell's value into every grid position its row and column spans cover (within the page's span
+    budget; past it, into its own position only). Returns the columns it covers and whether it was clipped."""
+    (r, c), (n_rows, max_cols) = at, bounds
+    rowspan = cell.get("rowspan")
+    rs = n_rows - r if (rowspan or "").strip() == "0" else min(span(rowspan), n_rows - r)
+    cs = min(span(cell.get("colspan")), max_cols - c)
+    advance = cs  # the columns the cell covers, even when its value is not copied into them
+    cost = len(value[0]) * (rs * cs - 1)
+    clipped = bool(cost) and budget.span_chars + cost > budget.max_span_chars
+    if clipped:
+        rs = cs = 1
+    else:
+        budget.span_chars += cost
+    for dr in range(rs):
+        for dc in range(cs):
+            grid.setdefault((r + dr, c + dc), value)
+    return advance, clipped
 
 
 def make_table(

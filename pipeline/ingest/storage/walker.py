@@ -88,30 +88,9 @@ def flat_text(el: etree._Element) -> str:
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 # Containers whose children are walked in block context; they only separate paragraphs.
 _BLOCK_CONTAINERS = {
-    "div",
-    "section",
-    "article",
-    "blockquote",
-    "body",
-    "main",
-    "header",
-    "footer",
-    "aside",
-    "nav",
-    "figure",
-    "center",
-    "dl",
-    "dd",
-    "dt",
-    "details",
-    "summary",
-    "form",
-    "fieldset",
-    "address",
-    f"{{{AC}}}layout",
-    f"{{{AC}}}layout-section",
-    f"{{{AC}}}layout-cell",
-    f"{{{AC}}}rich-text-body",
+    "div", "section", "article", "blockquote", "body", "main", "header", "footer", "aside", "nav", "figure",
+    "center", "dl", "dd", "dt", "details", "summary", "form", "fieldset", "address",
+    f"{{{AC}}}layout", f"{{{AC}}}layout-section", f"{{{AC}}}layout-cell", f"{{{AC}}}rich-text-body",
     f"{{{AC}}}adf-content",
 }
 # Paragraph-like tags; table/list parts only reach here when stray (recover mode): kept as blocks.
