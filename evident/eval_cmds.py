@@ -113,35 +113,14 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
         settings = settings.replace(retrieval_mode=mode)
     settings = settings.replace(final_k=k)
     if ablation:
-        report = asyncio.run(
-            run_ablation(
-                ablation,
-                settings,
-                str(documents.resolve()),
-                page_source(documents),
-                convs,
-                langs,
-                qtypes,
-                strategy_name,
-            )
-        )
+        report = asyncio.run(run_ablation(ablation, settings, str(documents.resolve()),
+                                          page_source(documents), convs, langs, qtypes, strategy_name))
         click.echo(report["table"])
     else:
-        report = asyncio.run(
-            retrieval_report(
-                settings,
-                convs,
-                page_source(documents),
-                documents_key=str(documents.resolve()),
-                documents=str(documents),
-                questions=str(questions),
-                langs=langs,
-                query_types=qtypes,
-                strategy=strategy_name,
-                strict_urls=strict_urls,
-                by=by,
-            )
-        )
+        report = asyncio.run(retrieval_report(
+            settings, convs, page_source(documents), documents_key=str(documents.resolve()),
+            documents=str(documents), questions=str(questions), langs=langs, query_types=qtypes,
+            strategy=strategy_name, strict_urls=strict_urls, by=by))
         click.echo(format_table(report))
     _write(report, output)
 
@@ -175,39 +154,35 @@ def eval_answers(ctx: click.Context, questions: Path, documents: Path, lang: str
         summarize_answers,
     )
     from pipeline.evaluation.data import load_conversations
-    from pipeline.evaluation.ragas import METRICS, RagasJudge
+    from pipeline.evaluation.ragas import RagasJudge
 
     settings: Settings = ctx.obj["settings"]
     convs = load_conversations(questions)[:limit_conversations]
     langs = ("en", "de") if lang == "both" else (lang,)
 
     async def body(engine: Any) -> dict[str, Any]:
-        grader = LLMJudge(engine.llm, engine.prompts) if judge and engine.llm is not None else None
-        metrics = (
-            RagasJudge(engine.llm, engine.prompts, engine.embedder)
-            if ragas and engine.llm is not None
-            else None
-        )
+        llm = engine.llm
+        grader = LLMJudge(llm, engine.prompts) if judge and llm is not None else None
+        metrics = RagasJudge(llm, engine.prompts, engine.embedder) if ragas and llm is not None else None
         results = await run_answer_eval(convs, engine, langs=langs, judge=grader, concurrency=concurrency,
                                         ragas=metrics)
-        config = {
-            **_base_config(settings, questions, documents),
-            "conversations": len(convs),
-            "history": "system answers",
-            "judge": settings.llm.model_for("judge") if grader or metrics else None,
-            "ragas": metrics is not None,
-        }
-        report = summarize_answers(results, config=config, by=by)
-        # per turn, for paired comparisons between runs (--output only; the table shows the summary)
-        report["turns"] = [{"lang": r.lang, "conv_id": r.conv_id, "turn": r.turn, "f1": r.f1,
-                            "containment": r.containment, "exact": r.exact, "out_of_scope": r.out_of_scope,
-                            "judge": r.judge, "answer": r.answer,
-                            **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
-        return report
+        config = {**_base_config(settings, questions, documents), "conversations": len(convs),
+                  "history": "system answers", "ragas": metrics is not None,
+                  "judge": settings.llm.model_for("judge") if grader or metrics else None}
+        return {**summarize_answers(results, config=config, by=by), "turns": _turn_rows(results)}
 
     report = _run_with_engine(settings, documents, body)
     click.echo(format_answer_table(report))
     _write(report, output)
+
+
+def _turn_rows(results: list[Any]) -> list[dict[str, Any]]:
+    """Per turn, for paired comparisons between runs (``--output`` only; the table shows the summary)."""
+    from pipeline.evaluation.ragas import METRICS
+
+    return [{"lang": r.lang, "conv_id": r.conv_id, "turn": r.turn, "f1": r.f1, "containment": r.containment,
+             "exact": r.exact, "out_of_scope": r.out_of_scope, "judge": r.judge, "answer": r.answer,
+             **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
 
 
 @eval_group.command("judge")

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
-from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.contracts import EngineLike
@@ -25,7 +24,7 @@ from bot.core.settings import ChatSettings
 from bot.core.work import BackgroundWork
 from bot.slack.assistant import AssistantListeners
 from bot.slack.blocks import ASK_ACTION_PREFIX, EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
-from bot.slack.home import home_view, in_a_dm
+from bot.slack.home import publish_home
 from bot.slack.settings import SlackSettings
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
@@ -36,8 +35,6 @@ from bot.slack.threads import (
     mentions,
     thread_of_key,
 )
-from pipeline.errors import EvidentError, StoreError
-from pipeline.store.reports import RatedTurn
 from pipeline.turns import Turn
 
 log = logging.getLogger("evident.bot")
@@ -255,45 +252,8 @@ class EvidentBot:
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
         if event.get("tab", "home") == "home" and user:
-            self.spawn(self._publish_home(user), f"home:{user}")
-
-    async def _publish_home(self, user: str) -> None:
-        store = self.engine.store
-        try:
-            evidence: int | None = await self.engine.evidence_count()
-        except EvidentError as exc:
-            log.warning("App Home: index unavailable: %s", exc)
-            evidence = None
-        try:
-            feedback = await store.feedback_summary() if user in self.settings.admin_users else None
-            view = home_view(
-                evidence=evidence,
-                spaces=await store.sync_status(),
-                last_sync=await store.last_sync(),
-                recent=await store.recent_questions(user),
-                feedback=feedback,
-                links=await self._permalinks(feedback.worst if feedback else ()),
-            )
-            await self.client.views_publish(user_id=user, view=view)
-        except (StoreError, SlackClientError) as exc:
-            log.error("could not publish the App Home of %s: %s", user, exc)
-
-    async def _permalinks(self, turns: Iterable[RatedTurn]) -> dict[int, str]:
-        """Slack's own permalinks (thread replies carry their ``thread_ts``) for answers outside DMs: a DM's
-        link would open only for the person who asked."""
-        links: dict[int, str] = {}
-        for t in turns:
-            channel = channel_of_key(t.conversation_key)
-            if not channel or not t.message_ref or in_a_dm(t.conversation_key):
-                continue
-            try:
-                resp = await self.client.chat_getPermalink(channel=channel, message_ts=t.message_ref)
-            except SlackClientError as exc:
-                log.info("no permalink for turn %s: %s", t.turn_id, exc)
-                continue
-            if isinstance(resp.get("permalink"), str):
-                links[t.turn_id] = str(resp["permalink"])
-        return links
+            self.spawn(publish_home(self.client, self.engine, user, admin=user in self.settings.admin_users),
+                       f"home:{user}")
 
     async def on_feedback_button(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any],
                                  action: dict[str, Any]) -> None:

@@ -6,14 +6,21 @@ fresh from the index and the store, and every piece of stored text is escaped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from slack_sdk.errors import SlackClientError
 from slack_sdk.models.blocks import ContextBlock, DividerBlock, HeaderBlock, MarkdownTextObject, SectionBlock
+from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.core.contracts import EngineLike
 from bot.slack.mrkdwn import escape
 from bot.slack.threads import channel_of_key
-from pipeline.store.reports import FeedbackSummary, SpaceSync, SyncRun
+from pipeline.errors import EvidentError, StoreError
+from pipeline.store.reports import FeedbackSummary, RatedTurn, SpaceSync, SyncRun
+
+log = logging.getLogger("evident.bot")
 
 MAX_SHOWN = 5
 
@@ -75,3 +82,44 @@ def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tup
                 label += " _(in a DM)_"
             blocks.append(_context(f"{t.down} 👎 · {t.up} 👍 — {label}"))
     return {"type": "home", "blocks": blocks}
+
+
+async def publish_home(client: AsyncWebClient, engine: EngineLike, user: str, *, admin: bool) -> None:
+    """Read everything fresh and publish ``user``'s Home tab (``views.publish``); a failure is logged."""
+    store = engine.store
+    try:
+        evidence: int | None = await engine.evidence_count()
+    except EvidentError as exc:
+        log.warning("App Home: index unavailable: %s", exc)
+        evidence = None
+    try:
+        feedback = await store.feedback_summary() if admin else None
+        view = home_view(
+            evidence=evidence,
+            spaces=await store.sync_status(),
+            last_sync=await store.last_sync(),
+            recent=await store.recent_questions(user),
+            feedback=feedback,
+            links=await permalinks(client, feedback.worst if feedback else ()),
+        )
+        await client.views_publish(user_id=user, view=view)
+    except (StoreError, SlackClientError) as exc:
+        log.error("could not publish the App Home of %s: %s", user, exc)
+
+
+async def permalinks(client: AsyncWebClient, turns: Iterable[RatedTurn]) -> dict[int, str]:
+    """Slack's own permalinks (thread replies carry their ``thread_ts``) for answers outside DMs: a DM's
+    link would open only for the person who asked."""
+    links: dict[int, str] = {}
+    for t in turns:
+        channel = channel_of_key(t.conversation_key)
+        if not channel or not t.message_ref or in_a_dm(t.conversation_key):
+            continue
+        try:
+            resp = await client.chat_getPermalink(channel=channel, message_ts=t.message_ref)
+        except SlackClientError as exc:
+            log.info("no permalink for turn %s: %s", t.turn_id, exc)
+            continue
+        if isinstance(resp.get("permalink"), str):
+            links[t.turn_id] = str(resp["permalink"])
+    return links

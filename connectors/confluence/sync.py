@@ -32,6 +32,7 @@ from connectors.confluence.includes import load_includes, save_includes
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
 from pipeline.errors import ConfigError, RemoteError
+from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import VocabularyRun, ingest_pages
 from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder
 from pipeline.types import Page
@@ -219,8 +220,7 @@ async def _sync_space(
 ) -> str | None:
     """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
     outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller.
-    Returns the new checkpoint (what it may advance to: never past a page that failed in a way a retry can
-    fix)."""
+    Returns the new checkpoint (never past a page that failed in a way a retry can fix)."""
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not full else None
     tracker = _Tracker()
@@ -242,6 +242,16 @@ async def _sync_space(
                    if since else None)
     ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress, vocabulary=words)
+    _add_up(report, ing)
+    if tracker.fetch_error is not None:
+        report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
+    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
+    if source.macros is not None:
+        await save_includes(store, source.source_key, key, includes, source.macros.includes)
+    return await _settle(source, store, key, tracker, blocking, old, known, listed)
+
+
+def _add_up(report: SyncReport, ing: IngestReport) -> None:
     report.pages_seen += ing.pages_seen
     report.added += ing.added
     report.updated += ing.updated
@@ -249,11 +259,11 @@ async def _sync_space(
     report.failed.extend(ing.failed)
     report.partial.extend(ing.partial)
     report.warnings.extend(ing.warnings)
-    if tracker.fetch_error is not None:
-        report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
-    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
-    if source.macros is not None:
-        await save_includes(store, source.source_key, key, includes, source.macros.includes)
+
+
+async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: _Tracker,
+                  blocking: set[str], old: str | None, known: dict[str, str], listed: set[str]) -> str | None:
+    """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled."""
     new = tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
