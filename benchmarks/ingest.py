@@ -43,7 +43,8 @@ from pipeline.answer.retrieve import retrieve
 from pipeline.factory import ingest_options, make_sparse_from
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.contextualize import contextualize
-from pipeline.ingest.run import IngestReport, ingest_pages, page_to_evidence
+from pipeline.ingest.report import IngestReport
+from pipeline.ingest.run import ingest_pages, page_to_evidence
 from pipeline.models.embed_cache import CachedEmbedder
 from pipeline.models.embedders import make_embedder
 from pipeline.protocols import Embedder, SparseEncoder

@@ -16,7 +16,8 @@ from connectors.local import LocalFolderConnector
 from connectors.settings import ConnectorSettings
 from pipeline.errors import InputError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
-from pipeline.ingest.run import IngestReport, ingest_pages
+from pipeline.ingest.report import IngestReport
+from pipeline.ingest.run import ingest_pages
 from pipeline.protocols import Index, SourceConnector
 from pipeline.store import Store
 from pipeline.types import Page

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError, EvidentError, InputError
-from pipeline.ingest.run import IngestOptions
+from pipeline.ingest.options import IngestOptions
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.runtime.metrics import Metrics
 from pipeline.settings import PipelineSettings

@@ -21,7 +21,9 @@ from helpers import ingest_options
 
 from connectors.local import LocalFolderConnector
 from pipeline.index.edge import EdgeIndex
-from pipeline.ingest.run import IngestOptions, IngestReport, ingest_pages
+from pipeline.ingest.options import IngestOptions
+from pipeline.ingest.report import IngestReport
+from pipeline.ingest.run import ingest_pages
 from pipeline.protocols import Embedder, SparseEncoder
 
 Expect = str  # "index": canaries must be searchable unless reported partial; "report": must be reported

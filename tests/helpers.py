@@ -34,7 +34,9 @@ from pipeline.factory import engine_options
 from pipeline.factory import ingest_options as factory_ingest_options
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.evidence import build_evidence as _build_evidence
-from pipeline.ingest.run import IngestOptions, IngestReport, ingest_pages
+from pipeline.ingest.options import IngestOptions
+from pipeline.ingest.report import IngestReport
+from pipeline.ingest.run import ingest_pages
 from pipeline.ingest.storage import parse_page
 from pipeline.ingest.storage.walker import Element
 from pipeline.models.llm import OpenAILLM

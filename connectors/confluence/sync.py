@@ -38,7 +38,7 @@ from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder
 from pipeline.types import Page
 
 if TYPE_CHECKING:
-    from pipeline.ingest.run import IngestOptions
+    from pipeline.ingest.options import IngestOptions
 
 # Failures that another try may fix (a transient embedder or index): the checkpoint waits for them.
 RETRYABLE_INGEST_PREFIXES = ("index write failed", "embedding failed")

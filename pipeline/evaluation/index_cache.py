@@ -6,7 +6,8 @@ import hashlib
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path
 
-from pipeline.ingest.run import IngestReport, ingest_pages
+from pipeline.ingest.report import IngestReport
+from pipeline.ingest.run import ingest_pages
 from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.settings import PipelineSettings
