@@ -19,7 +19,8 @@ from pipeline.runtime.metrics import Metrics
 from pipeline.settings import PipelineSettings
 
 if TYPE_CHECKING:
-    from pipeline.answer.engine import Engine, EngineOptions
+    from pipeline.answer.engine import Engine
+    from pipeline.answer.options import EngineOptions
     from pipeline.models.vocabulary import KeywordExpander
     from pipeline.store import Store
 
@@ -357,7 +358,7 @@ async def build_engine(
 
 def engine_options(settings: PipelineSettings, *, trace: bool = False) -> EngineOptions:
     """Engine options from settings, shared by the bot/CLI engine and the evaluation engine."""
-    from pipeline.answer.engine import EngineOptions
+    from pipeline.answer.options import EngineOptions
 
     method, llm = settings.attribution.method, settings.llm
     # Fail at start-up, not at the first explain request, when the default explain method cannot run.

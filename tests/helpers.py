@@ -27,7 +27,8 @@ import pytest
 
 from connectors.local import LocalFolderConnector, sample_space_dir
 from evident.settings import Settings
-from pipeline.answer.engine import Engine, EngineOptions
+from pipeline.answer.engine import Engine
+from pipeline.answer.options import EngineOptions
 from pipeline.answer.prompts import PromptLibrary
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.factory import engine_options

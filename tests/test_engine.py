@@ -26,7 +26,7 @@ from helpers import (
 )
 from stub_llm import StubLLMServer
 
-from pipeline.answer.engine import EngineOptions
+from pipeline.answer.options import EngineOptions
 from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.answer.query_builder import MAX_QUESTION_CHARS
 from pipeline.answer.settings import RetrievalSettings

@@ -24,7 +24,7 @@ from pipeline.store import Store
 from pipeline.types import Evidence, Hit
 
 if TYPE_CHECKING:
-    from pipeline.answer.engine import EngineOptions
+    from pipeline.answer.options import EngineOptions
 
 log = logging.getLogger("evident.engine")
 

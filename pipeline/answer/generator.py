@@ -21,7 +21,7 @@ from pipeline.runtime.metrics import Metrics, error_kind
 from pipeline.types import Answer, ChatMessage, Hit
 
 if TYPE_CHECKING:
-    from pipeline.answer.engine import EngineOptions
+    from pipeline.answer.options import EngineOptions
 
 T = TypeVar("T")
 TextSink = Callable[[str], Awaitable[None]]
