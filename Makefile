@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: install demo test lint
+.PHONY: install demo test test-fast lint
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
@@ -23,3 +23,8 @@ lint: $(BIN)/.installed
 
 test: lint
 	$(BIN)/pytest
+
+# The inner loop: everything but the modules marked slow (well under a minute on 2 cores).
+test-fast: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/pytest -m "not slow" -x

@@ -14,6 +14,8 @@ import pytest
 from click.testing import Result
 from helpers import RAG_MEETING_URL, CliData, cli_data_fixture, ingest_folder, invoke_cli  # noqa: F401
 
+pytestmark = pytest.mark.slow
+
 QUESTION = "What is Alice's todo from the RAG meeting in October?"
 
 def invoke(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> Result:

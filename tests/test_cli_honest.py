@@ -15,6 +15,8 @@ from helpers import CliData, cli_data_fixture, invoke_cli  # noqa: F401
 from stub_llm import StubLLMServer
 from thread_server import ThreadedServer
 
+pytestmark = pytest.mark.slow
+
 SECRETS = {
     "EVIDENT_LLM_API_KEY": "llmkey-Zq81x9Rk3",
     "QDRANT_API_KEY": "qdrantkey-Ww4u2Tt7",

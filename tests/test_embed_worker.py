@@ -14,6 +14,8 @@ from pipeline.models.e5_torch import E5TorchEmbedder
 from pipeline.models.embedders import make_embedder
 from pipeline.models.worker import ProcessEmbedder
 
+pytestmark = pytest.mark.slow
+
 TEXTS = ["Alice prepares the evaluation todo list", "Wer ist für die Windows-Builds zuständig?"]
 
 

@@ -35,6 +35,8 @@ from pipeline.ingest.run import ingest_pages
 from pipeline.models.sparse import Bm25Encoder
 from tests.stub_llm import StubLLMServer
 
+pytestmark = pytest.mark.slow
+
 WIKI = "https://wiki.example/pages"
 
 

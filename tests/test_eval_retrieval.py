@@ -30,6 +30,8 @@ from pipeline.evaluation.metrics import (
 )
 from pipeline.evaluation.retrieval import QuestionResult, summarize
 
+pytestmark = pytest.mark.slow
+
 ROW_KEYS = {
     "query",
     "lang",

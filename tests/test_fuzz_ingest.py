@@ -10,6 +10,8 @@ from helpers import HashEmbedder, ingest_options
 
 from pipeline.models.sparse import Bm25Encoder
 
+pytestmark = pytest.mark.slow
+
 CATEGORIES = 16
 # A lower evidence cap than the default keeps the suite fast and still exercises the bound.
 OPTIONS = ingest_options(max_evidence_per_page=200)

@@ -30,6 +30,8 @@ from tests.index_contract import (
     page_version,
 )
 
+pytestmark = pytest.mark.slow
+
 
 class TestEdgeIndex(IndexContract):
     gapless = True

@@ -19,6 +19,8 @@ from pipeline.index.edge import EdgeIndex
 from pipeline.index.lease import OWNER_FILE, WAITING_DIR, IndexLease, describe_process
 from pipeline.types import SearchRequest
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 
 

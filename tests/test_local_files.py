@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from helpers import CLI_ISOLATE, ingest_options
 from pdf_maker import minimal_pdf, word_document
 
@@ -14,6 +15,8 @@ from connectors.local_ingest import ingest_folders
 from evident.settings import Settings
 from pipeline.factory import open_stack
 from pipeline.ingest.run import page_to_evidence
+
+pytestmark = pytest.mark.slow
 
 RUNBOOK_MD = """# Deploy runbook
 

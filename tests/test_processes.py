@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 from fake_slack import FakeSlack
 
 from connectors.local import sample_space_dir
 from tests.fake_confluence import FakeConfluence, synthetic_pages
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,6 +23,8 @@ from pipeline.index.qdrant import QdrantServerIndex
 from pipeline.runtime.metrics import Metrics
 from tests.test_processes import base_env, free_port
 
+pytestmark = pytest.mark.slow
+
 BOT_TOKEN, APP_TOKEN = "xoxb-start-test", "xapp-1-start-test"
 
 

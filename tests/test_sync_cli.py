@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from connectors.local import sample_space_dir
 from evident.cli import main
 from pipeline.store import Store
 from tests.fake_confluence import FakeConfluence, synthetic_pages
+
+pytestmark = pytest.mark.slow
 
 
 def _env(data: Path, url: str = "", token: str = "s3cret-token") -> dict[str, str]:
