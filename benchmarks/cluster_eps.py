@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.attribution.cluster import cluster_embeddings
 from pipeline.attribution.scoring import embed
 from pipeline.evaluation.answers import eval_engine, temp_store_path
@@ -54,7 +55,9 @@ async def main(args: argparse.Namespace) -> None:
     questions = select_questions(args.conversations, langs, None, args.sample)
     try:
         for n, (lang, turn) in enumerate(questions, start=1):
-            result = await engine.ask(f"eps:{lang}:{turn.conv_id}:{turn.turn}", turn.completed[lang])
+            result = await engine.ask(
+                f"eps:{lang}:{turn.conv_id}:{turn.turn}", turn.completed[lang], scope=EVERYTHING
+            )
             hits = result.answer.evidence
             if len(hits) < 2:
                 continue

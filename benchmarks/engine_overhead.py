@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connectors.local import LocalFolderConnector, sample_space_dir
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.factory import build_engine, ingest_options, make_embedder_from, make_sparse_from
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
@@ -210,7 +211,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             for n, (conv, pos, question) in enumerate(turns[: args.turns + args.warmup]):
                 llm_before, handler_before = llm.seconds, stub.handler_s
                 t = time.perf_counter()
-                result = await engine.ask(f"bench:{conv}", question)
+                result = await engine.ask(f"bench:{conv}", question, scope=EVERYTHING)
                 wall = (time.perf_counter() - t) * 1000
                 if result.error:
                     raise SystemExit(f"turn failed: {result.error}")

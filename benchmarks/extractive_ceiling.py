@@ -17,6 +17,7 @@ from pathlib import Path
 
 from connectors.local import LocalFolderConnector
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.extractive import DENSE_HITS, _units
 from pipeline.answer.retrieve import retrieve
 from pipeline.evaluation.answers import contains_gold
@@ -40,7 +41,12 @@ async def run(questions: Path, documents: Path) -> None:
                 for lang in ("en", "de"):
                     hits = (
                         await retrieve(
-                            turn.completed[lang], index=index, embedder=embedder, sparse=sparse, config=config
+                            turn.completed[lang],
+                            scope=EVERYTHING,
+                            index=index,
+                            embedder=embedder,
+                            sparse=sparse,
+                            config=config,
                         )
                     ).hits
                     texts = [h.evidence.text for h in hits]

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.index import common as ic
 from pipeline.index.edge import EdgeIndex
 from pipeline.index.qdrant import QdrantServerIndex
@@ -77,6 +78,7 @@ def make_queries(q: int, dim: int, seed: int = 1) -> list[SearchRequest]:
                 lexical_k=10,
                 dense_k=10,
                 limit=10,
+                scope=EVERYTHING,
             )
         )
     return out

@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import qdrant_edge as qe
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.index.edge import EdgeIndex
 from pipeline.index.edge_layout import EdgeLayout, layout_from_pairs
 from pipeline.types import Evidence, IndexPoint, SearchRequest, SparseVector
@@ -196,6 +197,7 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -
                 lexical_k=10,
                 dense_k=10,
                 limit=10,
+                scope=EVERYTHING,
             )
             t = time.perf_counter()
             await index.search(req)
@@ -204,7 +206,9 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -
         found = []
         for q in queries:
             hits = await index.search(
-                SearchRequest(dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10)
+                SearchRequest(
+                    dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10, scope=EVERYTHING
+                )
             )
             found.append({h.evidence.id for h in hits})
         t = time.perf_counter()

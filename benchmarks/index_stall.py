@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from index_scale import DIM, PAGE, Corpus
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.index.edge import EdgeIndex
 from pipeline.index.edge_worker import ProcessEdgeIndex
 from pipeline.types import SearchRequest, SparseVector
@@ -66,6 +67,7 @@ async def searcher(index: Any, corpus: Corpus, stop: asyncio.Event, latency: lis
             lexical_k=10,
             dense_k=10,
             limit=10,
+            scope=EVERYTHING,
         )
         t = time.perf_counter()
         await index.search(req)

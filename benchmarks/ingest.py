@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from connectors.local import LocalFolderConnector
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.retrieve import retrieve
 from pipeline.factory import ingest_options, make_sparse_from
 from pipeline.index.edge import EdgeIndex
@@ -239,11 +240,11 @@ async def search_latency(index: EdgeIndex, model: Embedder, sparse: SparseEncode
     """p50/p95 of ``retrieve`` (query embedding + hybrid search) and of the index search alone."""
     cfg = settings.retrieval
     for q in queries[:5]:  # warm-up: first-call costs of the model and the shard
-        await retrieve(q, index=index, embedder=model, sparse=sparse, config=cfg)
+        await retrieve(q, scope=EVERYTHING, index=index, embedder=model, sparse=sparse, config=cfg)
     total, search, embed = [], [], []
     for q in queries:
         t = time.perf_counter()
-        r = await retrieve(q, index=index, embedder=model, sparse=sparse, config=cfg)
+        r = await retrieve(q, scope=EVERYTHING, index=index, embedder=model, sparse=sparse, config=cfg)
         total.append((time.perf_counter() - t) * 1000)
         search.append(r.timings_ms["search"])
         embed.append(r.timings_ms["embed_query"])

@@ -11,8 +11,10 @@ from typing import Any
 import click
 
 from bot.core.messages import certainty_note
+from evident.access_cli import as_option, scope_for
 from evident.common import cli_errors, echo_error, index_dir_option, load_settings, run
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 
 DEMO_QUESTION = "What is Alice's todo from the RAG meeting in October?"
 
@@ -74,10 +76,12 @@ def _print_trace(result: Any) -> None:
 @click.argument("question")
 @click.option("--trace", is_flag=True, help="Show completion, lexical/dense/fused lists, prompt, timings.")
 @click.option("--session", default=None, help="Continue a named conversation.")
+@as_option
 @index_dir_option
 @click.pass_context
 @cli_errors
-def ask(ctx: click.Context, question: str, trace: bool, session: str | None, index_dir: Path | None) -> None:
+def ask(ctx: click.Context, question: str, trace: bool, session: str | None, as_email: str | None,
+        index_dir: Path | None) -> None:
     """Answer one QUESTION with citations."""
     from pipeline.factory import build_engine
 
@@ -86,7 +90,9 @@ def ask(ctx: click.Context, question: str, trace: bool, session: str | None, ind
 
     async def go() -> Any:
         async with await build_engine(settings, trace=trace, require_index=True) as engine:
-            return await engine.ask(key, question, trace=trace)
+            return await engine.ask(
+                key, question, scope=await scope_for(settings, engine.store, as_email), trace=trace
+            )
 
     _print_turn(run(go()), trace)
 
@@ -94,10 +100,11 @@ def ask(ctx: click.Context, question: str, trace: bool, session: str | None, ind
 @click.command()
 @click.option("--session", default="default", show_default=True, help="Conversation name (persisted).")
 @click.option("--trace", is_flag=True)
+@as_option
 @index_dir_option
 @click.pass_context
 @cli_errors
-def chat(ctx: click.Context, session: str, trace: bool, index_dir: Path | None) -> None:
+def chat(ctx: click.Context, session: str, trace: bool, as_email: str | None, index_dir: Path | None) -> None:
     """Multi-turn chat. /new starts a new thread, /explain explains the last answer, /quit exits."""
     from pipeline.factory import build_engine
 
@@ -107,6 +114,7 @@ def chat(ctx: click.Context, session: str, trace: bool, index_dir: Path | None) 
         engine = await build_engine(settings, trace=trace, require_index=True)
         key = f"cli:{session}:{time.time_ns()}"
         last_turn: int | None = None
+        scope = await scope_for(settings, engine.store, as_email)
         try:
             while True:
                 try:
@@ -124,12 +132,12 @@ def chat(ctx: click.Context, session: str, trace: bool, index_dir: Path | None) 
                     if last_turn is None:
                         click.echo("nothing to explain yet")
                         continue
-                    ex = await engine.explain(last_turn)
+                    ex = await engine.explain(last_turn, scope=scope)
                     click.echo(ex.text)
                     continue
                 if not line:
                     continue
-                result = await engine.ask(key, line, trace=trace)
+                result = await engine.ask(key, line, scope=scope, trace=trace)
                 last_turn = result.turn_id
                 _print_turn(result, trace, interactive=True)
         finally:
@@ -142,12 +150,12 @@ def chat(ctx: click.Context, session: str, trace: bool, index_dir: Path | None) 
 @click.option("--turn", "turn_id", type=int, default=None, help="Turn id (default: the latest turn).")
 @click.option("--method", default=None, help="naive | cfa | cfa_clusters | page | ...")
 @click.option("--trace", is_flag=True, help="Show each counterfactual answer and its similarity.")
+@as_option
 @index_dir_option
 @click.pass_context
 @cli_errors
-def explain(
-    ctx: click.Context, turn_id: int | None, method: str | None, trace: bool, index_dir: Path | None
-) -> None:
+def explain(ctx: click.Context, turn_id: int | None, method: str | None, trace: bool, as_email: str | None,
+            index_dir: Path | None) -> None:
     """Counterfactual attribution: which evidence caused an answer."""
     from pipeline.errors import InputError
     from pipeline.factory import build_engine
@@ -161,7 +169,9 @@ def explain(
                 tid = await engine.store.latest_turn_id()
                 if tid is None:
                     raise InputError("no turns yet: ask something first")
-            return await engine.explain(tid, method=method)
+            return await engine.explain(
+                tid, scope=await scope_for(settings, engine.store, as_email), method=method
+            )
 
     ex = run(go())
     if ex.error:
@@ -193,6 +203,6 @@ def demo(ctx: click.Context, question: str) -> None:
 
     async def go() -> Any:
         async with await build_engine(settings) as engine:
-            return await engine.ask(f"cli:demo:{time.time_ns()}", question)
+            return await engine.ask(f"cli:demo:{time.time_ns()}", question, scope=EVERYTHING)
 
     _print_turn(run(go()), trace=False)

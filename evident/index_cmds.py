@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from evident.access_cli import as_option, scope_for
 from evident.common import cli_errors, echo_page_problems, index_dir_option, load_settings, run
 from evident.settings import Settings
 from pipeline.errors import InputError
@@ -59,14 +60,20 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], space: str | None, index
         sys.exit(1)
 
 
-async def _search(settings: Settings, query: str, k: int, mode: str | None) -> Any:
+async def _search(settings: Settings, query: str, k: int, mode: str | None, as_email: str | None) -> Any:
     from pipeline.answer.retrieve import retrieve
     from pipeline.factory import make_expander_from, make_reranker_from, open_stack
+    from pipeline.store import Store
 
+    store = await Store.open(settings.core.resolved_store_path)
+    try:
+        scope = await scope_for(settings, store, as_email)
+    finally:
+        await store.close()
     embedder, sparse, index = await open_stack(settings, require_index=True)
     try:
         cfg = settings.replace(final_k=k, **({"retrieval_mode": mode} if mode else {})).retrieval
-        return await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=cfg,
+        return await retrieve(query, scope=scope, index=index, embedder=embedder, sparse=sparse, config=cfg,
                               reranker=make_reranker_from(settings, embedder),
                               expander=make_expander_from(settings, embedder, sparse))
     finally:
@@ -78,16 +85,16 @@ async def _search(settings: Settings, query: str, k: int, mode: str | None) -> A
 @click.option("-k", default=10, show_default=True, help="How many evidence to show.")
 @click.option("--mode", type=click.Choice(["lexical", "dense", "hybrid"]), default=None)
 @click.option("--json", "as_json", is_flag=True)
+@as_option
 @index_dir_option
 @click.pass_context
 @cli_errors
-def search(
-    ctx: click.Context, query: str, k: int, mode: str | None, as_json: bool, index_dir: Path | None
-) -> None:
+def search(ctx: click.Context, query: str, k: int, mode: str | None, as_json: bool, as_email: str | None,
+           index_dir: Path | None) -> None:
     """Retrieve evidence for QUERY (no answer generation)."""
     if not query.strip():
         raise InputError("the query is empty")
-    result = run(_search(load_settings(ctx, index_dir=index_dir), query, k, mode))
+    result = run(_search(load_settings(ctx, index_dir=index_dir), query, k, mode, as_email))
     if as_json:
         click.echo(json.dumps({
             "query": query,

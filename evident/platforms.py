@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bot.core.access import AccessPolicy
 from bot.core.contracts import EngineLike
 from bot.core.platform import Platform
 from evident.settings import Settings
@@ -22,10 +23,18 @@ class Registration:
     build: Callable[[Settings, EngineLike, Metrics], Platform]
 
 
+def access_policy(settings: Settings, engine: EngineLike) -> AccessPolicy:
+    """The one access policy of a platform: the place's spaces, and in per-user mode the people directory the
+    permission sync keeps in the store."""
+    return AccessPolicy.from_settings(settings.access, settings.chat, engine.store)
+
+
 def _slack(settings: Settings, engine: EngineLike, metrics: Metrics) -> Platform:
     from bot.slack.platform import SlackPlatform
 
-    return SlackPlatform(settings.slack, settings.chat, engine, metrics=metrics)
+    return SlackPlatform(
+        settings.slack, settings.chat, engine, access_policy(settings, engine), metrics=metrics
+    )
 
 
 def _check_slack(settings: Settings) -> None:
@@ -37,7 +46,9 @@ def _check_slack(settings: Settings) -> None:
 def _teams(settings: Settings, engine: EngineLike, metrics: Metrics) -> Platform:
     from bot.teams.app import TeamsPlatform
 
-    return TeamsPlatform(settings.teams, settings.chat, engine, metrics=metrics)
+    return TeamsPlatform(
+        settings.teams, settings.chat, engine, access_policy(settings, engine), metrics=metrics
+    )
 
 
 def _check_teams(settings: Settings) -> None:

@@ -12,6 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from pipeline.access.people import Directory
+from pipeline.access.scope import AccessScope, PageAccess
 from pipeline.store.reports import FeedbackSummary, SpaceSync, SyncRun
 from pipeline.turns import Turn
 from pipeline.types import ChatMessage, Evidence, Hit, IndexPoint, Page, SearchRequest, SparseVector
@@ -64,6 +66,10 @@ class Index(Protocol):
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None: ...
 
+    async def set_access(self, pages: Mapping[str, PageAccess | None]) -> None:
+        """Write who may read each page (``pipeline.access.scope``) onto its evidence, live and staged: a
+        payload write, nothing re-embedded. ``None`` removes the permissions (unknown)."""
+
     async def optimize(self) -> bool:
         """Build what bulk writes left unindexed (HNSW, quantization, vacuum); ``True`` if anything changed.
 
@@ -72,9 +78,13 @@ class Index(Protocol):
 
     async def search(self, request: SearchRequest) -> list[Hit]: ...
 
-    async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]: ...
+    async def get(self, evidence_ids: Sequence[str], scope: AccessScope) -> list[Evidence]:
+        """Live evidence by id that ``scope`` may see, in the given order (unknown or hidden ids left out)."""
 
     async def count(self) -> int: ...
+
+    async def missing_access(self) -> int:
+        """Live evidence that carries no permissions (indexed before permissions were synced)."""
 
     async def stats(self) -> dict[str, object]: ...
 
@@ -213,7 +223,7 @@ class EventLog(Protocol):
 class StatusReports(Protocol):
     """What status views read (``pipeline.store.reports``)."""
 
-    async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]: ...
+    async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int, str]]: ...
 
     async def recent_questions(self, user_id: str, limit: int = 5) -> list[tuple[int, str, str]]: ...
 
@@ -224,5 +234,7 @@ class StatusReports(Protocol):
     async def last_sync(self) -> SyncRun | None: ...
 
 
-class ConversationStore(TurnStore, ConversationMetaStore, FeedbackStore, EventLog, StatusReports, Protocol):
-    """What a chat adapter's conversation core needs of the store: the protocols above together."""
+class ConversationStore(TurnStore, ConversationMetaStore, FeedbackStore, EventLog, StatusReports, Directory,
+                        Protocol):
+    """What a chat adapter's conversation core needs of the store: the protocols above together, and the
+    people directory the access policy reads (``pipeline.access.people.Directory``)."""

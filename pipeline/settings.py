@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipeline.access.settings import AccessSettings
 from pipeline.answer.settings import AnswerSettings, RetrievalSettings
 from pipeline.attribution.settings import AttributionSettings
 from pipeline.index.settings import IndexSettings
@@ -20,3 +21,4 @@ class PipelineSettings(SettingsGroup):
     retrieval: RetrievalSettings
     answer: AnswerSettings
     attribution: AttributionSettings
+    access: AccessSettings

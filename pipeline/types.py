@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pipeline.access.scope import AccessScope, PageAccess
+
 EvidenceKind = Literal["passage", "list", "table", "row"]
 EVIDENCE_KINDS: tuple[EvidenceKind, ...] = ("passage", "list", "table", "row")
 
@@ -26,6 +28,7 @@ class Page:
     updated: str | None = None  # ISO 8601, UTC
     ancestors: tuple[str, ...] = ()  # ancestor titles, root first
     labels: tuple[str, ...] = ()
+    access: PageAccess | None = None  # who may read it (``pipeline.access.scope``); None: not known
 
 
 # ---------------------------------------------------------------- parsed page elements
@@ -89,6 +92,7 @@ class Evidence:
     breadcrumb: tuple[str, ...] = ()  # ancestor page titles
     table_index: int | None = None  # 1-based table number within the page, for table/row
     row_index: int | None = None  # 1-based row number, for rows
+    access: PageAccess | None = None  # its page's (``pipeline.access.scope``); None: not known
 
     @property
     def heading(self) -> str:
@@ -128,15 +132,15 @@ RetrievalMode = Literal["lexical", "dense", "hybrid"]
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A query against the index. ``spaces`` restricts to those spaces (None = all)."""
+    """A query against the index, within ``scope``: the spaces and readers it may return evidence for."""
 
     dense: tuple[float, ...] | None
     sparse: SparseVector | None
+    scope: AccessScope
     mode: RetrievalMode = "hybrid"
     lexical_k: int = 10
     dense_k: int = 10
     limit: int = 10
-    spaces: tuple[str, ...] | None = None
     fusion: Literal["rrf", "dbsf"] = "rrf"  # rank fusion, or score pooling (distribution-based score fusion)
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (lexical, dense) for weighted RRF

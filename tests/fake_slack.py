@@ -28,6 +28,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from pipeline.access.scope import AccessScope
+from pipeline.store.directory import Account
 from pipeline.types import Answer, Citation
 
 BOT_USER = "UBOT"
@@ -507,8 +509,14 @@ class MemoryStore:
     async def set_conversation_meta(self, key: str, meta: Any) -> None:
         self.meta[key] = dict(meta)
 
-    async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int]]:
+    async def popular_pages(self, limit: int = 20) -> list[tuple[str, str, int, str]]:
         return []
+
+    async def accounts_by_email(self, email: str) -> list[Account]:
+        return []
+
+    async def account(self, account: str) -> Account | None:
+        return None
 
     async def recent_questions(self, user_id: str, limit: int = 5) -> list[tuple[int, str, str]]:
         mine = [t for t in self.turns.values() if t.user_id == user_id]
@@ -546,8 +554,12 @@ class AskCall:
     key: str
     question: str
     user_id: str | None
-    spaces: tuple[str, ...] | None
+    scope: AccessScope
     history: list[tuple[str, str]] | None
+
+    @property
+    def spaces(self) -> tuple[str, ...] | None:
+        return self.scope.spaces
 
 
 LLM_DOWN = "I couldn't reach the language model. Please try again in a moment."
@@ -570,12 +582,20 @@ class FakeEngine:
         self.stream_fails_after: int | None = None  # the LLM breaks after this many streamed words
         self.asks: list[AskCall] = []
         self.explain_computations: list[int] = []
+        self.explain_scopes: list[AccessScope] = []
         self._explained: dict[int, ExplainResult] = {}
 
-    async def ask(self, conversation_key: str, question: str, *, user_id: str | None = None,
-                  spaces: tuple[str, ...] | None = None, history: list[tuple[str, str]] | None = None,
-                  on_text: Callable[[str], Awaitable[None]] | None = None) -> TurnResult:
-        self.asks.append(AskCall(conversation_key, question, user_id, spaces, history))
+    async def ask(
+        self,
+        conversation_key: str,
+        question: str,
+        *,
+        scope: AccessScope,
+        user_id: str | None = None,
+        history: list[tuple[str, str]] | None = None,
+        on_text: Callable[[str], Awaitable[None]] | None = None,
+    ) -> TurnResult:
+        self.asks.append(AskCall(conversation_key, question, user_id, scope, history))
         if on_text is not None:  # an LLM streaming: the delay is spread over the words
             words = re.findall(r"\S+\s*", self.answer_for(question).text)
             for i, word in enumerate(words):
@@ -613,7 +633,11 @@ class FakeEngine:
     async def evidence_count(self) -> int:
         return 68  # the sample space's evidence
 
-    async def explain(self, turn_id: int) -> ExplainResult:
+    async def visible(self, evidence_ids: list[str], scope: AccessScope) -> set[str]:
+        return set(evidence_ids)  # the fake engine has no index: every evidence is visible
+
+    async def explain(self, turn_id: int, *, scope: AccessScope) -> ExplainResult:
+        self.explain_scopes.append(scope)
         if turn_id in self._explained:
             r = self._explained[turn_id]
             return ExplainResult(r.turn_id, r.text, cached=True, partial=r.partial, result=r.result)
@@ -669,10 +693,13 @@ def run_bot(settings: Any, engine: Any, *, client: Any, stop: asyncio.Event | No
     (``EVIDENT_HTTP_PORT``), draining for ``EVIDENT_SHUTDOWN_TIMEOUT_S`` unless told otherwise."""
     from bot.core.health import add_health_routes
     from bot.slack.platform import SlackPlatform
+    from evident.platforms import access_policy
     from evident.serve import serve_platforms
     from pipeline.runtime.metrics import Metrics
 
-    platform = SlackPlatform(settings.slack, settings.chat, engine, client=client, metrics=metrics)
+    platform = SlackPlatform(
+        settings.slack, settings.chat, engine, access_policy(settings, engine), client=client, metrics=metrics
+    )
     checks = {} if checks is None else checks
     health = functools.partial(add_health_routes, checks=checks, metrics=metrics or Metrics())
     drain = settings.chat.shutdown_timeout_s if drain_timeout_s is None else drain_timeout_s

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from pipeline.access.scope import EVERYTHING, AccessScope
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.index.common import dbsf_fuse, rrf_fuse
 from pipeline.protocols import Index
@@ -183,7 +184,9 @@ class IndexContract:
         try:
             for p in exported:
                 await copy.replace_page(p.evidence.page_id, p.page_hash, [p])
-            req = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode="dense", limit=5)
+            req = SearchRequest(
+                dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode="dense", limit=5, scope=EVERYTHING
+            )
             assert names(await copy.search(req)) == names(await corpus_index.search(req))
         finally:
             await copy.close()
@@ -198,7 +201,9 @@ class IndexContract:
         try:
             assert await again.count() == 3
             assert await again.page_hashes() == {"P": "hash-v1"}
-            hits = await again.search(SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,))))
+            hits = await again.search(
+                SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), scope=EVERYTHING)
+            )
             assert len(hits) == 3
         finally:
             await again.close()
@@ -254,7 +259,7 @@ class IndexContract:
                 + [make_point("P", 9, "h", "rare", sparse={6: 1.0, 8: 2.0})],
             )
             hits = await idx.search(
-                SearchRequest(dense=None, sparse=SparseVector((8,), (1.5,)), mode="lexical")
+                SearchRequest(dense=None, sparse=SparseVector((8,), (1.5,)), mode="lexical", scope=EVERYTHING)
             )
             assert [h.evidence.text for h in hits] == ["rare"]
             if idf:
@@ -292,10 +297,10 @@ class IndexContract:
     async def test_payload_round_trips(self, index: Any) -> None:
         p = make_point("T", 2, "hash-T", "a row", kind="row", sparse={5: 2.0})
         await index.replace_page("T", "hash-T", [p])
-        [ev] = await index.get([p.evidence.id])
+        [ev] = await index.get([p.evidence.id], scope=EVERYTHING)
         assert ev == p.evidence
         [hit] = await index.search(
-            SearchRequest(dense=None, sparse=SparseVector((5,), (1.0,)), mode="lexical")
+            SearchRequest(dense=None, sparse=SparseVector((5,), (1.0,)), mode="lexical", scope=EVERYTHING)
         )
         assert hit.evidence == p.evidence and hit.content == p.content and hit.rank == 1
 
@@ -306,11 +311,13 @@ class IndexContract:
         assert await index.count() == 3
         assert await index.page_hashes() == {"P": "hash-v2", "Q": "hash-q"}
         hits = await index.search(
-            SearchRequest(dense=None, sparse=SparseVector((7,), (1.0,)), mode="lexical", limit=20)
+            SearchRequest(
+                dense=None, sparse=SparseVector((7,), (1.0,)), mode="lexical", limit=20, scope=EVERYTHING
+            )
         )
         assert sorted(h.evidence.text for h in hits) == ["q 0", "v2 0", "v2 1"]
         # position 2 existed only in v1: gone
-        assert await index.get([evidence_id("P", 2)]) == []
+        assert await index.get([evidence_id("P", 2)], scope=EVERYTHING) == []
 
     async def test_reingest_same_version_is_idempotent(self, index: Any) -> None:
         for _ in range(2):
@@ -346,15 +353,19 @@ class IndexContract:
 
     async def test_get_keeps_the_requested_order(self, corpus_index: Any) -> None:
         ids = [evidence_id(n, 0) for n in ("E", "A", "C")]
-        got = await corpus_index.get([ids[0], "no-such-id", ids[1], ids[2]])
+        got = await corpus_index.get([ids[0], "no-such-id", ids[1], ids[2]], scope=EVERYTHING)
         assert [e.page_id for e in got] == ["E", "A", "C"]
-        assert await corpus_index.get([]) == []
+        assert await corpus_index.get([], scope=EVERYTHING) == []
 
     async def test_lexical_dense_hybrid_orders(self, corpus_index: Any) -> None:
-        lex = await corpus_index.search(SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical"))
-        dense = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense"))
+        lex = await corpus_index.search(
+            SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical", scope=EVERYTHING)
+        )
+        dense = await corpus_index.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", scope=EVERYTHING)
+        )
         hybrid = await corpus_index.search(
-            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode="hybrid")
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode="hybrid", scope=EVERYTHING)
         )
         assert names(lex) == LEXICAL_ORDER
         assert names(dense) == DENSE_ORDER
@@ -367,18 +378,24 @@ class IndexContract:
         assert dense[0].score == pytest.approx(0.95, abs=1e-4)
 
     async def test_candidate_limits_and_final_limit(self, corpus_index: Any) -> None:
-        req = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, lexical_k=1, dense_k=2, limit=10)
+        req = SearchRequest(
+            dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, lexical_k=1, dense_k=2, limit=10, scope=EVERYTHING
+        )
         # candidates: lexical {A}, dense {C, B} -> fused A(1/61), C(1/61), B(1/62)
         assert set(names(await corpus_index.search(req))) == {"A", "B", "C"}
         assert (
-            len(await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, limit=2)))
+            len(
+                await corpus_index.search(
+                    SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, limit=2, scope=EVERYTHING)
+                )
+            )
             == 2
         )
 
     async def test_weighted_rrf(self, corpus_index: Any) -> None:
         weights = (0.2, 1.0)
         hybrid = await corpus_index.search(
-            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, weights=weights)
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, weights=weights, scope=EVERYTHING)
         )
         predicted = rrf_fuse([LEXICAL_ORDER, DENSE_ORDER], k=60, weights=weights)
         assert names(hybrid) == [n for n, _ in predicted]
@@ -391,20 +408,32 @@ class IndexContract:
         for mode in ("lexical", "dense"):
             hits = await corpus_index.search(
                 SearchRequest(
-                    dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, mode=mode, lexical_k=4, dense_k=6, limit=6
+                    dense=QUERY_DENSE_T,
+                    sparse=QUERY_SPARSE,
+                    mode=mode,
+                    lexical_k=4,
+                    dense_k=6,
+                    limit=6,
+                    scope=EVERYTHING,
                 )
             )
             legs.append([(h.evidence.page_id, h.score) for h in hits])
         pooled = await corpus_index.search(
             SearchRequest(
-                dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, fusion="dbsf", lexical_k=4, dense_k=6, limit=6
+                dense=QUERY_DENSE_T,
+                sparse=QUERY_SPARSE,
+                fusion="dbsf",
+                lexical_k=4,
+                dense_k=6,
+                limit=6,
+                scope=EVERYTHING,
             )
         )
         predicted = dbsf_fuse(legs)
         assert [h.score for h in pooled] == pytest.approx([s for _, s in predicted], abs=1e-4)
         assert names(pooled)[0] == predicted[0][0]
         rrf = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, lexical_k=4,
-                                                      dense_k=6, limit=6))
+                                                      dense_k=6, limit=6, scope=EVERYTHING))
         assert names(pooled) != names(rrf)  # scores, not ranks: B's strong dense score carries it
 
     async def test_page_spaces_says_where_each_live_page_was_indexed(self, corpus_index: Any) -> None:
@@ -415,37 +444,52 @@ class IndexContract:
     async def test_spaces_filter_applies_to_every_leg(self, corpus_index: Any) -> None:
         hr = ("HR",)
         lex = await corpus_index.search(
-            SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical", spaces=hr)
+            SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical", scope=AccessScope.space_only(hr))
         )
         dense = await corpus_index.search(
-            SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", spaces=hr)
+            SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", scope=AccessScope.space_only(hr))
         )
-        hybrid = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=hr))
+        hybrid = await corpus_index.search(
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, scope=AccessScope.space_only(hr))
+        )
         assert names(lex) == ["D", "E"]
         assert names(dense) == ["D", "E", "F"]
         assert names(hybrid) == ["D", "E", "F"]
         both = await corpus_index.search(
-            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=("HR", "ENG"))
+            SearchRequest(
+                dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, scope=AccessScope.space_only(("HR", "ENG"))
+            )
         )
         assert names(both) == HYBRID_ORDER
         assert (
             await corpus_index.search(
-                SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, spaces=("NONE",))
+                SearchRequest(
+                    dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, scope=AccessScope.space_only(("NONE",))
+                )
             )
             == []
         )
 
     async def test_empty_sparse_query_falls_back_to_dense_leg(self, corpus_index: Any) -> None:
         empty = SparseVector((), ())
-        assert await corpus_index.search(SearchRequest(dense=None, sparse=empty, mode="lexical")) == []
-        hybrid = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=empty))
+        assert (
+            await corpus_index.search(
+                SearchRequest(dense=None, sparse=empty, mode="lexical", scope=EVERYTHING)
+            )
+            == []
+        )
+        hybrid = await corpus_index.search(SearchRequest(dense=QUERY_DENSE_T, sparse=empty, scope=EVERYTHING))
         assert names(hybrid) == DENSE_ORDER
 
     async def test_missing_query_vector_is_an_input_error(self, corpus_index: Any) -> None:
         with pytest.raises(InputError):
-            await corpus_index.search(SearchRequest(dense=None, sparse=None, mode="lexical"))
+            await corpus_index.search(
+                SearchRequest(dense=None, sparse=None, mode="lexical", scope=EVERYTHING)
+            )
         with pytest.raises(InputError):
-            await corpus_index.search(SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="hybrid"))
+            await corpus_index.search(
+                SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="hybrid", scope=EVERYTHING)
+            )
 
     # ------------------------------------------------------------------ atomicity
 
@@ -458,10 +502,12 @@ class IndexContract:
         assert await index.count() == 3
         assert await index.page_hashes() == {"P": "hash-v1"}
         hits = await index.search(
-            SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), limit=20)
+            SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), limit=20, scope=EVERYTHING)
         )
         assert sorted(h.evidence.text for h in hits) == ["v1 0", "v1 1", "v1 2"]
-        assert [e.text for e in await index.get([evidence_id("P", i) for i in range(5)])] == [
+        assert [
+            e.text for e in await index.get([evidence_id("P", i) for i in range(5)], scope=EVERYTHING)
+        ] == [
             "v1 0",
             "v1 1",
             "v1 2",
@@ -491,7 +537,12 @@ class IndexContract:
         await index.replace_page("Q", "hash-q", page_version("Q", "q", 2))
         index.batch_size = 1  # many awaits inside the replace, so searches interleave with it
         req = SearchRequest(
-            dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), limit=20, lexical_k=20, dense_k=20
+            dense=QUERY_DENSE_T,
+            sparse=SparseVector((7,), (1.0,)),
+            limit=20,
+            lexical_k=20,
+            dense_k=20,
+            scope=EVERYTHING,
         )
         seen: list[set[str]] = []
 

@@ -25,6 +25,7 @@ from stub_llm import StubLLMServer
 from bot.slack.app import build_bot
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.handlers import EvidentBot
+from evident.platforms import access_policy
 from evident.settings import Settings
 
 BOT_TOKEN = "xoxb-test-token-e2e"
@@ -90,6 +91,7 @@ async def make_harness(sample_index_template: Path, tmp_path: Path) -> AsyncIter
             settings.slack,
             settings.chat,
             parts.engine,
+            access_policy(settings, parts.engine),
             client=AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url),
         )
         transport = await EventsServer(bot.app).start()

@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.app import build_bot
 from bot.slack.blocks import PLACEHOLDER
 from bot.slack.handlers import EvidentBot
+from evident.platforms import access_policy
 from evident.settings import Settings
 from pipeline.errors import TransientError
 from pipeline.store import Store
@@ -77,7 +78,7 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
             **{"followup_suggestions": False, **overrides},
         )
         client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url)
-        bot = build_bot(settings.slack, settings.chat, engine, client=client)
+        bot = build_bot(settings.slack, settings.chat, engine, access_policy(settings, engine), client=client)
         transport = await EventsServer(bot.app).start()
         sender = await EventSender(f"http://127.0.0.1:{transport.port}/slack/events").__aenter__()
 

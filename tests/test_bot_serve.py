@@ -16,6 +16,7 @@ from fake_slack import SIGNING_SECRET, EventSender, FakeEngine, FakeSlack, run_b
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.app import build_bot
+from evident.platforms import access_policy
 from evident.settings import Settings
 from pipeline.errors import AuthError, ConfigError, UnreachableError
 
@@ -198,7 +199,8 @@ async def test_run_bot_reports_unreachable_slack() -> None:
 async def test_build_app_accepts_a_client_and_adds_rate_limit_retries(slack: FakeSlack) -> None:
     client = _client(slack)
     settings = Settings.load(env={}, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN, http_port=0)
-    app = build_bot(settings.slack, settings.chat, FakeEngine(), client=client).app
+    engine = FakeEngine()
+    app = build_bot(settings.slack, settings.chat, engine, access_policy(settings, engine), client=client).app
     assert app.client is client
     assert "AsyncRateLimitErrorRetryHandler" in {type(h).__name__ for h in client.retry_handlers}
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from helpers import make_engine, open_copy, sample_index_fixture  # noqa: F401
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.confidence import adaptive_hits, confidence_of
 from pipeline.types import Evidence, Hit
 
@@ -38,7 +39,9 @@ async def test_the_engine_reports_the_confidence_of_each_turn(
     index, embedder = await open_copy(sample_index_template, tmp_path / "index")
     parts = make_engine(index, embedder, tmp_path / "evident.db", options=options(confident_k=2))
     try:
-        result = await parts.engine.ask("c1", "What is Alice's todo from the RAG meeting in October?")
+        result = await parts.engine.ask(
+            "c1", "What is Alice's todo from the RAG meeting in October?", scope=EVERYTHING
+        )
         assert result.retrieval is not None and result.retrieval.confidence in ("high", "medium", "low")
         assert result.answer.confidence == result.retrieval.confidence
         assert "confidence_ms" in result.answer.trace.timings_ms

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fake_people import StaticPeople
 from fake_slack import FakeEngine
 
+from bot.core.access import AccessPolicy, Asker
 from bot.core.conversations import Conversations, Question
-from bot.core.ratelimit import UserRateLimiter
-from bot.core.scope import NOT_CONNECTED, Scope
+from bot.core.scope import NOT_CONNECTED
+from evident.settings import Settings
 from pipeline.store import Store
+
+ASKER = Asker("U1", "C1", shared_in="C1")
+
+
+def core_for(engine: FakeEngine, people: StaticPeople | None = None, **overrides: str) -> Conversations:
+    """The core as production builds it, from settings (``overrides``: flat setting keys)."""
+    settings = Settings.load(env={}, **overrides)
+    policy = AccessPolicy.from_settings(settings.access, settings.chat, engine.store)
+    return Conversations.from_settings(engine, settings.chat, policy, people or StaticPeople())
 
 
 class RecordingSurface:
@@ -51,16 +62,16 @@ class RecordingSurface:
 async def test_an_answer_is_explained_once_even_across_a_restart(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "core.db")
     engine = FakeEngine(store)
-    core = Conversations(engine, UserRateLimiter(100), Scope({}, ("*",)))
+    core = core_for(engine)
     surface = RecordingSurface()
     await core.answer(Question("U1", "How do I get VPN access?", "C1", "test:conv"), surface)
     turn = await store.turn_by_message("test:conv", "msg-2")
     assert turn is not None and turn.explained_at is None
-    await core.explain(turn, surface)
-    restarted = Conversations(FakeEngine(store), UserRateLimiter(100), Scope({}, ("*",)))  # nothing in memory
+    await core.explain(turn, surface, ASKER)
+    restarted = core_for(FakeEngine(store))  # nothing in memory
     again = await store.get_turn(turn.id)
     assert again is not None and again.explained_at is not None
-    await restarted.explain(again, surface)
+    await restarted.explain(again, surface, ASKER)
     assert [kind for kind, _ in surface.shown].count("explanation") == 1
     await store.close()
 
@@ -74,13 +85,13 @@ async def test_an_out_of_scope_answer_has_nothing_to_explain(tmp_path: Path) -> 
     engine = FakeEngine(
         store, answer_for=lambda q: Answer(text=OUT_OF_SCOPE, out_of_scope=True, extractive=True)
     )
-    core = Conversations(engine, UserRateLimiter(100), Scope({}, ("*",)))
+    core = core_for(engine)
     surface = RecordingSurface()
     await core.answer(Question("U1", "How do I bake bread?", "C1", "test:conv"), surface)
     turn = await store.turn_by_message("test:conv", "msg-2")
     assert turn is not None and turn.out_of_scope
-    await core.explain(turn, surface)
-    await core.explain(turn, surface)  # asked twice: told once
+    await core.explain(turn, surface, ASKER)
+    await core.explain(turn, surface, ASKER)  # asked twice: told once
     assert [s for s in surface.shown if s[0] in ("explanation", "say")] == [("say", NOTHING_TO_EXPLAIN)]
     assert engine.explain_computations == []  # no counterfactual runs for it
     await store.close()
@@ -89,7 +100,7 @@ async def test_an_out_of_scope_answer_has_nothing_to_explain(tmp_path: Path) -> 
 async def test_default_scope_none_tells_the_user_and_asks_nothing(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "core.db")
     engine = FakeEngine(store)
-    core = Conversations(engine, UserRateLimiter(100), Scope({"C9": ("ENG",)}, ("none",)))
+    core = core_for(engine, channel_spaces="C9=ENG", default_spaces="none")
     surface = RecordingSurface()
     await core.answer(Question("U1", "holidays?", "D1", "test:dm"), surface)
     await core.answer(Question("U1", "deploy?", "C9", "test:c9"), surface)

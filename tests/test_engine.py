@@ -26,6 +26,7 @@ from helpers import (
 )
 from stub_llm import StubLLMServer
 
+from pipeline.access.scope import EVERYTHING, AccessScope
 from pipeline.answer.options import EngineOptions
 from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.answer.query_builder import MAX_QUESTION_CHARS
@@ -88,13 +89,13 @@ async def test_turn1_is_kept_and_followups_are_rephrased_with_history(make: Make
 
     async with StubLLMServer(responder=respond) as stub:
         p = await make(llm_url=stub.base_url)
-        first = await p.engine.ask("t:1", "Who is primary on call in weeks 3 to 4?")
+        first = await p.engine.ask("t:1", "Who is primary on call in weeks 3 to 4?", scope=EVERYTHING)
         assert first.error is None and not first.is_followup
         assert first.completed_question == "Who is primary on call in weeks 3 to 4?"
         assert not any(_is_rephrase(r) for r in stub.requests)  # turn 1: no completion call
         assert len(stub.requests) == 1
 
-        second = await p.engine.ask("t:1", "And weeks 5 to 6?")
+        second = await p.engine.ask("t:1", "And weeks 5 to 6?", scope=EVERYTHING)
         rephrase = [r for r in stub.requests if _is_rephrase(r)]
         assert len(rephrase) == 1
         assert "User: Who is primary on call in weeks 3 to 4?" in _user(rephrase[0])
@@ -112,9 +113,9 @@ async def test_turn1_is_kept_and_followups_are_rephrased_with_history(make: Make
 async def test_failed_completion_falls_back_to_the_query_builder(make: Make) -> None:
     async with StubLLMServer(default_reply="Erik Larsen [Source 1].") as stub:
         p = await make(llm_url=stub.base_url, max_retries=0)
-        await p.engine.ask("t:fb", "Who is primary on call in weeks 3 to 4?")
+        await p.engine.ask("t:fb", "Who is primary on call in weeks 3 to 4?", scope=EVERYTHING)
         stub.fail_next("500")  # the completion call fails; the answer call succeeds
-        r = await p.engine.ask("t:fb", "And weeks 5 to 6?")
+        r = await p.engine.ask("t:fb", "And weeks 5 to 6?", scope=EVERYTHING)
         assert r.error is None and r.completed_question == "And weeks 5 to 6?"
         assert r.retrieval is not None and "weeks 3 to 4" in r.retrieval.query
 
@@ -124,12 +125,12 @@ async def test_failed_completion_falls_back_to_the_query_builder(make: Make) -> 
 
 async def test_no_llm_answers_extractively_and_builds_followup_queries(make: Make) -> None:
     p = await make()
-    r = await p.engine.ask("t:x", "What is Alice's todo from the RAG meeting in October?")
+    r = await p.engine.ask("t:x", "What is Alice's todo from the RAG meeting in October?", scope=EVERYTHING)
     assert r.error is None and r.answer.extractive and r.answer.model == "extractive"
     assert "Prepare the evaluation todo list" in r.answer.text
     assert r.answer.citations[0].url == RAG_MEETING_URL  # production's retrieval may add a second source
     assert "[1]" in r.answer.text
-    follow = await p.engine.ask("t:x", "And Bruno?")
+    follow = await p.engine.ask("t:x", "And Bruno?", scope=EVERYTHING)
     assert follow.is_followup and follow.completed_question == "And Bruno?"
     assert follow.retrieval is not None
     assert follow.retrieval.query != "And Bruno?" and "RAG meeting" in follow.retrieval.query
@@ -145,7 +146,9 @@ async def test_source_markers_become_page_links_and_bogus_ones_are_dropped(make:
     reply = "Alice prepares the evaluation todo list [Source 2]. It was agreed in October [Source 9]."
     async with StubLLMServer(default_reply=reply) as stub:
         p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5))
-        r = await p.engine.ask("t:c", "What is Alice's todo from the RAG meeting in October?")
+        r = await p.engine.ask(
+            "t:c", "What is Alice's todo from the RAG meeting in October?", scope=EVERYTHING
+        )
     assert r.error is None and not r.answer.out_of_scope
     assert len(r.answer.evidence) == 5
     assert r.answer.text == "Alice prepares the evaluation todo list [1]. It was agreed in October."
@@ -165,7 +168,9 @@ async def test_streamed_answer_shows_the_markers_of_the_final_answer_as_it_is_ge
     async with StubLLMServer(default_reply=reply) as stub:
         stub.fail_next("429", retry_after=0.01)  # retried: nothing was shown yet
         p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5))
-        r = await p.engine.ask("t:s", "What is Alice's todo from the RAG meeting in October?", on_text=sink)
+        r = await p.engine.ask(
+            "t:s", "What is Alice's todo from the RAG meeting in October?", on_text=sink, scope=EVERYTHING
+        )
         assert stub.requests[-1]["stream"] is True
     # [Source 2] streams as [1], [Source 9] never
     assert len(pieces) > 5 and "".join(pieces).strip() == r.answer.text
@@ -188,9 +193,9 @@ async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(mak
         p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5),
                        options=engine_options_for(answer_style=style))
         r = await p.engine.ask(
-            "t:style", "What is Alice's todo from the RAG meeting in October?", on_text=sink
+            "t:style", "What is Alice's todo from the RAG meeting in October?", on_text=sink, scope=EVERYTHING
         )
-        explained = await p.engine.explain(r.turn_id)
+        explained = await p.engine.explain(r.turn_id, scope=EVERYTHING)
         system = _system(_answers(stub)[0])
     if style == "cot":
         assert "Reasoning:" in system  # only the answer streams into the chat, never the reasoning
@@ -239,14 +244,14 @@ def test_final_answer_takes_the_text_after_the_last_answer_line() -> None:
 async def test_out_of_scope_sentence_is_flagged(make: Make) -> None:
     async with StubLLMServer(default_reply=OUT_OF_SCOPE) as stub:
         p = await make(llm_url=stub.base_url)
-        r = await p.engine.ask("t:o", "What is the canteen menu on Friday?")
+        r = await p.engine.ask("t:o", "What is the canteen menu on Friday?", scope=EVERYTHING)
     assert r.error is None and r.answer.out_of_scope and r.answer.citations == []
 
 
 async def test_empty_llm_answer_is_out_of_scope_with_a_warning(make: Make) -> None:
     async with StubLLMServer(default_reply="") as stub:
         p = await make(llm_url=stub.base_url)
-        r = await p.engine.ask("t:e", "How do I roll back a deployment?")
+        r = await p.engine.ask("t:e", "How do I roll back a deployment?", scope=EVERYTHING)
     assert r.error is None and r.answer.out_of_scope and r.answer.text == OUT_OF_SCOPE
     assert "empty" in str(r.answer.trace.warning)
 
@@ -254,7 +259,9 @@ async def test_empty_llm_answer_is_out_of_scope_with_a_warning(make: Make) -> No
 async def test_nothing_retrieved_is_out_of_scope_without_calling_the_llm(make: Make) -> None:
     async with StubLLMServer(default_reply="should not be used") as stub:
         p = await make(llm_url=stub.base_url)
-        r = await p.engine.ask("t:n", "How do I roll back a deployment?", spaces=("NO-SUCH-SPACE",))
+        r = await p.engine.ask(
+            "t:n", "How do I roll back a deployment?", scope=AccessScope.space_only(("NO-SUCH-SPACE",))
+        )
         assert stub.calls == 0
     assert r.error is None and r.answer.out_of_scope and r.answer.text == OUT_OF_SCOPE
     assert r.retrieval is not None and r.retrieval.hits == []
@@ -265,7 +272,7 @@ async def test_nothing_retrieved_is_out_of_scope_without_calling_the_llm(make: M
 
 async def test_llm_unreachable_gives_a_human_error_and_stores_the_turn(make: Make) -> None:
     p = await make(llm_url=f"http://127.0.0.1:{_closed_port()}/v1", max_retries=1)
-    r = await p.engine.ask("t:down", "How do I roll back a deployment?")
+    r = await p.engine.ask("t:down", "How do I roll back a deployment?", scope=EVERYTHING)
     assert r.error == "I couldn't reach the language model, please try again."
     turn = await p.store.get_turn(r.turn_id)
     assert turn is not None and turn.error == r.error and turn.question == "How do I roll back a deployment?"
@@ -274,10 +281,10 @@ async def test_llm_unreachable_gives_a_human_error_and_stores_the_turn(make: Mak
 async def test_llm_stopped_mid_conversation(make: Make) -> None:
     stub = await StubLLMServer(default_reply="Use kestrel rollback [Source 1].").start()
     p = await make(llm_url=stub.base_url, max_retries=0)
-    ok = await p.engine.ask("t:stop", "How do I roll back a deployment?")
+    ok = await p.engine.ask("t:stop", "How do I roll back a deployment?", scope=EVERYTHING)
     assert ok.error is None and ok.answer.citations[0].url == DEPLOY_URL
     await stub.close()
-    r = await p.engine.ask("t:stop", "How long does the rollback take?")
+    r = await p.engine.ask("t:stop", "How long does the rollback take?", scope=EVERYTHING)
     assert r.error == "I couldn't reach the language model, please try again."
     turns = await p.store.history("t:stop")
     assert [t.error for t in turns] == [None, r.error]
@@ -287,7 +294,7 @@ async def test_429_with_retry_after_then_success_is_answered(make: Make) -> None
     async with StubLLMServer(default_reply="Run kestrel rollback [Source 1].") as stub:
         stub.fail_next("429", retry_after=0.05)
         p = await make(llm_url=stub.base_url)
-        r = await p.engine.ask("t:429", "How do I roll back a deployment?")
+        r = await p.engine.ask("t:429", "How do I roll back a deployment?", scope=EVERYTHING)
         assert stub.calls == 2
     assert r.error is None and r.answer.text == "Run kestrel rollback [1]."
 
@@ -298,7 +305,7 @@ async def test_429_with_retry_after_then_success_is_answered(make: Make) -> None
 @pytest.mark.parametrize("question", ["", "   \n\t "])
 async def test_empty_question_is_a_polite_error_and_stored(make: Make, question: str) -> None:
     p = await make()
-    r = await p.engine.ask("t:empty", question)
+    r = await p.engine.ask("t:empty", question, scope=EVERYTHING)
     assert r.error is not None and r.error.startswith("Please ask a question")
     turn = await p.store.get_turn(r.turn_id)
     assert turn is not None and turn.error == r.error
@@ -307,7 +314,7 @@ async def test_empty_question_is_a_polite_error_and_stored(make: Make, question:
 async def test_very_long_question_is_truncated_with_a_notice(make: Make) -> None:
     p = await make()
     question = "How do I roll back a deployment? " + "x" * 40_000
-    r = await p.engine.ask("t:long", question)
+    r = await p.engine.ask("t:long", question, scope=EVERYTHING)
     assert r.error is None and r.notice is not None and str(MAX_QUESTION_CHARS) in r.notice
     turn = await p.store.get_turn(r.turn_id)
     assert turn is not None and len(turn.question) == MAX_QUESTION_CHARS
@@ -316,7 +323,7 @@ async def test_very_long_question_is_truncated_with_a_notice(make: Make) -> None
 
 async def test_lone_surrogates_do_not_break_storage(make: Make) -> None:
     p = await make()
-    r = await p.engine.ask("t:utf", "caf\udce9 deployment rollback?")
+    r = await p.engine.ask("t:utf", "caf\udce9 deployment rollback?", scope=EVERYTHING)
     turn = await p.store.get_turn(r.turn_id)
     assert turn is not None and turn.question.startswith("caf") and "deployment rollback?" in turn.question
     assert turn.question.encode("utf-8")  # valid UTF-8 now
@@ -350,7 +357,9 @@ async def test_budget_never_splits_a_table_row_and_records_dropped_evidence(tmp_
         p = make_engine(index, embedder, tmp_path / "s.db", llm=llm,
                         options=engine_options_for(llm_context_tokens=900, answer_max_tokens=100))
         try:
-            r = await p.engine.ask("t:b", "Which giant fleet table lists the owner of every host?")
+            r = await p.engine.ask(
+                "t:b", "Which giant fleet table lists the owner of every host?", scope=EVERYTHING
+            )
         finally:
             await p.close()
         prompt = _user(stub.requests[-1])
@@ -382,9 +391,9 @@ def _meeting_responder(body: dict[str, Any]) -> str:
 async def test_explain_puts_the_causal_page_first_and_caches(make: Make) -> None:
     async with StubLLMServer(responder=_meeting_responder) as stub:
         p = await make(llm_url=stub.base_url)
-        r = await p.engine.ask("t:ex", "When is the next RAG meeting in November?")
+        r = await p.engine.ask("t:ex", "When is the next RAG meeting in November?", scope=EVERYTHING)
         assert r.error is None and "12 November 2024" in r.answer.text
-        ex = await p.engine.explain(r.turn_id)
+        ex = await p.engine.explain(r.turn_id, scope=EVERYTHING)
         assert not ex.cached and ex.error is None and ex.result is not None and ex.result.clusters
         clusters = ex.result.clusters
         assert clusters[0].members[0].url == RAG_MEETING_URL
@@ -392,7 +401,7 @@ async def test_explain_puts_the_causal_page_first_and_caches(make: Make) -> None
         assert clusters[0].percent > 50
         assert "RAG meeting October" in ex.text
         calls = stub.calls
-        again = await p.engine.explain(r.turn_id)
+        again = await p.engine.explain(r.turn_id, scope=EVERYTHING)
         assert again.cached and stub.calls == calls
         assert again.result is not None
         assert [c.percent for c in again.result.clusters] == [c.percent for c in clusters]
@@ -400,16 +409,16 @@ async def test_explain_puts_the_causal_page_first_and_caches(make: Make) -> None
 
 async def test_explain_offline_uses_the_extractive_generator(make: Make) -> None:
     p = await make()
-    r = await p.engine.ask("t:exo", "When is the next RAG meeting?")
-    ex = await p.engine.explain(r.turn_id)
+    r = await p.engine.ask("t:exo", "When is the next RAG meeting?", scope=EVERYTHING)
+    ex = await p.engine.explain(r.turn_id, scope=EVERYTHING)
     assert ex.error is None and ex.result is not None and ex.result.clusters and ex.text
     assert abs(sum(c.percent for c in ex.result.clusters) - 100) < 1.0
 
 
 async def test_explain_of_a_failed_turn_says_so(make: Make) -> None:
     p = await make()
-    r = await p.engine.ask("t:exf", "  ")
-    ex = await p.engine.explain(r.turn_id)
+    r = await p.engine.ask("t:exf", "  ", scope=EVERYTHING)
+    ex = await p.engine.explain(r.turn_id, scope=EVERYTHING)
     assert ex.error == "no answer" and ex.result is None
 
 
@@ -419,14 +428,16 @@ async def test_explain_of_a_failed_turn_says_so(make: Make) -> None:
 async def test_store_survives_a_restart(sample_index_template: Path, tmp_path: Path) -> None:
     index, embedder = await open_copy(sample_index_template, tmp_path / "index")
     first = make_engine(index, embedder, tmp_path / "evident.db")
-    r1 = await first.engine.ask("t:r", "What is Alice's todo from the RAG meeting in October?")
+    r1 = await first.engine.ask(
+        "t:r", "What is Alice's todo from the RAG meeting in October?", scope=EVERYTHING
+    )
     await first.close()
     index, embedder = await open_copy(tmp_path / "index", tmp_path / "index2", HashEmbedder())
     second = make_engine(index, embedder, tmp_path / "evident.db")
     try:
         history = await second.store.history("t:r")
         assert [t.id for t in history] == [r1.turn_id]
-        r2 = await second.engine.ask("t:r", "And Bruno?")
+        r2 = await second.engine.ask("t:r", "And Bruno?", scope=EVERYTHING)
         assert r2.is_followup and r2.retrieval is not None and "RAG meeting" in r2.retrieval.query
         assert [t.turn_no for t in await second.store.history("t:r")] == [1, 2]
     finally:

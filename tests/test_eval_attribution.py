@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.evaluation.answers import eval_engine
 from pipeline.evaluation.attribution_eval import (
@@ -365,9 +366,9 @@ async def test_logprob_method_without_the_endpoint_capability_is_a_config_error(
 
     engine = await open_world(tmp_path, stub.base_url)
     try:
-        turn = await engine.ask("t1", "Where are visitor badges handed out?")
+        turn = await engine.ask("t1", "Where are visitor badges handed out?", scope=EVERYTHING)
         with pytest.raises(ConfigError, match="EVIDENT_LLM_PROMPT_LOGPROBS"):
-            await engine.explain(turn.turn_id, method="logprob")
+            await engine.explain(turn.turn_id, method="logprob", scope=EVERYTHING)
     finally:
         await close_world(engine)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.errors import ConfigError, IndexError_, IndexMismatchError
 from pipeline.factory import make_index_from
 from pipeline.index.edge import MANIFEST_FILE, EdgeIndex
@@ -19,6 +20,7 @@ from pipeline.index.edge_layout import EdgeLayout
 from pipeline.index.edge_pages import PAGES_FILE, PageTable
 from pipeline.index.edge_worker import ProcessEdgeIndex
 from pipeline.types import SearchRequest, SparseVector
+from tests.index_access_contract import IndexAccessContract
 from tests.index_contract import (
     DIM,
     EMBEDDER,
@@ -33,14 +35,14 @@ from tests.index_contract import (
 pytestmark = pytest.mark.slow
 
 
-class TestEdgeIndex(IndexContract):
+class TestEdgeIndex(IndexContract, IndexAccessContract):
     gapless = True
 
     def make_index(self, tmp_path: Path) -> EdgeIndex:
         return EdgeIndex(tmp_path / "index")
 
 
-class TestProcessEdgeIndex(IndexContract):
+class TestProcessEdgeIndex(IndexContract, IndexAccessContract):
     """The same index in a worker process (what ``evident serve`` uses)."""
 
     gapless = True
@@ -126,9 +128,14 @@ async def test_optimize_keeps_results_and_drop_empties(tmp_path: Path) -> None:
     for name in "ABCDEF":
         await idx.replace_page(name, f"hash-{name}", [corpus_point(name)])
     await idx.delete_pages(["F"])
-    before = names(await idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE)))
+    before = names(
+        await idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, scope=EVERYTHING))
+    )
     await idx.optimize()
-    assert names(await idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE))) == before
+    assert (
+        names(await idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, scope=EVERYTHING)))
+        == before
+    )
     stats = await idx.stats()
     assert stats["disk_bytes"] > 0 and stats["backend"] == "qdrant-edge"
     await idx.drop()
@@ -142,7 +149,9 @@ async def test_optimize_keeps_results_and_drop_empties(tmp_path: Path) -> None:
 async def test_calls_before_open_fail_clearly(tmp_path: Path) -> None:
     idx = EdgeIndex(tmp_path / "index")
     with pytest.raises(IndexError_, match="call open"):
-        await idx.search(SearchRequest(dense=None, sparse=SparseVector((1,), (1.0,)), mode="lexical"))
+        await idx.search(
+            SearchRequest(dense=None, sparse=SparseVector((1,), (1.0,)), mode="lexical", scope=EVERYTHING)
+        )
     await idx.close()  # closing an unopened index is harmless
 
 
@@ -228,7 +237,9 @@ async def test_writes_index_segments_as_they_fill(
             await idx.replace_page(page, f"hash-{page}", page_version(page, page, 10))
         assert await idx.optimize() is left_for_optimize
         hits = await idx.search(
-            SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", dense_k=10, limit=10)
+            SearchRequest(
+                dense=QUERY_DENSE_T, sparse=None, mode="dense", dense_k=10, limit=10, scope=EVERYTHING
+            )
         )
         assert sorted({h.evidence.page_id for h in hits}) == ["P", "Q", "R"]
     finally:

@@ -14,6 +14,7 @@ import pytest
 from helpers import HashEmbedder, ingest_folder
 
 from connectors.local import sample_space_dir
+from pipeline.access.scope import EVERYTHING
 from pipeline.errors import IndexBusyError
 from pipeline.index.edge import EdgeIndex
 from pipeline.index.lease import OWNER_FILE, WAITING_DIR, IndexLease, describe_process
@@ -86,7 +87,11 @@ async def test_two_indexes_on_one_directory_take_turns(tmp_path: Path) -> None:
     assert await second.count() == before
     assert first.handovers == 1
     request = SearchRequest(
-        dense=tuple(embedder.embed_queries(["on-call"])[0]), sparse=None, mode="dense", limit=3
+        dense=tuple(embedder.embed_queries(["on-call"])[0]),
+        sparse=None,
+        mode="dense",
+        limit=3,
+        scope=EVERYTHING,
     )
     hits, _ = await asyncio.gather(first.search(request), second.search(request))  # both get their turn
     assert len(hits) == 3
@@ -107,7 +112,11 @@ async def test_concurrent_operations_after_a_hand_over_take_the_lease_back_once(
     await asyncio.to_thread(other.acquire)  # first idles: its watcher hands over
     assert first.handovers == 1
     request = SearchRequest(
-        dense=tuple(embedder.embed_queries(["on-call"])[0]), sparse=None, mode="dense", limit=3
+        dense=tuple(embedder.embed_queries(["on-call"])[0]),
+        sparse=None,
+        mode="dense",
+        limit=3,
+        scope=EVERYTHING,
     )
     searches = asyncio.gather(*(first.search(request) for _ in range(3)))
     await asyncio.sleep(0.3)  # all three wait for the lease
@@ -122,6 +131,7 @@ HOLDER = textwrap.dedent("""
     sys.path[:0] = [{tests!r}, {repo!r}]
     from helpers import HashEmbedder
     from pipeline.index.edge import EdgeIndex
+    from pipeline.access.scope import EVERYTHING
     from pipeline.types import SearchRequest
 
     async def main():
@@ -131,7 +141,7 @@ HOLDER = textwrap.dedent("""
         print("open", await idx.count(), flush=True)
         sys.stdin.readline()  # idle, holding the index, until the test says go on
         query = tuple(emb.embed_queries(["release"])[0])
-        req = SearchRequest(dense=query, sparse=None, mode="dense", limit=2)
+        req = SearchRequest(dense=query, sparse=None, scope=EVERYTHING, mode="dense", limit=2)
         print("after", len(await idx.search(req)), await idx.count(), idx.handovers, flush=True)
         await idx.close()
 

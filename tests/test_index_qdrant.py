@@ -9,9 +9,11 @@ from typing import TypeVar
 
 import pytest
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.errors import ConfigError
 from pipeline.index.qdrant import METADATA_KEY, QdrantServerIndex
 from pipeline.types import SearchRequest
+from tests.index_access_contract import IndexAccessContract
 from tests.index_contract import (
     CORPUS,
     DIM,
@@ -37,7 +39,7 @@ class RemoteLikeIndex(QdrantServerIndex):
         return result
 
 
-class TestQdrantServerIndex(IndexContract):
+class TestQdrantServerIndex(IndexContract, IndexAccessContract):
     gapless = False  # old-only, then briefly nothing, then new-only
 
     def make_index(self, tmp_path: Path) -> QdrantServerIndex:
@@ -70,7 +72,7 @@ async def test_client_side_fusion_matches_engine_fusion(weights: tuple[float, fl
     try:
         for name in CORPUS:
             await idx.replace_page(name, f"hash-{name}", [corpus_point(name)])
-        req = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, weights=weights)
+        req = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, weights=weights, scope=EVERYTHING)
         engine = await idx.search(req)
         idx.engine_fusion = False
         client = await idx.search(req)

@@ -9,6 +9,7 @@ import pytest
 from helpers import HashEmbedder, ingest_folder, ingest_options
 
 from connectors.local import LocalFolderConnector, sample_space_dir
+from pipeline.access.scope import EVERYTHING
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages, page_to_evidence
 from pipeline.models.sparse import Bm25Encoder
@@ -20,7 +21,9 @@ async def _sample_pages() -> list[Page]:
 
 
 async def _lexical(index: EdgeIndex, text: str) -> list[str]:
-    req = SearchRequest(dense=None, sparse=Bm25Encoder().encode_query(text), mode="lexical", limit=5)
+    req = SearchRequest(
+        dense=None, sparse=Bm25Encoder().encode_query(text), mode="lexical", limit=5, scope=EVERYTHING
+    )
     return [h.evidence.text for h in await index.search(req)]
 
 
@@ -76,10 +79,10 @@ async def test_changed_page_is_replaced_as_a_unit(tmp_path: Path) -> None:
         assert (report.updated, report.unchanged, report.added) == (1, 1, 0)
         assert embedder.documents_embedded - before == len(new_evidence)  # only the changed page
         assert await index.count() == 68
-        live = await index.get([ev.id for ev in new_evidence])
+        live = await index.get([ev.id for ev in new_evidence], scope=EVERYTHING)
         assert len(live) == len(new_evidence)
         gone = old_ids - {ev.id for ev in new_evidence}
-        assert gone and await index.get(sorted(gone)) == []
+        assert gone and await index.get(sorted(gone), scope=EVERYTHING) == []
         assert any("zeppelin" in t for t in await _lexical(index, "quarterly zeppelin report"))
         assert not any(
             "Prepare the evaluation todo list" in t for t in await _lexical(index, "evaluation todo list")

@@ -13,6 +13,7 @@ from helpers import ingest_options
 
 from connectors.confluence import ConfluenceClient, ConfluenceSource, sync_confluence
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.retrieve import retrieve
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.factory import drop_index, make_expander_from, vocabulary_path
@@ -87,7 +88,7 @@ async def test_ingest_keeps_the_vocabulary_and_an_unknown_word_finds_its_page(
     expander = KeywordExpander(path, TrigramEmbedder(), Bm25Encoder())
     lexical = RetrievalSettings(mode="lexical", final_k=3, confidence=False)
     plain = await retrieve("how do I rollbak", index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
-                           config=lexical)
+                           config=lexical, scope=EVERYTHING)
     assert plain.hits == []  # BM25 alone: "rollbak" matches nothing
     r = await retrieve(
         "how do I rollbak",
@@ -98,6 +99,7 @@ async def test_ingest_keeps_the_vocabulary_and_an_unknown_word_finds_its_page(
             mode="lexical", final_k=3, confidence=False, keyword_weight=0.5, keyword_min_similarity=0.5
         ),
         expander=expander,
+        scope=EVERYTHING,
     )
     assert [(w, t) for w, t, _ in r.expansions] == [("rollbak", "rollback")]
     assert r.hits and r.hits[0].evidence.page_id == "1" and "expand" in r.timings_ms
@@ -117,6 +119,7 @@ async def test_known_words_and_weight_zero_are_not_expanded(index: EdgeIndex, tm
         sparse=Bm25Encoder(),
         config=RetrievalSettings(mode="lexical", confidence=False, keyword_weight=0.0),
         expander=expander,
+        scope=EVERYTHING,
     )
     assert r.expansions == [] and r.hits == []
     strict = expander.expansions("rollbak", min_similarity=0.99)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.access.scope import EVERYTHING
 from tests.test_eval_attribution import close_world, open_world
 
 pytestmark = [
@@ -28,11 +29,11 @@ async def test_real_llm_ask_and_explain(tmp_path: Path) -> None:
                               model=os.environ.get("EVIDENT_TEST_LLM_MODEL", "local"),
                               llm_timeout_s=120.0, llm_context_tokens=2048)
     try:
-        turn = await engine.ask("real-llm", "Where are visitor badges handed out?")
+        turn = await engine.ask("real-llm", "Where are visitor badges handed out?", scope=EVERYTHING)
         assert turn.error is None, turn.error
         assert turn.answer.text.strip()
         assert turn.answer.evidence, "the generator saw no evidence"
-        explained = await engine.explain(turn.turn_id, method="cfa_clusters")
+        explained = await engine.explain(turn.turn_id, method="cfa_clusters", scope=EVERYTHING)
         assert explained.error is None and explained.result is not None
         assert explained.result.calls >= 1
         assert explained.clusters and abs(sum(c.percent for c in explained.clusters) - 100.0) < 1e-6
@@ -46,9 +47,9 @@ async def test_real_llm_logprob_explain(tmp_path: Path) -> None:
                               model=os.environ.get("EVIDENT_TEST_LLM_MODEL", "local"),
                               llm_timeout_s=300.0, llm_context_tokens=2048, llm_prompt_logprobs=True)
     try:
-        turn = await engine.ask("real-llm-lp", "Where are visitor badges handed out?")
+        turn = await engine.ask("real-llm-lp", "Where are visitor badges handed out?", scope=EVERYTHING)
         assert turn.error is None, turn.error
-        explained = await engine.explain(turn.turn_id, method="logprob")
+        explained = await engine.explain(turn.turn_id, method="logprob", scope=EVERYTHING)
         assert explained.error is None and explained.result is not None
         assert explained.result.details["base_logprob"] < 0.0
         assert explained.clusters and abs(sum(c.percent for c in explained.clusters) - 100.0) < 1e-6

@@ -23,6 +23,7 @@ from helpers import ingest_options
 
 from connectors.local import LocalFolderConnector, sample_space_dir
 from evident.cli import main
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.retrieve import retrieve
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.index.edge import EdgeIndex
@@ -80,7 +81,9 @@ async def _state(index: EdgeIndex | QdrantServerIndex) -> tuple[int, dict[str, s
     for q in QUERIES:
         for mode in ("lexical", "dense"):
             cfg = RetrievalSettings(final_k=5, mode=mode)  # type: ignore[arg-type]
-            r = await retrieve(q, index=index, embedder=BowEmbedder(), sparse=Bm25Encoder(), config=cfg)
+            r = await retrieve(
+                q, index=index, embedder=BowEmbedder(), sparse=Bm25Encoder(), config=cfg, scope=EVERYTHING
+            )
             legs.append(r.hits)
     return await index.count(), await index.page_hashes(), legs
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING, AccessScope
 from pipeline.answer.retrieve import retrieve
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.index.common import dbsf_fuse
@@ -82,7 +83,13 @@ def _titles(hits: Sequence[Hit]) -> list[str]:
 async def test_legs_disagree_and_fusion_rewards_agreement(index: EdgeIndex) -> None:
     cfg = RetrievalSettings(lexical_k=2, dense_k=2, final_k=3)
     r = await retrieve(
-        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True
+        QUERY,
+        index=index,
+        embedder=QueryVector(),
+        sparse=Bm25Encoder(),
+        config=cfg,
+        trace=True,
+        scope=EVERYTHING,
     )
     assert _titles(r.lexical) == ["A", "B"]
     assert _titles(r.dense) == ["C", "B"]
@@ -106,21 +113,32 @@ async def test_score_pooling_setting_reaches_the_index(index: EdgeIndex, tmp_pat
     ).retrieval
     assert cfg.fusion == "dbsf"
     r = await retrieve(
-        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, trace=True
+        QUERY,
+        index=index,
+        embedder=QueryVector(),
+        sparse=Bm25Encoder(),
+        config=cfg,
+        trace=True,
+        scope=EVERYTHING,
     )
     legs = [[(h.evidence.id, h.score) for h in leg] for leg in (r.lexical, r.dense)]
     assert [h.evidence.id for h in r.hits] == [eid for eid, _ in dbsf_fuse(legs)]
     rrf = await retrieve(QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(),
-                         config=cfg.model_copy(update={"fusion": "rrf"}))
+                         config=cfg.model_copy(update={"fusion": "rrf"}), scope=EVERYTHING)
     assert _titles(rrf.hits)[0] == "B" and _titles(r.hits) != _titles(rrf.hits)
 
 
 async def test_single_leg_modes(index: EdgeIndex) -> None:
     emb, sparse = QueryVector(), Bm25Encoder()
     lexical = await retrieve(QUERY, index=index, embedder=emb, sparse=sparse,
-                             config=RetrievalSettings(mode="lexical", final_k=4))
+                             config=RetrievalSettings(mode="lexical", final_k=4), scope=EVERYTHING)
     dense = await retrieve(
-        QUERY, index=index, embedder=emb, sparse=sparse, config=RetrievalSettings(mode="dense", final_k=4)
+        QUERY,
+        index=index,
+        embedder=emb,
+        sparse=sparse,
+        config=RetrievalSettings(mode="dense", final_k=4),
+        scope=EVERYTHING,
     )
     assert _titles(lexical.hits) == ["A", "B"]  # only documents with the term
     assert _titles(dense.hits) == ["C", "B", "A", "D"]
@@ -133,7 +151,7 @@ async def test_space_filter(index: EdgeIndex) -> None:
         embedder=QueryVector(),
         sparse=Bm25Encoder(),
         config=RetrievalSettings(),
-        spaces=("OTHER",),
+        scope=AccessScope.space_only(("OTHER",)),
     )
     assert r.hits == []
 
@@ -142,7 +160,13 @@ async def test_reranker_gets_the_pool_and_decides_the_final_order(index: EdgeInd
     reranker = ShortestFirst()
     cfg = RetrievalSettings(lexical_k=4, dense_k=4, final_k=2, rerank_pool=4)
     r = await retrieve(
-        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker
+        QUERY,
+        index=index,
+        embedder=QueryVector(),
+        sparse=Bm25Encoder(),
+        config=cfg,
+        reranker=reranker,
+        scope=EVERYTHING,
     )
     (seen,) = reranker.seen
     assert len(seen) == 4 and set(seen) == set(DOCS)  # rerank_pool candidates, not just final_k
@@ -155,6 +179,12 @@ async def test_reranker_pool_never_smaller_than_final_k(index: EdgeIndex) -> Non
     reranker = ShortestFirst()
     cfg = RetrievalSettings(lexical_k=4, dense_k=4, final_k=3, rerank_pool=1)
     r = await retrieve(
-        QUERY, index=index, embedder=QueryVector(), sparse=Bm25Encoder(), config=cfg, reranker=reranker
+        QUERY,
+        index=index,
+        embedder=QueryVector(),
+        sparse=Bm25Encoder(),
+        config=cfg,
+        reranker=reranker,
+        scope=EVERYTHING,
     )
     assert len(reranker.seen[0]) == 3 and len(r.hits) == 3

@@ -61,7 +61,7 @@ async def test_version_1_store_keeps_its_answer_links(tmp_path: Path) -> None:
     turn = await s.turn_by_message("C1", "9.9")
     assert turn is not None and turn.message_ref == "9.9" and turn.raw_answer == "a [1] raw"
     assert turn.retrieved == (RetrievedRef("e1", 0.1, 1, "p", "u", "t"),)
-    assert s.schema_version == len(MIGRATIONS) == 6
+    assert s.schema_version == len(MIGRATIONS) == 7
     await s.close()
 
 

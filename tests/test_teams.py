@@ -20,6 +20,7 @@ from bot.teams.activity import Activity
 from bot.teams.app import TeamsPlatform
 from bot.teams.handlers import TeamsBot
 from bot.teams.render import answer_activity, escape
+from evident.platforms import access_policy
 from evident.settings import Settings
 from pipeline.answer.results import TurnResult
 from pipeline.store import Store
@@ -67,7 +68,8 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
                                  teams_tenant_id=TENANT, teams_openid_url=identity.openid_url,
                                  teams_tenant_openid_url=identity.tenant_openid_url,
                                  teams_token_url=identity.token_url, teams_port=0, **overrides)
-        platform = TeamsPlatform(settings.teams, settings.chat, engine, host="127.0.0.1")
+        platform = TeamsPlatform(settings.teams, settings.chat, engine, access_policy(settings, engine),
+                             host="127.0.0.1")
         await platform.start()
         endpoint = f"http://127.0.0.1:{platform.port}/api/messages"
         sender = await ActivitySender(endpoint, identity, connector.url + "/").__aenter__()
@@ -376,7 +378,8 @@ async def test_teams_alone_serves_health_on_the_http_port_and_drains_on_stop(tmp
         teams_port=0,
         http_port=0,
     )
-    platform = TeamsPlatform(settings.teams, settings.chat, engine, host="127.0.0.1")
+    platform = TeamsPlatform(settings.teams, settings.chat, engine, access_policy(settings, engine),
+                             host="127.0.0.1")
     stop, ports, checks = asyncio.Event(), [], {}
     health = functools.partial(add_health_routes, checks=checks, metrics=Metrics())
     task = asyncio.create_task(serve_platforms([platform], stop, port=0, host="127.0.0.1", routes=health,

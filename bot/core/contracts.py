@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from pipeline.access.scope import AccessScope
 from pipeline.protocols import ConversationStore
 from pipeline.types import Answer
 
@@ -25,6 +26,7 @@ class TurnResultLike(Protocol):
 class ExplainResultLike(Protocol):
     turn_id: int
     text: str
+    error: str | None
     cached: bool
     partial: bool
     result: Any  # the structured AttributionResult, or None
@@ -34,12 +36,15 @@ class EngineLike(Protocol):
     @property
     def store(self) -> ConversationStore: ...
 
-    async def ask(self, conversation_key: str, question: str, *, user_id: str | None = None,
-                  spaces: tuple[str, ...] | None = None,
+    async def ask(self, conversation_key: str, question: str, *, scope: AccessScope,
+                  user_id: str | None = None,
                   history: list[tuple[str, str]] | None = None,
                   on_text: Callable[[str], Awaitable[None]] | None = None) -> TurnResultLike: ...
 
-    async def explain(self, turn_id: int) -> ExplainResultLike: ...
+    async def explain(self, turn_id: int, *, scope: AccessScope) -> ExplainResultLike: ...
+
+    async def visible(self, evidence_ids: list[str], scope: AccessScope) -> set[str]:
+        """Those of ``evidence_ids`` that ``scope`` may see."""
 
     async def evidence_count(self) -> int: ...
 

@@ -15,14 +15,16 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from bot.core.access import AccessPolicy, Asker, PeopleSource
 from bot.core.contracts import EngineLike, ExplainResultLike, TurnResultLike
 from bot.core.dedup import SeenSet
 from bot.core.messages import EXPLAIN_FAILED, GENERIC, NOTHING_TO_EXPLAIN, RESTARTING, user_message
 from bot.core.ratelimit import UserRateLimiter
-from bot.core.scope import NO_SPACE, NOT_CONNECTED, Scope
+from bot.core.scope import NOT_CONNECTED
 from bot.core.settings import ChatSettings
+from pipeline.access.scope import AccessScope
 from pipeline.errors import StoreError
 from pipeline.turns import Turn
 
@@ -86,23 +88,50 @@ class Question:
     history: list[tuple[str, str]] | None = None
     join_late: bool = False  # read earlier messages when evident has not seen this conversation yet
     team: str = ""  # the team whose mapping applies when the channel has none (Teams)
+    shared_in: str | None = None  # the place others read the answer in (a channel); None: the asker alone
+
+    @property
+    def asker(self) -> Asker:
+        return Asker(self.user, self.scope, self.team, self.shared_in)
+
+    @classmethod
+    def of(cls, asker: Asker, text: str, key: str | None, **extra: Any) -> Question:
+        return cls(asker.user, text, asker.scope, key, team=asker.team, shared_in=asker.shared_in, **extra)
 
 
 class Conversations:
-    def __init__(self, engine: EngineLike, limiter: UserRateLimiter,
-                 spaces_for: Callable[[str, str], tuple[str, ...] | None], *, suggest: bool = False) -> None:
+    def __init__(
+        self,
+        engine: EngineLike,
+        limiter: UserRateLimiter,
+        policy: AccessPolicy,
+        people: PeopleSource,
+        *,
+        suggest: bool = False,
+    ) -> None:
         self.engine = engine
         self.limiter = limiter
-        self.spaces_for = spaces_for
+        self.policy = policy  # the one place an access scope comes from
+        self.people = people  # the platform's people and places, for the policy
         self.suggest = suggest  # follow-up question suggestions under answers
         self._explained = SeenSet()
 
     @classmethod
-    def from_settings(cls, engine: EngineLike, chat: ChatSettings,
+    def from_settings(cls, engine: EngineLike, chat: ChatSettings, policy: AccessPolicy, people: PeopleSource,
                       limiter: UserRateLimiter | None = None) -> Conversations:
         """The core every platform adapter uses, built from the conversation settings."""
-        return cls(engine, limiter or UserRateLimiter(chat.user_rate_per_min),
-                   Scope(chat.channel_spaces, chat.default_spaces), suggest=chat.followup_suggestions)
+        return cls(engine, limiter or UserRateLimiter(chat.user_rate_per_min), policy, people,
+                   suggest=chat.followup_suggestions)
+
+    async def scope(self, asker: Asker) -> AccessScope:
+        """What an answer to ``asker`` may draw on (``bot.core.access``)."""
+        return await self.policy.scope(asker, self.people)
+
+    async def popular_titles(self, asker: Asker, limit: int = 50) -> list[str]:
+        """Titles of the pages answers cited most that ``asker``'s audience may read (suggested prompts)."""
+        pages = await self.engine.store.popular_pages(limit)
+        visible = await self.engine.visible([eid for *_, eid in pages], await self.scope(asker))
+        return [title for title, _, _, eid in pages if eid in visible]
 
     # ------------------------------------------------------------------ questions
 
@@ -138,8 +167,7 @@ class Conversations:
         if not self.limiter.allow(q.user):
             await surface.rate_limited(self.limiter.retry_after_s(q.user))
             return
-        spaces = self.spaces_for(q.scope, q.team)
-        if spaces == NO_SPACE:
+        if not self.policy.connected(q.asker):
             await surface.say(NOT_CONNECTED)
             return
         progress = await surface.progress()
@@ -151,8 +179,8 @@ class Conversations:
             result = await self.engine.ask(
                 key,
                 q.text,
+                scope=await self.scope(q.asker),
                 user_id=q.user or None,
-                spaces=spaces,
                 history=history,
                 on_text=surface.text_sink(),
             )
@@ -208,9 +236,11 @@ class Conversations:
             log.exception("turn lookup failed")
             return None
 
-    async def explain(self, turn: Turn, surface: ExplanationSurface) -> None:
-        """Explain ``turn`` once: concurrent requests and requests for an answer already explained (recorded
-        in the store, so also after a restart) are ignored."""
+    async def explain(self, turn: Turn, surface: ExplanationSurface, asker: Asker) -> None:
+        """Explain ``turn`` once, to ``asker``'s audience (where the explanation is posted): concurrent
+        requests
+        and requests for an answer already explained (recorded in the store, so also after a restart) are
+        ignored; an answer built from evidence that audience may not read is not explained there."""
         turn_id = turn.id
         if turn.explained_at or not self._explained.add(str(turn_id)):
             return  # already explained (or being explained)
@@ -220,11 +250,15 @@ class Conversations:
             await self._mark_explained(turn_id)
             return
         try:
-            result = await self.engine.explain(turn_id)
+            result = await self.engine.explain(turn_id, scope=await self.scope(asker))
         except Exception:  # the user asked for something: they must hear back
             log.exception("explaining turn %s failed", turn_id)
             self._explained.discard(str(turn_id))
             await surface.say(EXPLAIN_FAILED)
+            return
+        if result.error:  # e.g. not visible to this audience: someone else may ask where it is
+            self._explained.discard(str(turn_id))
+            await surface.say(result.text)
             return
         try:
             await surface.explanation(result)

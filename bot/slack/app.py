@@ -10,6 +10,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.core.access import AccessPolicy
 from bot.core.contracts import EngineLike
 from bot.core.ratelimit import UserRateLimiter
 from bot.core.settings import ChatSettings
@@ -45,6 +46,7 @@ def build_bot(
     slack: SlackSettings,
     chat: ChatSettings,
     engine: EngineLike,
+    policy: AccessPolicy,
     *,
     client: AsyncWebClient | None = None,
     request_verification_enabled: bool | None = None,
@@ -65,6 +67,6 @@ def build_bot(
         request_verification_enabled=verify,
         process_before_response=False,
     )
-    bot = EvidentBot(slack, chat, engine, client, limiter=limiter)
+    bot = EvidentBot(slack, chat, engine, client, policy, limiter=limiter)
     bot.register(app)
     return bot

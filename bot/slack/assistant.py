@@ -24,12 +24,14 @@ from slack_bolt.middleware.assistant.async_assistant import AsyncAssistant
 from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.core.access import Asker
 from bot.core.contracts import EngineLike
 from bot.core.conversations import Conversations, Question
 from bot.core.dedup import Deduper
+from bot.slack.people import SlackPlaces
 from bot.slack.surface import SlackThread
 from bot.slack.threads import clean_question, conversation_key
-from pipeline.errors import StoreError
+from pipeline.errors import EvidentError, StoreError
 from pipeline.protocols import ConversationStore
 
 log = logging.getLogger("evident.bot")
@@ -78,15 +80,26 @@ class ThreadContexts(AsyncAssistantThreadContextStore):
         await self.store.set_conversation_meta(self._key(channel_id, thread_ts),
                                                {**meta, "assistant_thread": True, **viewed})
 
+    async def viewed_channel(self, channel_id: str, thread_ts: str) -> str | None:
+        """The channel an assistant thread is looking at (its space mapping applies), or None."""
+        found = await self.find(channel_id=channel_id, thread_ts=thread_ts)
+        return str(found.channel_id) if found is not None else None
+
     async def is_assistant_thread(self, channel_id: str, thread_ts: str) -> bool:
         meta = await self.store.conversation_meta(self._key(channel_id, thread_ts))
         return bool(meta.get("assistant_thread") or meta.get("assistant_context"))
 
 
-async def suggested_prompts(store: ConversationStore, spaces: tuple[str, ...] | None) -> list[dict[str, str]]:
-    """Prompts about the pages cited most in ``spaces`` (None: all); generic ones without history."""
+async def suggested_prompts(core: Conversations, asker: Asker) -> list[dict[str, str]]:
+    """Prompts about the pages answers cite most that ``asker`` may read (within the place's spaces); generic
+    ones without history."""
+    try:
+        titles = await core.popular_titles(asker)
+    except EvidentError as exc:
+        log.warning("suggested prompts without history: %s", exc)
+        titles = []
     prompts = [{"title": f"About {title}"[:70], "message": f"What does the wiki say about {title}?"}
-               for title, space, _ in await store.popular_pages(50) if spaces is None or space in spaces]
+               for title in titles]
     return (prompts or list(GENERIC_PROMPTS))[:MAX_PROMPTS]
 
 
@@ -97,6 +110,7 @@ class AssistantHost(Protocol):
     client: AsyncWebClient
     core: Conversations
     dedup: Deduper
+    places: SlackPlaces
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str, event_id: str | None = None) -> Any: ...
 
@@ -123,15 +137,14 @@ class AssistantListeners:
         context = thread.get("context") or {}
         if channel and ts:
             await self.contexts.started(channel, ts, context)
-            self.bot.spawn(
-                self._greet(channel, ts, str(context.get("channel_id") or channel)), f"greet:{channel}:{ts}"
-            )
+            asker = Asker(str(thread.get("user_id") or ""), str(context.get("channel_id") or channel))
+            self.bot.spawn(self._greet(channel, ts, asker), f"greet:{channel}:{ts}")
 
-    async def _greet(self, channel: str, thread_ts: str, scope: str) -> None:
+    async def _greet(self, channel: str, thread_ts: str, asker: Asker) -> None:
         client = self.bot.client
         try:
             await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=GREETING)
-            prompts = await suggested_prompts(self.bot.engine.store, self.bot.core.spaces_for(scope, ""))
+            prompts = await suggested_prompts(self.bot.core, asker)
             await client.assistant_threads_setSuggestedPrompts(channel_id=channel, thread_ts=thread_ts,
                                                                 title="Try asking", prompts=prompts)
         except SlackClientError as exc:
@@ -172,9 +185,8 @@ class AssistantListeners:
             await self.bot.core.answer(q, surface)
 
     async def _answer(self, q: Question, surface: Any, thread_ts: str) -> None:
-        found = await self.contexts.find(channel_id=surface.channel, thread_ts=thread_ts)
-        if found is not None:  # answer from the spaces of the channel the user is looking at
-            q = Question(q.user, q.text, found.channel_id, q.key)
+        # the asker alone reads it; the spaces are those of the channel the user is looking at
+        q = Question.of(await self.bot.places.asker(q.user, surface.channel, thread_ts), q.text, q.key)
         if q.key and not await self.bot.core.known(q.key) and q.text:
             try:
                 await self.bot.client.assistant_threads_setTitle(

@@ -16,15 +16,17 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.core.access import AccessPolicy
 from bot.core.contracts import EngineLike
 from bot.core.conversations import Conversations, Question
 from bot.core.dedup import Deduper
 from bot.core.ratelimit import UserRateLimiter
 from bot.core.settings import ChatSettings
 from bot.core.work import BackgroundWork
-from bot.slack.assistant import AssistantListeners
+from bot.slack.assistant import AssistantListeners, ThreadContexts
 from bot.slack.blocks import ASK_ACTION_PREFIX, EXPLAIN_ACTION, FEEDBACK_ACTION, PLACEHOLDER
 from bot.slack.home import publish_home
+from bot.slack.people import SlackPeople, SlackPlaces
 from bot.slack.settings import SlackSettings
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
@@ -61,6 +63,7 @@ class EvidentBot:
         chat: ChatSettings,
         engine: EngineLike,
         client: AsyncWebClient,
+        policy: AccessPolicy,
         *,
         limiter: UserRateLimiter | None = None,
     ) -> None:
@@ -69,7 +72,8 @@ class EvidentBot:
         self.client = client
         self.dedup = Deduper(engine.store)
         self.work = BackgroundWork(self.dedup)
-        self.core = Conversations.from_settings(engine, chat, limiter)
+        self.core = Conversations.from_settings(engine, chat, policy, SlackPeople(client), limiter)
+        self.places = SlackPlaces(ThreadContexts(engine.store))
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str,
               event_id: str | None = None) -> asyncio.Task[None] | None:
@@ -163,7 +167,8 @@ class EvidentBot:
         surface = self.thread_surface(
             team, channel, user, question, reply_in, context, backfill_thread=late, before_ts=ts
         )
-        q = Question(user, question, channel, key, join_late=late is not None)
+        q = Question(user, question, channel, key, join_late=late is not None,
+                     shared_in=None if channel.startswith("D") else channel)
         self.spawn(self.core.answer(q, surface), f"answer:{channel}:{ts}", context.get(_EVENT_ID))
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
@@ -193,7 +198,7 @@ class EvidentBot:
         question = clean_question(text, bot_user)
         if not question:
             return  # e.g. an image dropped into the thread: nothing to answer, and no need to nag
-        q = Question(user, question, channel, conversation_key(team, channel, thread))
+        q = Question(user, question, channel, conversation_key(team, channel, thread), shared_in=channel)
         surface = self.thread_surface(team, channel, user, question, thread, context)
         self.spawn(self.core.follow_up(q, surface, lambda: self.dedup.claim_message(channel, ts)),
                    f"followup:{channel}:{ts}", context.get(_EVENT_ID))
@@ -223,7 +228,9 @@ class EvidentBot:
             ephemeral=ephemeral,
             asked_by=user if _USER_ID.match(user) else None,
         )
-        self.spawn(self.core.answer(Question(user, question, channel, key), surface), f"ask:{channel}:{user}")
+        shared = None if ephemeral or channel.startswith("D") else channel
+        self.spawn(self.core.answer(Question(user, question, channel, key, shared_in=shared), surface),
+                   f"ask:{channel}:{user}")
 
     async def on_reaction_added(self, event: dict[str, Any], context: dict[str, Any]) -> None:
         target = self._reaction_target(event, context)
@@ -233,7 +240,7 @@ class EvidentBot:
         name = _reaction_name(str(event.get("reaction", "")))
         user = str(event.get("user") or "")
         if name in self.settings.explain_emojis:
-            self.spawn(self._explain(channel, ts), f"explain:{channel}:{ts}", context.get(_EVENT_ID))
+            self.spawn(self._explain(channel, ts, user), f"explain:{channel}:{ts}", context.get(_EVENT_ID))
         elif name in _FEEDBACK:
             self.spawn(self._feedback(channel, ts, user, _FEEDBACK[name]), f"feedback:{channel}:{ts}",
                        context.get(_EVENT_ID))
@@ -285,16 +292,24 @@ class EvidentBot:
         surface = self.thread_surface(
             team, channel, user, question, thread, context, assistant=channel.startswith("D")
         )
-        q = Question(user, question, channel, conversation_key(team, channel, thread))
-        self.spawn(self.core.answer(q, surface), f"suggestion:{channel}:{thread}")
+        self.spawn(self._suggested(user, question, team, channel, thread, surface),
+                   f"suggestion:{channel}:{thread}")
+
+    async def _suggested(self, user: str, question: str, team: str, channel: str, thread: str,
+                         surface: SlackThread) -> None:
+        """A clicked suggestion, asked where it was shown: the thread's place and space mapping (an assistant
+        thread's viewed channel), exactly as a typed question there."""
+        asker = await self.places.asker(user, channel, thread)
+        q = Question.of(asker, question, conversation_key(team, channel, thread))
+        await self.core.answer(q, surface)
 
     async def on_explain_button(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any],
                                 action: dict[str, Any]) -> None:
         await ack()
         turn_id = str(action.get("value") or "")
-        channel, _ = _where(body)
+        channel, user = _where(body)
         if turn_id.isdigit():
-            self.spawn(self._button_explain(channel, int(turn_id)), f"explain-button:{turn_id}")
+            self.spawn(self._button_explain(channel, int(turn_id), user), f"explain-button:{turn_id}")
 
     def _reaction_target(self, event: dict[str, Any], context: dict[str, Any]) -> tuple[str, str] | None:
         """(channel, ts) of a reacted-to message that evident wrote; None for anything else."""
@@ -323,12 +338,13 @@ class EvidentBot:
             **extra,
         )
 
-    async def _explain(self, channel: str, ts: str) -> None:
+    async def _explain(self, channel: str, ts: str, user: str) -> None:
         turn = await self.core.turn_for(channel, ts)
         if turn is None:
             return
         thread = thread_of_key(turn.conversation_key) or ts
-        await self.core.explain(turn, SlackExplanation(self.client, channel, thread))
+        asker = await self.places.asker(user, channel, thread)
+        await self.core.explain(turn, SlackExplanation(self.client, channel, thread), asker)
 
     async def _button_turn(self, channel: str, turn_id: int) -> Turn | None:
         """The turn a button names, if it was answered in the channel the button was clicked in."""
@@ -342,11 +358,12 @@ class EvidentBot:
         if turn is not None:
             await self.core.feedback(turn, user, value, platform="slack")
 
-    async def _button_explain(self, channel: str, turn_id: int) -> None:
+    async def _button_explain(self, channel: str, turn_id: int, user: str) -> None:
         turn = await self._button_turn(channel, turn_id)
         if turn is not None:
             thread = thread_of_key(turn.conversation_key) or turn.message_ref or ""
-            await self.core.explain(turn, SlackExplanation(self.client, channel, thread))
+            asker = await self.places.asker(user, channel, thread)
+            await self.core.explain(turn, SlackExplanation(self.client, channel, thread), asker)
 
     async def _feedback(self, channel: str, ts: str, user: str, value: int | None) -> None:
         turn = await self.core.turn_for(channel, ts)

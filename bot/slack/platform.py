@@ -9,6 +9,7 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.core.access import AccessPolicy
 from bot.core.contracts import EngineLike
 from bot.core.settings import ChatSettings
 from bot.slack.app import build_bot, make_client
@@ -29,7 +30,7 @@ log = logging.getLogger("evident.bot")
 class SlackPlatform:
     name = "slack"
 
-    def __init__(self, slack: SlackSettings, chat: ChatSettings, engine: EngineLike, *,
+    def __init__(self, slack: SlackSettings, chat: ChatSettings, engine: EngineLike, policy: AccessPolicy, *,
                  client: AsyncWebClient | None = None, metrics: Metrics | None = None) -> None:
         check_tokens(slack)  # no network before the configuration is complete
         self.settings = slack
@@ -38,7 +39,7 @@ class SlackPlatform:
             self._session = aiohttp.ClientSession()
             client = make_client(slack, session=self._session)
         self.client = client
-        self.bot = build_bot(slack, chat, engine, client=client)
+        self.bot = build_bot(slack, chat, engine, policy, client=client)
         self.metrics = metrics
         if metrics is not None:
             count_events(self.bot.app, metrics)

@@ -84,6 +84,11 @@ class Activity:
         return self.channel_id or self.conversation_id.split(";", 1)[0]
 
     @property
+    def shared_in(self) -> str | None:
+        """Where others read evident's reply: the channel or the group chat; None in a personal chat."""
+        return None if self.conversation_type == "personal" else self.scope
+
+    @property
     def conversation_key(self) -> str:
         """One conversation per personal chat, group chat or channel reply chain (``;messageid=``
         included)."""

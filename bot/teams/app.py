@@ -15,6 +15,7 @@ import logging
 import httpx
 from aiohttp import web
 
+from bot.core.access import AccessPolicy
 from bot.core.contracts import EngineLike
 from bot.core.settings import ChatSettings
 from bot.teams.activity import Activity
@@ -44,7 +45,7 @@ def token_url(teams: TeamsSettings) -> str:
     return teams.token_url or f"https://login.microsoftonline.com/{teams.tenant_id}/oauth2/v2.0/token"
 
 
-def build_teams(teams: TeamsSettings, chat: ChatSettings, engine: EngineLike,
+def build_teams(teams: TeamsSettings, chat: ChatSettings, engine: EngineLike, policy: AccessPolicy,
                 http: httpx.AsyncClient) -> tuple[TeamsBot, ActivityAuth]:
     check_teams_settings(teams)
     assert teams.app_id is not None and teams.openid_url is not None
@@ -52,7 +53,7 @@ def build_teams(teams: TeamsSettings, chat: ChatSettings, engine: EngineLike,
                        token_url=token_url(teams))
     auth = ActivityAuth(http, app_id=teams.app_id, openid_url=teams.openid_url, tenant_id=teams.tenant_id,
                         tenant_openid=teams.tenant_openid_url)
-    return TeamsBot(teams, chat, engine, ConnectorClient(http, tokens)), auth
+    return TeamsBot(teams, chat, engine, ConnectorClient(http, tokens), policy), auth
 
 
 def build_web_app(bot: TeamsBot, auth: ActivityAuth, *, metrics: Metrics | None = None) -> web.Application:
@@ -96,12 +97,12 @@ class TeamsPlatform:
 
     name = "teams"
 
-    def __init__(self, teams: TeamsSettings, chat: ChatSettings, engine: EngineLike, *,
+    def __init__(self, teams: TeamsSettings, chat: ChatSettings, engine: EngineLike, policy: AccessPolicy, *,
                  metrics: Metrics | None = None, host: str = "0.0.0.0") -> None:
         self.settings = teams
         self.host = host
         self._http = httpx.AsyncClient(timeout=30.0)
-        self.bot, auth = build_teams(teams, chat, engine, self._http)
+        self.bot, auth = build_teams(teams, chat, engine, policy, self._http)
         self._runner = web.AppRunner(build_web_app(self.bot, auth, metrics=metrics), handle_signals=False,
                                      access_log=None)
         self._site: web.TCPSite | None = None

@@ -1,4 +1,4 @@
-"""The Bot Connector REST API (``{serviceUrl}/v3/conversations/...``): send, reply, update, typing.
+"""The Bot Connector REST API (``{serviceUrl}/v3/conversations/...``): send, reply, update, typing, members.
 
 429 and 5xx are retried through the shared remote-call helper (``pipeline.runtime.remote``: ``Retry-After``
 honoured on both); a 401 refreshes the app token once. Errors are ``pipeline.errors.RemoteError`` subclasses
@@ -42,15 +42,19 @@ class ConnectorClient:
         path = f"v3/conversations/{quote(conversation_id, safe='')}/activities/{quote(activity_id, safe='')}"
         await self._call("PUT", service_url, path, {**activity, "id": activity_id})
 
+    async def get(self, service_url: str, path: str) -> dict[str, Any]:
+        """A read (e.g. ``v3/conversations/{id}/members/{user}``): its JSON object."""
+        return await self._call("GET", service_url, path, None)
+
     async def _call(
-        self, method: str, service_url: str, path: str, payload: dict[str, Any]
+        self, method: str, service_url: str, path: str, payload: dict[str, Any] | None
     ) -> dict[str, Any]:
         url = service_url.rstrip("/") + "/" + path
         return await call_with_retries(lambda: self._once(method, url, payload), self.policy,
                                        CallOptions(log, f"teams {method}"))
 
     async def _once(
-        self, method: str, url: str, payload: dict[str, Any], *, fresh: bool = False
+        self, method: str, url: str, payload: dict[str, Any] | None, *, fresh: bool = False
     ) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {await self.tokens.token()}"}
         try:

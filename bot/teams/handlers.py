@@ -17,6 +17,7 @@ import json
 import logging
 from typing import Any
 
+from bot.core.access import AccessPolicy, Asker
 from bot.core.contracts import EngineLike
 from bot.core.conversations import Conversations, Question
 from bot.core.dedup import Deduper
@@ -25,6 +26,7 @@ from bot.core.settings import ChatSettings
 from bot.core.work import BackgroundWork
 from bot.teams.activity import Activity
 from bot.teams.connector import ConnectorClient
+from bot.teams.people import TeamsPeople
 from bot.teams.render import EXPLAIN_ACTION
 from bot.teams.settings import TeamsSettings
 from bot.teams.surface import TeamsReply
@@ -42,12 +44,14 @@ class TeamsBot:
         chat: ChatSettings,
         engine: EngineLike,
         connector: ConnectorClient,
+        policy: AccessPolicy,
         *,
         limiter: UserRateLimiter | None = None,
     ) -> None:
         self.connector = connector
         self.work = BackgroundWork(Deduper(engine.store))
-        self.core = Conversations.from_settings(engine, chat, limiter)
+        self.people = TeamsPeople(connector, teams.tenant_id)
+        self.core = Conversations.from_settings(engine, chat, policy, self.people, limiter)
         self.explain_reactions = {r.strip().lower() for r in teams.explain_reactions}
 
     @property
@@ -63,6 +67,7 @@ class TeamsBot:
         if self.work.closing:
             return 503, {"error": "shutting down"}
         event_id = f"teams:{activity.conversation_id}:{activity.id}" if activity.id else None
+        self.people.saw(activity)  # verified: its service URL may be asked about its members
         reply = TeamsReply(self.connector, activity)
         if activity.type == "message":
             action = activity.value.get("action")
@@ -86,8 +91,7 @@ class TeamsBot:
         self.work.spawn(coro, f"teams-{what}", event_id)
 
     def _question(self, activity: Activity, reply: TeamsReply, event_id: str | None) -> None:
-        q = Question(activity.user_id, activity.question(), activity.scope, activity.conversation_key,
-                     team=activity.team_id)
+        q = Question.of(_asker(activity), activity.question(), activity.conversation_key)
         if activity.conversation_type == "personal" or activity.mentions_bot:
             self._spawn(self.core.answer(q, reply), "answer", event_id)
         # a reply in a chain without a mention (RSC permissions)
@@ -98,14 +102,14 @@ class TeamsBot:
     async def _explain_message(self, activity: Activity, reply: TeamsReply) -> None:
         turn = await self.core.turn_for(activity.conversation_key, activity.reply_to_id)
         if turn is not None:
-            await self.core.explain(turn, reply)
+            await self.core.explain(turn, reply, _asker(activity))
 
     async def _explain_turn(self, activity: Activity, reply: TeamsReply, turn_id: Any) -> None:
         turn = await self.core.turn_by_id(turn_id)
         if turn is None or turn.conversation_key != activity.conversation_key:
             log.info("ignored an explain button for turn %r from another conversation", turn_id)
             return
-        await self.core.explain(turn, reply)
+        await self.core.explain(turn, reply, _asker(activity))
 
     async def _feedback(self, activity: Activity) -> None:
         action = activity.value.get("actionValue")
@@ -118,6 +122,11 @@ class TeamsBot:
             await self.core.feedback(
                 turn, activity.user_id, value, platform="teams", comment=_comment(action)
             )
+
+
+def _asker(activity: Activity) -> Asker:
+    """Who asks and where the reply is read: the chat or channel's members, or the asker alone."""
+    return Asker(activity.user_id, activity.scope, activity.team_id, activity.shared_in)
 
 
 def _comment(action: dict[str, Any]) -> str | None:

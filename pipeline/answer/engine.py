@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from pipeline.access.scope import AccessScope
 from pipeline.answer.confidence import adaptive_hits
 from pipeline.answer.explainer import Explainer
 from pipeline.answer.followups import suggest_followups
@@ -103,6 +104,10 @@ class Engine:
             else []
         )
 
+    async def visible(self, evidence_ids: Sequence[str], scope: AccessScope) -> set[str]:
+        """Those of ``evidence_ids`` that ``scope`` may see (e.g. the pages behind suggested prompts)."""
+        return {ev.id for ev in await self.index.get(list(evidence_ids), scope)}
+
     async def evidence_count(self) -> int:
         """Evidence in the index (cheap: no page listing), for status views."""
         return await self.index.count()
@@ -114,28 +119,29 @@ class Engine:
         conversation_key: str,
         question: str,
         *,
+        scope: AccessScope,
         user_id: str | None = None,
-        spaces: tuple[str, ...] | None = None,
         history: Sequence[tuple[str, str]] | None = None,
         trace: bool | None = None,
         on_text: TextSink | None = None,
     ) -> TurnResult:
-        """Answer ``question`` in ``conversation_key``; with ``on_text``, the answer's text is handed over
-        piece
-        by piece as it is generated (the returned ``TurnResult`` has the final, cited answer)."""
+        """Answer ``question`` in ``conversation_key`` from what ``scope`` may see; with ``on_text``, the
+        answer's text is handed over piece by piece as it is generated (the returned ``TurnResult`` has the
+        final, cited answer). Earlier turns of the conversation count as memory only where ``scope`` may see
+        all the evidence they showed."""
         trace = self.options.trace if trace is None else trace
         new_turn_ref()
         t_start = time.perf_counter()
         self.metrics.questions.inc()
         question, notice = clean_question(question)
-        prior = await self._prior_turns(conversation_key, history)
+        prior = await self._prior_turns(conversation_key, history, scope)
         plan = (plan_query(question, prior, strategy=self.options.query_strategy) if question
                 else QueryPlan(question, question, question, followup=False))
         turn = _Turn(plan)
         try:
             if not question:
                 raise InputError("Please ask a question, for example: “Who is on call this week?”")
-            await self._answer_turn(turn, prior, spaces, trace=trace, on_text=on_text)
+            await self._answer_turn(turn, prior, scope, trace=trace, on_text=on_text)
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
             turn.error = user_message(exc)
@@ -155,14 +161,14 @@ class Engine:
             notice=notice,
         )
 
-    async def _answer_turn(self, turn: _Turn, prior: list[PriorTurn], spaces: tuple[str, ...] | None, *,
+    async def _answer_turn(self, turn: _Turn, prior: list[PriorTurn], scope: AccessScope, *,
                            trace: bool, on_text: TextSink | None) -> None:
         """Complete the question, retrieve, answer: into ``turn`` (which keeps what was done when one
         fails)."""
         turn.plan = await self._timed(turn.timings, "complete_ms", self._complete(turn.plan, prior))
         turn.retrieved = await retrieve(
             turn.plan.retrieval_query, index=self.index, embedder=self.embedder, sparse=self.sparse,
-            config=self.retrieval, reranker=self.reranker, spaces=spaces, trace=trace,
+            config=self.retrieval, reranker=self.reranker, scope=scope, trace=trace,
             context_pages=turn.plan.context_pages, expander=self.expander,
         )
         turn.timings.update({f"{k}_ms": v for k, v in turn.retrieved.timings_ms.items()})
@@ -211,9 +217,11 @@ class Engine:
             timings[name] = (time.perf_counter() - t) * 1000
 
     async def _prior_turns(
-        self, conversation_key: str, history: Sequence[tuple[str, str]] | None
+        self, conversation_key: str, history: Sequence[tuple[str, str]] | None, scope: AccessScope
     ) -> list[PriorTurn]:
         turns = await self.store.history(conversation_key, limit=self.options.history_turns)
+        if scope.per_user:  # memory never carries evidence to readers who may not see it
+            turns = [t for t in turns if await self._visible(t.retrieved, scope)]
         prior = [
             PriorTurn(
                 question=t.asked,
@@ -227,6 +235,10 @@ class Engine:
         if not prior and history:
             prior = backfilled_turns(history)  # e.g. Slack messages from before evident was mentioned
         return prior[-self.options.history_turns :]
+
+    async def _visible(self, refs: Sequence[RetrievedRef], scope: AccessScope) -> bool:
+        ids = [r.evidence_id for r in refs]
+        return len(await self.index.get(ids, scope)) == len(ids) if ids else True
 
     async def _complete(self, plan: QueryPlan, prior: list[PriorTurn]) -> QueryPlan:
         """With an LLM, a follow-up is rewritten into a self-contained question used for both retrieval and
@@ -248,9 +260,11 @@ class Engine:
 
     # ------------------------------------------------------------------ explain
 
-    async def explain(self, turn_id: int, *, method: str | None = None) -> ExplainResult:
+    async def explain(self, turn_id: int, *, scope: AccessScope, method: str | None = None) -> ExplainResult:
+        """Explain a stored turn to ``scope``: only where it may see every evidence the answer was built
+        from (the explanation regenerates from them and quotes them)."""
         with self.metrics.explain_seconds.time():
-            return await self.explainer.explain(turn_id, method=method)
+            return await self.explainer.explain(turn_id, scope=scope, method=method)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pipeline.access.scope import AccessScope
 from pipeline.answer.generator import Generator
 from pipeline.answer.results import NOTHING_TO_EXPLAIN, ExplainResult
 from pipeline.attribution import AttributionResult, attribute
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     from pipeline.answer.options import EngineOptions
 
 log = logging.getLogger("evident.engine")
+NOT_VISIBLE_HERE = (
+    "This answer drew on pages that not everyone here may read (or that are gone), so it is not "
+    "explained here. The person who asked can ask for the explanation where they asked."
+)
 
 
 class Explainer:
@@ -38,13 +43,16 @@ class Explainer:
         self.generator = generator
         self.options = options
 
-    async def explain(self, turn_id: int, *, method: str | None = None) -> ExplainResult:
+    async def explain(self, turn_id: int, *, scope: AccessScope, method: str | None = None) -> ExplainResult:
         method = method or self.options.attribution_method
         params: dict[str, Any] = dict(self.options.attribution_params)
         params_hash = hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
         turn = await self.store.get_turn(turn_id)
         if turn is None:
             raise InputError(f"no turn with id {turn_id}")
+        hits = await self._hits([r.evidence_id for r in turn.retrieved], turn_id, scope)
+        if hits is None:
+            return ExplainResult(turn_id, NOT_VISIBLE_HERE, error="not visible")
         cached = await self.store.get_attribution(turn_id, method, params_hash)
         if cached is not None:
             return explain_result(turn_id, AttributionResult.from_dict(cached), cached=True)
@@ -52,7 +60,6 @@ class Explainer:
             return ExplainResult(turn_id, "There is no answer to explain for this turn.", error="no answer")
         if turn.out_of_scope:  # nothing in the wiki produced it: shares over the evidence would mean nothing
             return ExplainResult(turn_id, NOTHING_TO_EXPLAIN)
-        hits = await self._hits([r.evidence_id for r in turn.retrieved], turn_id)
         question, answer = turn.asked, turn.raw_answer or turn.answer
         max_tokens = max(32, int(len(answer) / 3.0) + 16)
 
@@ -64,10 +71,14 @@ class Explainer:
         await self.store.put_attribution(turn_id, method, params_hash, result.to_dict())
         return explain_result(turn_id, result, cached=False)
 
-    async def _hits(self, ids: list[str], turn_id: int) -> list[Hit]:
+    async def _hits(self, ids: list[str], turn_id: int, scope: AccessScope) -> list[Hit] | None:
         """The turn's evidence in the order shown; ``content`` is the text embedded at ingest, so clustering
-        reuses the cached vectors."""
-        evidence = await self.index.get(ids)
+        reuses the cached vectors. None where ``scope`` may not see all of it (per-user access)."""
+        evidence = await self.index.get(ids, scope)
+        if scope.per_user and len(evidence) < len(ids):
+            log.info("turn %s: %d of its evidence are not visible to %s", turn_id, len(ids) - len(evidence),
+                     scope.audience or "this audience")
+            return None
         if len(evidence) < len(ids):
             log.info("turn %s: %d of its evidence are no longer indexed", turn_id, len(ids) - len(evidence))
         return [Hit(evidence=ev, score=0.0, rank=i + 1, content=self._cluster_text(ev))

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from pipeline.access.scope import AccessScope
 from pipeline.answer.confidence import Confidence, confidence_of
 from pipeline.answer.hub import hub_rerank, rescore
 from pipeline.answer.settings import RetrievalSettings
@@ -36,7 +37,7 @@ def _search_request(
     sparse_vec: SparseVector,
     *,
     config: RetrievalSettings,
-    spaces: tuple[str, ...] | None,
+    scope: AccessScope,
     reranking: bool,
     context_pages: bool,
 ) -> SearchRequest:
@@ -47,11 +48,11 @@ def _search_request(
     return SearchRequest(
         dense=dense_vec,
         sparse=sparse_vec,
+        scope=scope,
         mode=config.mode,
         lexical_k=max(config.lexical_k, limit if config.mode == "lexical" else 0),
         dense_k=max(config.dense_k, limit if config.mode == "dense" else 0),
         limit=limit,
-        spaces=spaces,
         rrf_k=config.rrf_k,
         fusion=config.fusion,
     )
@@ -60,17 +61,17 @@ def _search_request(
 async def retrieve(
     query: str,
     *,
+    scope: AccessScope,
     index: Index,
     embedder: Embedder,
     sparse: SparseEncoder,
     config: RetrievalSettings,
     reranker: Reranker | None = None,
-    spaces: tuple[str, ...] | None = None,
     trace: bool = False,
     context_pages: Sequence[str] = (),
     expander: KeywordExpander | None = None,
 ) -> Retrieval:
-    """Retrieve ``config.final_k`` hits for ``query`` within ``spaces`` (None = every space)."""
+    """Retrieve ``config.final_k`` hits for ``query`` that ``scope`` may see (its spaces, its readers)."""
     timings: dict[str, float] = {}
     with _timer(timings, "embed_query"):
         dense_vec = await _dense(query, embedder) if config.mode != "lexical" or trace else None
@@ -81,7 +82,7 @@ async def retrieve(
             sparse_vec, expansions = await asyncio.to_thread(
                 expander.expand, query, sparse_vec, weight=config.keyword_weight,
                 min_similarity=config.keyword_min_similarity)
-    request = _search_request(dense_vec, sparse_vec, config=config, spaces=spaces,
+    request = _search_request(dense_vec, sparse_vec, config=config, scope=scope,
                               reranking=reranker is not None, context_pages=bool(context_pages))
     with _timer(timings, "search"):
         hits = await _rescored(await index.search(request), config, sparse, context_pages)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.prompts import PromptLibrary
 from pipeline.errors import RemoteError
 from pipeline.evaluation.data import QATurn
@@ -197,7 +198,7 @@ async def run_answer_eval(
 async def _answer_turn(engine: Engine, key: str, turn: QATurn, lang: str, judge: LLMJudge | None,
                        ragas: RagasJudge | None) -> AnswerResult:
     t = time.perf_counter()
-    result = await engine.ask(key, turn.q[lang])
+    result = await engine.ask(key, turn.q[lang], scope=EVERYTHING)
     latency = (time.perf_counter() - t) * 1000
     text = "" if result.error else result.answer.text
     rank = first_hit_rank([h.evidence.url for h in result.answer.evidence][:10], turn.gold_urls)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.attribution import METHODS, AttributionResult, attribute
 from pipeline.errors import ConfigError, EvidentError
 from pipeline.evaluation.data import QATurn
@@ -119,7 +120,7 @@ async def answer_questions(engine: Engine, questions: Sequence[tuple[str, QATurn
     for lang, turn in questions:
         question = turn.completed[lang]
         t = time.perf_counter()
-        result = await engine.ask(f"{run_id}:{lang}:{turn.conv_id}:{turn.turn}", question)
+        result = await engine.ask(f"{run_id}:{lang}:{turn.conv_id}:{turn.turn}", question, scope=EVERYTHING)
         answer_ms = (time.perf_counter() - t) * 1000
         shown = result.answer.evidence
         rank = first_hit_rank([h.evidence.url for h in shown], turn.gold_urls)
@@ -169,7 +170,7 @@ async def explain_one(engine: Engine, q: AnsweredQuestion, method: str,
     error: str | None = None
     try:
         if shared is None:
-            explained = await engine.explain(q.turn_id, method=method)
+            explained = await engine.explain(q.turn_id, scope=EVERYTHING, method=method)
             result, error = explained.result, explained.error
         else:
             result = await attribute(method, question=q.question, answer=q.raw_answer, hits=q.hits,

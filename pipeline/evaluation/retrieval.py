@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
 from pipeline.answer.retrieve import Retrieval, retrieve
 from pipeline.answer.settings import RetrievalSettings
@@ -90,8 +91,17 @@ async def run_retrieval_eval(
     near-copies, ``evaluation.copies.page_copies``) adds the copy-aware rank; without it that rank is the
     page-id rank."""
     async def search(query: str, pages: Sequence[str]) -> Retrieval:
-        return await retrieve(query, index=index, embedder=embedder, sparse=sparse, config=config,
-                              reranker=reranker, context_pages=pages, expander=expander)
+        return await retrieve(
+            query,
+            scope=EVERYTHING,
+            index=index,
+            embedder=embedder,
+            sparse=sparse,
+            config=config,
+            reranker=reranker,
+            context_pages=pages,
+            expander=expander,
+        )
 
     out: list[QuestionResult] = []
     for qt in query_types:

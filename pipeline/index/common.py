@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from pipeline.access.scope import ACL_FIELDS, PageAccess, access_from_payload, acl_payload
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.types import Evidence, EvidenceKind, IndexPoint, SearchRequest, SparseVector
 
@@ -23,7 +24,7 @@ LIVE = "live"
 STAGED = "staged"
 
 # Keyword payload indexes: filters on these run on every query / swap / get.
-KEYWORD_FIELDS: tuple[str, ...] = ("space", "page_id", "kind", STATE, "evidence_id")
+KEYWORD_FIELDS: tuple[str, ...] = ("space", "page_id", "kind", STATE, "evidence_id", *ACL_FIELDS)
 
 MANIFEST_FORMAT = "evident-index"
 MANIFEST_VERSION = 1
@@ -64,7 +65,17 @@ def to_payload(point: IndexPoint, state: str) -> dict[str, Any]:
         "row_index": ev.row_index,
         "page_hash": point.page_hash,
         STATE: state,
+        **acl_payload(ev.access),
     }
+
+
+def group_by_access(pages: Mapping[str, PageAccess | None],
+                    chunk: int = 1000) -> list[tuple[PageAccess | None, list[str]]]:
+    """Pages that get the same access, together (one payload write each), at most ``chunk`` ids a write."""
+    groups: dict[PageAccess | None, list[str]] = {}
+    for page_id, access in pages.items():
+        groups.setdefault(access, []).append(page_id)
+    return [(access, ids[n:n + chunk]) for access, ids in groups.items() for n in range(0, len(ids), chunk)]
 
 
 def evidence_from_payload(payload: Mapping[str, Any]) -> Evidence:
@@ -85,6 +96,7 @@ def evidence_from_payload(payload: Mapping[str, Any]) -> Evidence:
             breadcrumb=tuple(payload.get("breadcrumb") or ()),
             table_index=payload.get("table_index"),
             row_index=payload.get("row_index"),
+            access=access_from_payload(payload),
         )
     except KeyError as exc:
         raise IndexError_(

@@ -24,6 +24,7 @@ from typing import Any
 
 import qdrant_edge as qe
 
+from pipeline.access.scope import PageAccess, acl_payload
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.index import common as ic
 from pipeline.index.edge_layout import EdgeLayout, trim_heap
@@ -259,6 +260,24 @@ class EdgeIndex(EdgeReads):
                         shard.update, qe.UpdateOperation.set_payload(list(new_ids), {ic.STATE: ic.LIVE})
                     )
         self._pages.settle(page_id, *settled)
+
+    async def set_access(self, pages: Mapping[str, PageAccess | None]) -> None:
+        """Write who may read each page onto its points (live and staged): payload only, nothing
+        re-embedded."""
+        if not pages:
+            return
+        async with self._write_lock, self._shared.use():
+            await asyncio.to_thread(self._set_access_sync, dict(pages))
+
+    def _set_access_sync(self, pages: dict[str, PageAccess | None]) -> None:
+        shard = self._require()
+        for access, ids in ic.group_by_access(pages):
+            flt = qe.Filter(must=[match_any("page_id", ids)])
+            if access is None:
+                op = qe.UpdateOperation.delete_payload_by_filter(flt, list(ic.ACL_FIELDS))
+            else:
+                op = qe.UpdateOperation.set_payload_by_filter(flt, acl_payload(access))
+            self._call(shard.update, op)
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None:
         """Remove pages (live and staged points)."""

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
+from pipeline.access.scope import AccessScope
 from pipeline.errors import IndexError_
 from pipeline.index import common as ic
 from pipeline.index.edge_layout import EdgeLayout
@@ -56,10 +57,10 @@ class EdgeShardAccess:
             except Exception as exc:
                 raise IndexError_(f"qdrant edge at {self._path}: {exc}") from exc
 
-    def _live_filter(self, spaces: Sequence[str] | None = None) -> qe.Filter:
+    def _live_filter(self, scope: AccessScope | None = None) -> qe.Filter:
+        """Live points, within ``scope`` (its spaces and readers) when one is given."""
         must: list[Any] = [match(ic.STATE, ic.LIVE)]
-        if spaces is not None:
-            must.append(match_any("space", spaces))
+        must.extend(match_any(key, values) for key, values in (scope.conditions() if scope else ()))
         return qe.Filter(must=must)
 
     def _live_version(self, page_id: str) -> tuple[str | None, str]:
@@ -92,7 +93,7 @@ class EdgeReads(EdgeShardAccess):
         use_sparse, use_dense = ic.query_legs(request)
         if not (use_sparse or use_dense) or request.limit <= 0:
             return []
-        flt = self._live_filter(request.spaces)
+        flt = self._live_filter(request.scope)
         legs = self._legs(request, use_sparse, use_dense, flt)
         if request.mode != "hybrid":
             query, _, params = legs[0]
@@ -131,12 +132,13 @@ class EdgeReads(EdgeShardAccess):
         return self._page_column("space")
 
     @in_shard
-    def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
-        """Live evidence by id, in the given order; unknown ids are skipped."""
+    def get(self, evidence_ids: Sequence[str], scope: AccessScope) -> list[Evidence]:
+        """Live evidence by id visible in ``scope``, in the given order; unknown or hidden ids are skipped."""
         ids = list(evidence_ids)
         if not ids:
             return []
-        flt = qe.Filter(must=[match(ic.STATE, ic.LIVE), match_any("evidence_id", ids)])
+        flt = self._live_filter(scope)
+        flt = qe.Filter(must=[*(flt.must or []), match_any("evidence_id", ids)])
         found: dict[str, Evidence] = {}
         offset: Any = None
         while True:
@@ -152,6 +154,12 @@ class EdgeReads(EdgeShardAccess):
     def count(self) -> int:
         """Live points."""
         return self._count_where(self._live_filter())
+
+    @in_shard
+    def missing_access(self) -> int:
+        """Live points that carry no permissions (indexed before they were synced)."""
+        live = self._live_filter()
+        return self._count_where(qe.Filter(must=[*(live.must or []), qe.IsEmptyCondition(ic.ACL_FIELDS[0])]))
 
     async def ready(self) -> None:
         await self.count()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import errors
+from pipeline.access.scope import AccessScope, PageAccess
 from pipeline.errors import EvidentError, IndexError_
 from pipeline.index.edge_layout import EdgeLayout
 from pipeline.index.lease import describe_process
@@ -44,6 +45,8 @@ _OPS = frozenset(
         "drop",
         "replace_page",
         "delete_pages",
+        "set_access",
+        "missing_access",
         "search",
         "page_hashes",
         "page_spaces",
@@ -122,12 +125,18 @@ class ProcessEdgeIndex:
     async def page_spaces(self) -> dict[str, str]:
         return dict(await self._request("page_spaces"))
 
-    async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
-        found: list[Evidence] = await self._request("get", (list(evidence_ids),))
+    async def set_access(self, pages: Mapping[str, PageAccess | None]) -> None:
+        await self._request("set_access", (dict(pages),))
+
+    async def get(self, evidence_ids: Sequence[str], scope: AccessScope) -> list[Evidence]:
+        found: list[Evidence] = await self._request("get", (list(evidence_ids), scope))
         return found
 
     async def count(self) -> int:
         return int(await self._request("count"))
+
+    async def missing_access(self) -> int:
+        return int(await self._request("missing_access"))
 
     async def stats(self) -> dict[str, object]:
         return dict(await self._request("stats"))

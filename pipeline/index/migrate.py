@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from pipeline.access.scope import EVERYTHING
 from pipeline.errors import IndexError_, InputError
 from pipeline.protocols import Index
 from pipeline.types import Hit, IndexPoint, SearchRequest
@@ -110,7 +111,8 @@ async def _verify_top_k(source: Index, dest: Index, n: int, batch: int) -> list[
     out: list[bool] = []
     for pid in picked:
         async for point in source.export_points(batch=batch, page_ids=[pid]):
-            base = SearchRequest(dense=point.dense, sparse=point.sparse, lexical_k=VERIFY_K, dense_k=VERIFY_K,
+            base = SearchRequest(dense=point.dense, sparse=point.sparse, scope=EVERYTHING, lexical_k=VERIFY_K,
+                                 dense_k=VERIFY_K,
                                  limit=VERIFY_K)
             same = True
             for mode in ("lexical", "dense"):

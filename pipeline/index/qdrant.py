@@ -11,6 +11,7 @@ from typing import Any
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from pipeline.access.scope import PageAccess, acl_payload
 from pipeline.errors import AuthError, EvidentError, IndexError_, InputError, TransientError, UnreachableError
 from pipeline.index import common as ic
 from pipeline.index.qdrant_collection import METADATA_KEY, match, match_any
@@ -201,6 +202,21 @@ class QdrantServerIndex(QdrantReads):
         ]
         await self._do(client.upsert(self._collection, points=structs, wait=True))
         return ids
+
+    async def set_access(self, pages: Mapping[str, PageAccess | None]) -> None:
+        """Write who may read each page onto its points (live and staged): payload only, nothing
+        re-embedded."""
+        client = self._require()
+        async with self._write_lock:
+            for access, ids in ic.group_by_access(pages):
+                selector = models.FilterSelector(filter=models.Filter(must=[match_any("page_id", ids)]))
+                if access is None:
+                    call = client.delete_payload(self._collection, keys=list(ic.ACL_FIELDS), points=selector,
+                                                 wait=True)
+                else:
+                    call = client.set_payload(self._collection, payload=acl_payload(access), points=selector,
+                                              wait=True)
+                await self._do(call)
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None:
         """Remove pages (live and staged points)."""

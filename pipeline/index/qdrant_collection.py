@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from qdrant_client import AsyncQdrantClient, models
 
+from pipeline.access.scope import AccessScope
 from pipeline.errors import (
     ConfigError,
     IndexError_,
@@ -109,10 +110,10 @@ class QdrantCollection:
         except Exception as exc:
             raise IndexError_(f"qdrant {self.where}: {exc}") from exc
 
-    def _live_filter(self, spaces: Sequence[str] | None = None) -> models.Filter:
+    def _live_filter(self, scope: AccessScope | None = None) -> models.Filter:
+        """Live points, within ``scope`` (its spaces and readers) when one is given."""
         must: list[Any] = [match(ic.STATE, ic.LIVE)]
-        if spaces is not None:
-            must.append(match_any("space", spaces))
+        must.extend(match_any(key, values) for key, values in (scope.conditions() if scope else ()))
         return models.Filter(must=must)
 
     async def _delete(self, flt: models.Filter) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from pipeline.access.scope import AccessScope
 from pipeline.errors import IndexError_
 from pipeline.index import common as ic
 from pipeline.index.qdrant_collection import QdrantCollection, match, match_any
@@ -22,7 +23,7 @@ class QdrantReads(QdrantCollection):
         use_sparse, use_dense = ic.query_legs(request)
         if not (use_sparse or use_dense) or request.limit <= 0:
             return []
-        flt = self._live_filter(request.spaces)
+        flt = self._live_filter(request.scope)
         legs: list[tuple[Any, str, int]] = []
         if use_sparse and request.sparse is not None:
             vec = models.SparseVector(
@@ -119,13 +120,13 @@ class QdrantReads(QdrantCollection):
             if offset is None:
                 return out
 
-    async def get(self, evidence_ids: Sequence[str]) -> list[Evidence]:
-        """Live evidence by id, in the given order; unknown ids are skipped."""
+    async def get(self, evidence_ids: Sequence[str], scope: AccessScope) -> list[Evidence]:
+        """Live evidence by id visible in ``scope``, in the given order; unknown or hidden ids are skipped."""
         if not evidence_ids:
             return []
         client = self._require()
         ids = list(evidence_ids)
-        flt = models.Filter(must=[match(ic.STATE, ic.LIVE), match_any("evidence_id", ids)])
+        flt = models.Filter(must=[*(self._live_filter(scope).must or []), match_any("evidence_id", ids)])
         found: dict[str, Evidence] = {}
         offset: Any = None
         while True:
@@ -145,6 +146,11 @@ class QdrantReads(QdrantCollection):
     async def count(self) -> int:
         """Live points."""
         return await self._count(self._live_filter())
+
+    async def missing_access(self) -> int:
+        """Live points that carry no permissions (indexed before they were synced)."""
+        empty = models.IsEmptyCondition(is_empty=models.PayloadField(key=ic.ACL_FIELDS[0]))
+        return await self._count(models.Filter(must=[*(self._live_filter().must or []), empty]))
 
     async def ready(self) -> None:
         await self.count()

@@ -137,6 +137,7 @@ class _PageEvidence:
             id=evidence_id(page.id, kind, position, text), page_id=page.id, title=page.title, url=page.url,
             space=page.space, kind=kind, position=position, text=text, headings=unit.headings, before=before,
             after=after, breadcrumb=page.ancestors, table_index=unit.table_index, row_index=row,
+            access=page.access,
         ))
 
 

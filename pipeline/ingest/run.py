@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.access.scope import PageAccess
 from pipeline.errors import EvidentError, InputError
 from pipeline.ingest.contextualize import contextualize
 from pipeline.ingest.evidence import build_evidence
@@ -179,6 +180,7 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
     pending: list[_Pending] = []
     pending_n = 0
     bar = _progress_bar(progress)
+    access: dict[str, PageAccess] = {}  # unchanged pages' permissions: written without re-embedding
 
     async def flush() -> None:
         nonlocal pending, pending_n
@@ -193,9 +195,7 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
         report.pages_seen += 1
         h = page_hash(page, fingerprint)
         if live.get(page.id) == h:
-            report.unchanged += 1
-            if words is not None and words.bootstrap:
-                await asyncio.to_thread(words.count_page, page, options)
+            await _unchanged(page, report, access, words, options)
             continue
         result = await _split_reported(page, options, report)
         if result is None:
@@ -210,11 +210,23 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
     await flush()
     if bar is not None:
         bar.close()
+    await index.set_access(access)
     if report.added or report.updated:
         await index.optimize()  # the segments this run filled get their HNSW graph and quantization
     report.evidence_by_kind = dict(sorted(kinds.items()))
     report.seconds = time.perf_counter() - t0
     return report
+
+
+async def _unchanged(page: Page, report: IngestReport, access: dict[str, PageAccess],
+                     words: VocabularyRun | None, options: IngestOptions) -> None:
+    """A page already indexed at this version: counted, its permissions kept for a payload write (they can
+    change without the content), its words counted while the vocabulary is bootstrapped."""
+    report.unchanged += 1
+    if page.access is not None:
+        access[page.id] = page.access
+    if words is not None and words.bootstrap:
+        await asyncio.to_thread(words.count_page, page, options)
 
 
 async def _split_reported(page: Page, options: IngestOptions, report: IngestReport) -> PageEvidence | None:

@@ -73,7 +73,18 @@ def _m6_source_pages(db: sqlite_utils.Database) -> None:
     db["source_pages"].create_index(["page_id"])  # type: ignore[union-attr]
 
 
+def _m7_directory(db: sqlite_utils.Database) -> None:
+    """The people a Confluence site knows, as its permission sync saw them: account, e-mail (where the site
+    shows it) and group memberships; and each indexed page's permissions fingerprint, to notice changes."""
+    db["directory"].create(  # type: ignore[union-attr]
+        {"source": str, "account": str, "email": str, "groups": str}, pk=("source", "account"))
+    db["directory"].create_index(["email"])  # type: ignore[union-attr]
+    db["page_access"].create(  # type: ignore[union-attr]
+        {"source": str, "page_id": str, "fingerprint": str}, pk=("source", "page_id"))
+
+
 # Append new migrations; never edit or reorder applied ones. Index i brings the schema to version i+1.
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _m1_initial, _m2_message_ref, _m3_feedback_platform, _m4_explained_at, _m5_sync_runs, _m6_source_pages,
+    _m7_directory,
 )

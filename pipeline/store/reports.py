@@ -52,14 +52,18 @@ class StoreReports(Database):
     """What status views (App Home, `evident status`) read: popular pages, recent questions, feedback,
     syncs."""
 
-    async def popular_pages(self, limit: int = 20, *, recent_turns: int = 2000) -> list[tuple[str, str, int]]:
-        """(title, space, times cited) of the pages the latest ``recent_turns`` answers cited most."""
+    async def popular_pages(self, limit: int = 20, *,
+                            recent_turns: int = 2000) -> list[tuple[str, str, int, str]]:
+        """(title, space, times cited, an evidence id it was cited for) of the pages the latest
+        ``recent_turns`` answers cited most. The evidence id lets callers check who may see the page."""
         rows = await self._run(lambda: self._rows(
             "SELECT json_extract(c.value, '$.title') AS title, json_extract(c.value, '$.space') AS space, "
-            "COUNT(*) AS n FROM (SELECT citations FROM turns WHERE error IS NULL AND json_valid(citations) "
+            "COUNT(*) AS n, MAX(json_extract(c.value, '$.evidence_ids[0]')) AS evidence FROM "
+            "(SELECT citations FROM turns WHERE error IS NULL AND json_valid(citations) "
             "ORDER BY id DESC LIMIT ?) AS t, json_each(t.citations) AS c "
             "GROUP BY title, space ORDER BY n DESC, title LIMIT ?", (int(recent_turns), int(limit))))
-        return [(str(r["title"] or ""), str(r["space"] or ""), int(r["n"])) for r in rows if r["title"]]
+        return [(str(r["title"] or ""), str(r["space"] or ""), int(r["n"]), str(r["evidence"] or ""))
+                for r in rows if r["title"]]
 
     async def recent_questions(self, user_id: str, limit: int = 5) -> list[tuple[int, str, str]]:
         """(turn id, question, created_at) of one user's latest questions, newest first."""

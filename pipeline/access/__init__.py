@@ -1,0 +1,1 @@
+"""Permissions: who may read each evidence (``scope``) and the access settings (``settings``)."""
