@@ -58,6 +58,10 @@ class FakeSlack:
         self.hang_from: dict[str, int] = {}  # method -> calls answered before it stops answering
         self._closing = asyncio.Event()
         self.auth_error: str | None = None
+        # user id -> users.info's user (profile.email, is_restricted…)
+        self.users: dict[str, dict[str, Any]] = {}
+        # channel id -> conversations.info's channel + "members"
+        self.channels: dict[str, dict[str, Any]] = {}
         self.end_streams = False  # Slack ends every open stream (message_not_in_streaming_state from then on)
         self.socket_acks: list[dict[str, Any]] = []
         self._ws: web.WebSocketResponse | None = None
@@ -280,7 +284,22 @@ class FakeSlack:
 
     def _m_users_info(self, args: dict[str, Any]) -> dict[str, Any]:
         uid = args.get("user", "")
+        if uid in self.users:
+            return {"ok": True, "user": {"id": uid, **self.users[uid]}}
         return {"ok": True, "user": {"id": uid, "name": uid.lower(), "is_bot": uid == self.bot_user}}
+
+    def _m_conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        info = self.channels.get(args.get("channel", ""))
+        if info is None:
+            return {"ok": False, "error": "channel_not_found"}
+        return {"ok": True, "channel": {k: v for k, v in info.items() if k != "members"}}
+
+    def _m_conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
+        members = list((self.channels.get(args.get("channel", "")) or {}).get("members") or [])
+        start, size = int(args.get("cursor") or 0), int(args.get("limit") or 100)
+        more = start + size < len(members)
+        return {"ok": True, "members": members[start:start + size],
+                "response_metadata": {"next_cursor": str(start + size) if more else ""}}
 
     def _m_apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"}

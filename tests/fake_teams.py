@@ -147,6 +147,11 @@ class FakeConnector(_Server):
         self.unauthorized: list[str] = []
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()
+        # conversation id -> its members (TeamsChannelAccount: id, aadObjectId, email, userPrincipalName,
+        # userRole, tenantId), for the members API
+        self.members: dict[str, list[dict[str, Any]]] = {}
+        self.app.router.add_get("/v3/conversations/{cid}/members/{uid}", self._member)
+        self.app.router.add_get("/v3/conversations/{cid}/pagedmembers", self._paged_members)
         base = "/v3/conversations/{cid}/activities"
         self.app.router.add_post(base, self._post)
         self.app.router.add_post(base + "/{aid}", self._post)
@@ -162,6 +167,28 @@ class FakeConnector(_Server):
             return web.json_response({"error": "throttled"}, status=self.throttle_status,
                                      headers={"Retry-After": self.retry_after})
         return None
+
+    async def _member(self, request: web.Request) -> web.Response:
+        refused = await self._auth(request)
+        if refused is not None:
+            return refused
+        uid = request.match_info["uid"]
+        for m in self.members.get(request.match_info["cid"], []):
+            if uid in (m.get("id"), m.get("aadObjectId")):
+                return web.json_response(m)
+        return web.json_response({"error": {"code": "MemberNotFoundInConversation"}}, status=404)
+
+    async def _paged_members(self, request: web.Request) -> web.Response:
+        refused = await self._auth(request)
+        if refused is not None:
+            return refused
+        members = self.members.get(request.match_info["cid"], [])
+        start = int(request.query.get("continuationToken") or 0)
+        size = int(request.query.get("pageSize") or 100)
+        page: dict[str, Any] = {"members": members[start:start + size]}
+        if start + size < len(members):
+            page["continuationToken"] = str(start + size)
+        return web.json_response(page)
 
     async def _post(self, request: web.Request) -> web.Response:
         refused = await self._auth(request)

@@ -233,8 +233,12 @@ def test_manifest_declares_exactly_the_needed_scopes_events_and_command() -> Non
         "reactions:read",
         "commands",
         "assistant:write",
-    }  # nothing evident never calls (im:read, reactions:write,
-    # users:read are gone)
+        "users:read",  # per-user access: who asks, guests told apart
+        "users:read.email",  # ... and mapped to Confluence by e-mail
+        "channels:read",  # who reads a channel: conversations.info and .members
+        "groups:read",
+        "mpim:read",
+    }  # nothing evident never calls (im:read, reactions:write are gone)
     assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
         "app_mention",
         "message.im",
@@ -245,6 +249,8 @@ def test_manifest_declares_exactly_the_needed_scopes_events_and_command() -> Non
         "assistant_thread_started",
         "assistant_thread_context_changed",
         "app_home_opened",
+        "member_joined_channel",
+        "member_left_channel",
     }
     assert manifest["features"]["app_home"]["home_tab_enabled"] is True
     assert "assistant_description" in manifest["features"]["assistant_view"]

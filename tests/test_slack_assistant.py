@@ -253,3 +253,27 @@ async def test_app_home_links_no_answer_in_someone_elses_dm(make_harness: Factor
     assert "How do I get VPN access? _(in a DM)_" in text and "archives/D1" not in text
     assert not h.slack.of("chat.getPermalink")
 
+
+
+async def test_a_suggestion_clicked_in_an_assistant_thread_keeps_the_threads_scope(
+        make_harness: Factory) -> None:
+    """Found from outside: the suggestion button asked without the assistant thread's scope ("isn't connected
+    to any wiki space yet"; with the default '*' it would have searched every space)."""
+    h = await make_harness(channel_spaces="C0OPSMAP=OPS", default_spaces="none", followup_suggestions=True)
+    thread = f"{time.time():.6f}"
+    await h.send.event(_started(h, thread, context_channel="C0OPSMAP"))
+    await h.send.event(_ask(h, "How do I get VPN access?", thread))
+    (answer,) = await _answers(h, 1)
+
+    def row() -> list[dict[str, Any]]:
+        return [b for m in h.slack.of("chat.update") for b in m.get("blocks") or []
+                if b.get("block_id") == "evident_suggestions"]
+
+    await h.slack.wait_for(lambda: bool(row()))
+    button = row()[-1]["elements"][0]
+    await h.send.block_action(button["action_id"], button["value"], channel=DM, message_ts=answer["ts"],
+                              thread_ts=thread)
+    await h.slack.wait_for(lambda: len(h.engine.asks) == 2)
+    await h.settle()
+    assert [a.spaces for a in h.engine.asks] == [("OPS",), ("OPS",)]
+    assert not any("isn't connected" in m.get("text", "") for m in h.slack.of("chat.postMessage"))

@@ -99,6 +99,10 @@ class AccessPolicy:
             readers += await self._audience(asker.shared_in, source)
         return AccessScope.for_readers(readers, spaces, audience)
 
+    def forget_place(self, place_id: str) -> None:
+        """The place's members changed (a platform said so): list them again at the next question."""
+        self._cache.pop(("place", place_id), None)
+
     async def _audience(self, place_id: str, source: PeopleSource) -> list[Reader]:
         place = await self._cached("place", place_id, lambda: self._place(place_id, source))
         assert isinstance(place, Place)

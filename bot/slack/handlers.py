@@ -105,6 +105,8 @@ class EvidentBot:
         app.event("reaction_added")(self.on_reaction_added)
         app.event("reaction_removed")(self.on_reaction_removed)
         app.event("app_home_opened")(self.on_home_opened)
+        app.event("member_joined_channel")(self.on_membership)
+        app.event("member_left_channel")(self.on_membership)
         app.command("/ask")(self.on_ask)
         app.action(FEEDBACK_ACTION)(self.on_feedback_button)
         app.action(EXPLAIN_ACTION)(self.on_explain_button)
@@ -255,6 +257,10 @@ class EvidentBot:
             f"unfeedback:{channel}:{ts}",
             context.get(_EVENT_ID),
         )
+
+    async def on_membership(self, event: dict[str, Any]) -> None:
+        """Someone joined or left a channel: who reads it changed, so its member list is read again."""
+        self.core.policy.forget_place(str(event.get("channel") or ""))
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")

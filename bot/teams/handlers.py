@@ -77,6 +77,8 @@ class TeamsBot:
                 )
             elif activity.text:
                 self._question(activity, reply, event_id)
+        elif activity.type == "conversationUpdate":  # members added or removed: the roster is read again
+            self.core.policy.forget_place(activity.scope)
         elif activity.type == "messageReaction":
             if self.explain_reactions & {r.lower() for r in activity.reactions_added}:
                 self._spawn(self._explain_message(activity, reply), "explain", event_id)
