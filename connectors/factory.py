@@ -6,6 +6,7 @@ from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.jira import JiraClient
+from connectors.confluence.permissions import PermissionSweep
 from connectors.confluence.source import ConfluenceSource
 from connectors.settings import ConnectorSettings
 from pipeline.errors import ConfigError
@@ -39,6 +40,8 @@ def make_confluence_source(settings: ConnectorSettings, **client_options: Any) -
         max_attachment_bytes=settings.confluence.max_attachment_bytes,
         comments=settings.confluence.comments,
         jira=make_jira_client(settings),
+        permissions=PermissionSweep(client, site_groups=settings.access.site_groups)
+        if settings.access.mode == "per-user" else None,
     )
 
 

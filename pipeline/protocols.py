@@ -14,6 +14,7 @@ import numpy as np
 
 from pipeline.access.people import Directory
 from pipeline.access.scope import AccessScope, PageAccess
+from pipeline.store.directory import Account
 from pipeline.store.reports import FeedbackSummary, SpaceSync, SyncRun
 from pipeline.turns import Turn
 from pipeline.types import ChatMessage, Evidence, Hit, IndexPoint, Page, SearchRequest, SparseVector
@@ -181,6 +182,21 @@ class CheckpointStore(Protocol):
     async def get_checkpoint(self, source: str, space: str) -> str | None: ...
 
     async def set_checkpoint(self, source: str, space: str, checkpoint_utc: str) -> None: ...
+
+
+class PermissionStore(Protocol):
+    """Where a connector keeps the people directory and the permissions it wrote
+    (``pipeline.store.directory``)."""
+
+    async def replace_directory(self, source: str, accounts: Sequence[Account]) -> None: ...
+
+    async def page_access_fingerprints(self, source: str) -> dict[str, str]: ...
+
+    async def set_page_access_fingerprints(self, source: str, prints: Mapping[str, str | None]) -> None: ...
+
+
+class SyncStore(CheckpointStore, PermissionStore, Protocol):
+    """What a sync needs of the store."""
 
 
 class TurnStore(Protocol):

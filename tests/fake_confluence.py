@@ -39,6 +39,9 @@ from urllib.parse import urlencode
 import numpy as np
 from aiohttp import web
 
+from tests.fake_confluence_people import SiteDirectory
+from tests.fake_confluence_people import add_routes as add_people_routes
+
 REPO = Path(__file__).resolve().parent.parent
 CONFQ_DOCS = REPO.parent / "shared" / "confquestions" / "documents"
 SAMPLE_DOCS = REPO / "connectors" / "sample_space"
@@ -160,8 +163,10 @@ class FakeConfluence:
         token: str = "s3cret-token",
         tz_offset_min: int = 0,
         context: str | None = None,
+        directory: SiteDirectory | None = None,
     ) -> None:
         self.pages: dict[str, FakePage] = {p.id: p for p in pages}
+        self.directory = directory  # people, groups and space permissions (``fake_confluence_people``)
         self.mode = mode
         self.user = user
         self.token = token
@@ -187,6 +192,8 @@ class FakeConfluence:
     async def start(self) -> str:
         app = web.Application(middlewares=[self._middleware])
         api = self.context + "/rest/api"
+        if self.directory is not None:
+            add_people_routes(app, self)
         app.router.add_get(api + "/content/search", self._search)
         app.router.add_get(api + "/space/{key}", self._space)
         app.router.add_get(api + "/content/{id}/restriction/byOperation", self._restrictions)
@@ -289,6 +296,13 @@ class FakeConfluence:
         else:
             self._search_fail[page_id] = times
 
+    def spaces(self) -> set[str]:
+        return {p.space for p in self.pages.values()}
+
+    @staticmethod
+    def space_id(key: str) -> str:
+        return _space_id(key)
+
     def visible_ids(self, space: str | None = None) -> set[str]:
         return {p.id for p in self.pages.values()
                 if p.status == "current" and p.kind not in ("attachment", "comment")
@@ -308,7 +322,8 @@ class FakeConfluence:
             self.v2_pages or request.path.startswith(self.context + "/api/v2/spaces"))
         retired = self.v1_retired and request.path.startswith(self.context + "/rest/api/space")
         download = request.path.startswith(self.context + "/download/")
-        if retired or not (v2 or download or request.path.startswith(self.context + "/rest/api/")):
+        rpc = self.directory is not None and request.path.startswith(self.context + "/rpc/json-rpc/")
+        if retired or not (v2 or download or rpc or request.path.startswith(self.context + "/rest/api/")):
             return web.Response(status=404, text="<html><body><h1>Page not found</h1></body></html>",
                                 content_type="text/html")
         if not self._authorized(request.headers.get("Authorization", "")):
@@ -382,12 +397,16 @@ class FakeConfluence:
                 }
             }
         restr: dict[str, Any] = {}
+        d, cloud = self.directory, self.mode == "cloud"
         if "restrictions.read.restrictions.user" in expand:
-            restr["user"] = {"results": [{"type": "known", "username": u, "displayName": u}
-                                         for u in p.restricted_users], "size": len(p.restricted_users)}
+            users = [d.render_user(u, cloud) if d else {"type": "known", "username": u, "displayName": u}
+                     for u in p.restricted_users]
+            restr["user"] = {"results": users, "size": len(users)}
         if "restrictions.read.restrictions.group" in expand:
-            restr["group"] = {"results": [{"type": "group", "name": g} for g in p.restricted_groups],
-                              "size": len(p.restricted_groups)}
+            groups = [
+                d.render_group(g, cloud) if d else {"type": "group", "name": g} for g in p.restricted_groups
+            ]
+            restr["group"] = {"results": groups, "size": len(groups)}
         if restr:
             out["restrictions"] = {"read": {"operation": "read", "restrictions": restr}}
         return out

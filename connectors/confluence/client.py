@@ -119,13 +119,27 @@ class ConfluenceClient:
                                        CallOptions(log, "confluence GET", retry=retry, level=logging.INFO,
                                                    count=count), sleep=self._sleep)
 
-    async def _get_once(self, path: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST JSON (Data Center's JSON-RPC, for permissions older sites serve no other way), retried like a
+        GET: it only reads."""
+        policy = RetryPolicy(max_retries=self.max_retries, initial_s=self.backoff_base_s,
+                             max_s=self.backoff_max_s, retry_after_cap_s=self.max_retry_after_s)
+        return await call_with_retries(lambda: self._get_once(path, None, payload), policy,
+                                       CallOptions(log, "confluence POST", level=logging.INFO),
+                                       sleep=self._sleep)
+
+    async def _get_once(self, path: str, params: dict[str, Any] | None,
+                        payload: dict[str, Any] | None = None) -> dict[str, Any]:
         self.api_calls += 1
         absolute = path.startswith(("http://", "https://"))
         try:
-            resp: requests.Response = await asyncio.to_thread(
-                self._api.get, path, params=params, absolute=absolute, advanced_mode=True
-            )
+            if payload is not None:
+                resp: requests.Response = await asyncio.to_thread(
+                    self._api.post, path, json=payload, absolute=absolute, advanced_mode=True)
+            else:
+                resp = await asyncio.to_thread(
+                    self._api.get, path, params=params, absolute=absolute, advanced_mode=True
+                )
         except requests.Timeout as exc:
             raise ConfluenceTimeout(f"Confluence timed out on {_short(path)} (CONFLUENCE_TIMEOUT_S)",
                                     service=SERVICE) from exc
@@ -293,16 +307,7 @@ def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]
     status = resp.status_code
     where = _short(path)
     if 200 <= status < 300:
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise UnreachableError(
-                f"{base_url} answered {where} with non-JSON (is it the Confluence base URL?). {WIKI_HINT}",
-                service=SERVICE, status=status,
-            ) from exc
-        if not isinstance(data, dict):
-            raise RemoteError(f"unexpected JSON from Confluence {where}", service=SERVICE, status=status)
-        return data
+        return _json_of(resp, where, base_url)
     message = _message(resp)
     if status == 429 or (status == 403 and _throttled(resp)):
         raise RateLimitedError(
@@ -337,6 +342,22 @@ def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]
             retry_after_s=retry_after_s(resp.headers),
         )
     raise RemoteError(f"Confluence refused {where} (HTTP {status}){message}", service=SERVICE, status=status)
+
+
+def _json_of(resp: requests.Response, where: str, base_url: str) -> dict[str, Any]:
+    status = resp.status_code
+    try:
+        data = resp.json()
+    except ValueError as exc:
+        raise UnreachableError(
+            f"{base_url} answered {where} with non-JSON (is it the Confluence base URL?). {WIKI_HINT}",
+            service=SERVICE, status=status,
+        ) from exc
+    if isinstance(data, list):  # e.g. Data Center's space permissions: a bare array
+        return {"results": data}
+    if not isinstance(data, dict):
+        raise RemoteError(f"unexpected JSON from Confluence {where}", service=SERVICE, status=status)
+    return data
 
 
 def _throttled(resp: requests.Response) -> bool:

@@ -7,14 +7,15 @@ come with the same CQL responses through ``expand`` (no extra request per page).
 as restricted when one of its ancestors has read restrictions (Confluence inherits them); those
 ancestors are learnt from the space listing, so restricted ancestors *outside* the configured scope
 (e.g. without an included label) are not seen.
+
+With per-user access (``permissions``: ``EVIDENT_ACCESS=per-user``) restricted pages are indexed too, each
+with who may read it (``connectors.confluence.permissions``); attachments and comments take their page's.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from connectors.confluence.client import ConfluenceClient, storage_of
@@ -26,9 +27,11 @@ from connectors.confluence.cql import (
     quote,
     to_utc_iso,
 )
+from connectors.confluence.extras import PageExtras
 from connectors.confluence.jira import JiraClient
 from connectors.confluence.macros import Linked, MacroResolver
-from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
+from connectors.confluence.permissions import PermissionSweep
+from pipeline.access.scope import PageAccess
 from pipeline.errors import InputError, RemoteError
 from pipeline.ingest.pages import page_from_record
 from pipeline.types import Page
@@ -46,7 +49,7 @@ class SourceStats:
     warnings: list[tuple[str, str]] = field(default_factory=list)
 
 
-class ConfluenceSource:
+class ConfluenceSource(PageExtras):
     """Confluence Cloud or Data Center as a ``pipeline.protocols.SourceConnector``."""
 
     name = "confluence"
@@ -70,6 +73,7 @@ class ConfluenceSource:
         max_attachment_bytes: int = 20 * 2**20,
         comments: bool = False,
         jira: JiraClient | None = None,
+        permissions: PermissionSweep | None = None,
     ) -> None:
         self.client = client
         self.spaces = tuple(spaces)
@@ -90,6 +94,9 @@ class ConfluenceSource:
         self.stats = SourceStats()
         self.known: dict[str, str] = {}  # page id -> version time indexed lately (the sync sets it per space)
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
+        # per-user access: restricted pages are indexed, each with who may read it (page id -> access)
+        self.permissions = permissions
+        self.access: dict[str, PageAccess] = {}
 
     @property
     def source_key(self) -> str:
@@ -116,10 +123,14 @@ class ConfluenceSource:
         Cheap: no bodies, large pages of results; restrictions and ancestor ids are expanded only when
         restricted pages must be excluded.
         """
-        expand = None if self.include_restricted else f"ancestors,{EXPAND_RESTRICTIONS}"
+        keep = self.include_restricted and self.permissions is None
+        expand = None if keep else f"ancestors,{EXPAND_RESTRICTIONS}"
         rows = [r async for r in self.client.search(self._cql(space, ordered=False), expand=expand,
                                                     limit=self.id_limit)]
-        if self.include_restricted:
+        if self.permissions is not None:
+            self.access |= await self.permissions.page_accesses(space, rows)
+            return {str(r["id"]) for r in rows}
+        if keep:
             return {str(r["id"]) for r in rows}
         own = {str(r["id"]) for r in rows if _has_read_restrictions(r)}
         self._restricted[space] = own
@@ -147,7 +158,8 @@ class ConfluenceSource:
         REST v2 per results page (``ConfluenceClient.storage_bodies``); Data Center expands them in the
         search."""
         expand = EXPAND_META if self.client.v2_bodies else EXPAND_PAGE
-        if not self.include_restricted:
+        drop = not self.include_restricted and self.permissions is None  # per-user access keeps them
+        if drop:
             expand = f"{expand},{EXPAND_RESTRICTIONS}"
             if space not in self._restricted:
                 await self.list_space(space)
@@ -155,7 +167,7 @@ class ConfluenceSource:
         batch: list[dict[str, Any]] = []
         async for r in self.client.search(cql, expand=expand, limit=self.page_limit):
             pid = str(r.get("id", ""))
-            if not self.include_restricted and self._is_restricted(r, own):
+            if drop and self._is_restricted(r, own):
                 self.stats.skipped_restricted.add(pid)
                 continue
             if skip_known and pid in self.known and self.known[pid] == version_time(r):
@@ -188,108 +200,12 @@ class ConfluenceSource:
                                                  "removes or moves it"))
                 continue
             try:
-                page = to_page(r, self.client.url)
+                page = replace(to_page(r, self.client.url), access=self.access_of(pid))
             except InputError as exc:
                 self.stats.failed.append((pid, str(exc)))
                 self.stats.unusable.append((pid, version_time(r)))
                 continue
             yield await self._with_macros(page)
-
-    # ------------------------------------------------------------------ attachments
-
-    def _attachments_cql(self, space: str, since: str | None = None) -> str:
-        cql = f"space = {quote(space)} and type = attachment"
-        return cql + (f" and lastmodified >= {quote(since)}" if since else "") + " order by lastmodified asc"
-
-    async def list_attachments(self, space: str, *, containers: set[str]) -> set[str]:
-        """Ids of the readable attachments (Markdown, text, PDF) of ``containers``, the in-scope pages."""
-        rows = self.client.search(
-            self._attachments_cql(space), expand="container,extensions", limit=self.id_limit
-        )
-        return {str(r["id"]) async for r in rows if self._wanted_attachment(r, containers)}
-
-    async def iter_attachments(self, space: str, *, containers: set[str], since: str | None = None,
-                               only: set[str] | None = None) -> AsyncIterator[Page]:
-        """The attachments of in-scope pages changed since ``since`` (or those of ``only``, whatever their
-        time), each a page of its own: its text as body, its page as breadcrumb. Too large or unreadable ones
-        are reported, not indexed."""
-        rows = self.client.search(self._attachments_cql(space, since), expand="container,version,extensions",
-                                  limit=self.id_limit)
-        async for r in rows:
-            if not self._wanted_attachment(r, containers) or (
-                only is not None and str(r.get("id")) not in only
-            ):
-                continue
-            try:
-                yield await self._attachment_page(r, space)
-            except InputError as exc:
-                self.stats.failed.append((str(r.get("id", "")), f"attachment {r.get('title', '')!r}: {exc}"))
-
-    def _wanted_attachment(self, r: dict[str, Any], containers: set[str]) -> bool:
-        container = str((r.get("container") or {}).get("id", ""))
-        return container in containers and Path(str(r.get("title", ""))).suffix.lower() in DOCUMENT_SUFFIXES
-
-    async def _attachment_page(self, r: dict[str, Any], space: str) -> Page:
-        name, container = str(r.get("title", "")), r.get("container") or {}
-        size = int((r.get("extensions") or {}).get("fileSize") or 0)
-        if size > self.max_attachment_bytes:
-            raise InputError(
-                f"{size} bytes, over CONFLUENCE_MAX_ATTACHMENT_BYTES ({self.max_attachment_bytes})"
-            )
-        link = str((r.get("_links") or {}).get("download") or "")
-        if not link:
-            raise InputError("no download link")
-        data = await self.client.download(link, max_bytes=self.max_attachment_bytes)
-        title, body = await asyncio.to_thread(document_body, Path(name).suffix.lower(), data, name)
-        webui = str(((container.get("_links") or {}).get("webui")) or "")
-        when = ((r.get("version") or {}).get("when")) or None
-        return Page(id=str(r["id"]), title=f"{title} ({name})" if title != name else name,
-                    url=self.client.url + webui if webui.startswith("/") else self.client.url,
-                    space=space, body=body, ancestors=(str(container.get("title", "")),),
-                    updated=to_utc_iso(str(when)) if when else None)
-
-    # ------------------------------------------------------------------ comments
-
-    def _comments_cql(self, space: str, since: str | None = None) -> str:
-        cql = f"space = {quote(space)} and type = comment"
-        return cql + (f" and lastmodified >= {quote(since)}" if since else "") + " order by lastmodified asc"
-
-    async def list_comments(self, space: str, *, containers: set[str]) -> set[str]:
-        """Ids of the comments on ``containers``, the in-scope pages (a restricted page's comments never
-        are)."""
-        rows = self.client.search(self._comments_cql(space), expand="container", limit=self.id_limit)
-        return {str(r["id"]) async for r in rows if _container_id(r) in containers}
-
-    async def iter_comments(self, space: str, *, containers: set[str], since: str | None = None,
-                            only: set[str] | None = None) -> AsyncIterator[Page]:
-        """The comments on in-scope pages changed since ``since`` (or those of ``only``, whatever their time),
-        each a page of its own: "Comment on <page>", linked to the comment on its page, the page as
-        breadcrumb."""
-        cql = self._comments_cql(space, since)
-        if only is not None:  # comment ids are numeric: ask for just those (bodies included)
-            ids = sorted(i for i in only if i.isdigit())
-            if not ids:
-                return
-            cql = cql.replace(" order by", f" and id in ({', '.join(ids)}) order by")
-        rows = self.client.search(cql, expand="body.storage,container,version", limit=self.page_limit)
-        async for r in rows:
-            if _container_id(r) not in containers or (only is not None and str(r["id"]) not in only):
-                continue
-            container, cid = r.get("container") or {}, str(r["id"])
-            webui = str(((container.get("_links") or {}).get("webui")) or "")
-            page_url = self.client.url + webui if webui.startswith("/") else self.client.url
-            url = f"{page_url}?focusedCommentId={cid}#comment-{cid}"
-            when = ((r.get("version") or {}).get("when")) or None
-            body = str((((r.get("body") or {}).get("storage")) or {}).get("value") or "")
-            yield Page(
-                id=cid,
-                title=f"Comment on {container.get('title', '')}",
-                url=url,
-                space=space,
-                body=body,
-                ancestors=(str(container.get("title", "")),),
-                updated=to_utc_iso(str(when)) if when else None,
-            )
 
     async def _with_macros(self, page: Page) -> Page:
         """The page with its include, excerpt-include and children macros resolved (``macros``); a page whose
@@ -343,6 +259,11 @@ class ConfluenceSource:
             out |= await self.list_space(space)
         return out
 
+    def access_of(self, page_id: str) -> PageAccess | None:
+        """Who may read a page (per-user access: as listed this cycle; a page not listed is not known);
+        None in space mode, where restricted pages are not indexed."""
+        return self.access.get(page_id) if self.permissions is not None else None
+
     def _is_restricted(self, r: dict[str, Any], own: set[str]) -> bool:
         if _has_read_restrictions(r):
             return True
@@ -367,10 +288,6 @@ def _with_body(r: dict[str, Any], bodies: dict[str, str]) -> dict[str, Any]:
     if body is None:
         return {k: v for k, v in r.items() if k != "body"}
     return {**r, "body": {"storage": {"value": body, "representation": "storage"}}}
-
-
-def _container_id(r: dict[str, Any]) -> str:
-    return str((r.get("container") or {}).get("id", ""))
 
 
 def _has_read_restrictions(r: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from connectors.confluence.access_sync import settle_access
 from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
 from connectors.confluence.includes import load_includes, save_includes
@@ -34,7 +35,7 @@ from connectors.confluence.state import load_known, save_known
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import VocabularyRun, ingest_pages
-from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder
+from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder, SyncStore
 from pipeline.types import Page
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class SyncReport:
     deleted: int = 0
     unchanged: int = 0
     skipped_restricted: int = 0
+    permissions_changed: int = 0  # per-user access: pages whose permissions were written (no re-embedding)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (page id or "space:KEY", reason)
     partial: list[tuple[str, str]] = field(default_factory=list)  # indexed without all of their text
     warnings: list[tuple[str, str]] = field(default_factory=list)  # indexed in full after a recovery
@@ -100,7 +102,7 @@ async def sync_confluence(
     index: Index,
     embedder: Embedder,
     sparse: SparseEncoder,
-    store: CheckpointStore,
+    store: SyncStore,
     options: IngestOptions,
     full: bool = False,
     spaces: Sequence[str] | None = None,
@@ -134,7 +136,7 @@ async def sync_confluence(
 
 
 async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: Index, embedder: Embedder,
-                       sparse: SparseEncoder, store: CheckpointStore, options: IngestOptions, full: bool,
+                       sparse: SparseEncoder, store: SyncStore, options: IngestOptions, full: bool,
                        progress: bool, report: SyncReport, words: VocabularyRun | None) -> None:
     """One sync cycle over ``keys`` after its set-up: listings, deletions and moves, then each space."""
     for key in keys:
@@ -142,6 +144,9 @@ async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: 
     source.stats = SourceStats()  # counts are per run
     if source.macros is not None:
         source.macros.new_run()
+    if source.permissions is not None:  # permissions are read afresh every cycle
+        source.permissions.new_run()
+        source.access = {}
 
     listings, pages_of = await _list_spaces(source, keys, report)
     zone = await _site_zone(source, store, listings, report) if not full else None
@@ -175,6 +180,7 @@ async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: 
             versions=known[key],
             words=words,
         )
+    report.permissions_changed = await settle_access(source, index, store, listings, gone, report.warnings)
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)

@@ -1,0 +1,140 @@
+"""Attachments and comments of in-scope pages, each indexed as a page of its own (``CONFLUENCE_ATTACHMENTS``,
+``CONFLUENCE_COMMENTS``), with their page's permissions: a mixin of ``ConfluenceSource``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from connectors.confluence.client import ConfluenceClient
+from connectors.confluence.cql import quote, to_utc_iso
+from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
+from pipeline.access.scope import PageAccess
+from pipeline.errors import InputError
+from pipeline.types import Page
+
+
+class PageExtras:
+    """What ``ConfluenceSource`` sets up; the methods below read attachments and comments through it."""
+
+    client: ConfluenceClient
+    id_limit: int
+    page_limit: int
+    max_attachment_bytes: int
+    stats: Any  # SourceStats: failures are reported there
+
+    access: dict[str, PageAccess]
+
+    def access_of(self, page_id: str) -> PageAccess | None:
+        raise NotImplementedError
+
+    def _attachments_cql(self, space: str, since: str | None = None) -> str:
+        cql = f"space = {quote(space)} and type = attachment"
+        return cql + (f" and lastmodified >= {quote(since)}" if since else "") + " order by lastmodified asc"
+
+    async def list_attachments(self, space: str, *, containers: set[str]) -> set[str]:
+        """Ids of the readable attachments (Markdown, text, PDF) of ``containers``, the in-scope pages."""
+        rows = self.client.search(
+            self._attachments_cql(space), expand="container,extensions", limit=self.id_limit
+        )
+        return self._inherit({str(r["id"]): _container_id(r) async for r in rows
+                              if self._wanted_attachment(r, containers)})
+
+    async def iter_attachments(self, space: str, *, containers: set[str], since: str | None = None,
+                               only: set[str] | None = None) -> AsyncIterator[Page]:
+        """The attachments of in-scope pages changed since ``since`` (or those of ``only``, whatever their
+        time), each a page of its own: its text as body, its page as breadcrumb. Too large or unreadable ones
+        are reported, not indexed."""
+        rows = self.client.search(self._attachments_cql(space, since), expand="container,version,extensions",
+                                  limit=self.id_limit)
+        async for r in rows:
+            if not self._wanted_attachment(r, containers) or (
+                only is not None and str(r.get("id")) not in only
+            ):
+                continue
+            try:
+                yield await self._attachment_page(r, space)
+            except InputError as exc:
+                self.stats.failed.append((str(r.get("id", "")), f"attachment {r.get('title', '')!r}: {exc}"))
+
+    def _wanted_attachment(self, r: dict[str, Any], containers: set[str]) -> bool:
+        container = str((r.get("container") or {}).get("id", ""))
+        return container in containers and Path(str(r.get("title", ""))).suffix.lower() in DOCUMENT_SUFFIXES
+
+    async def _attachment_page(self, r: dict[str, Any], space: str) -> Page:
+        name, container = str(r.get("title", "")), r.get("container") or {}
+        size = int((r.get("extensions") or {}).get("fileSize") or 0)
+        if size > self.max_attachment_bytes:
+            raise InputError(
+                f"{size} bytes, over CONFLUENCE_MAX_ATTACHMENT_BYTES ({self.max_attachment_bytes})"
+            )
+        link = str((r.get("_links") or {}).get("download") or "")
+        if not link:
+            raise InputError("no download link")
+        data = await self.client.download(link, max_bytes=self.max_attachment_bytes)
+        title, body = await asyncio.to_thread(document_body, Path(name).suffix.lower(), data, name)
+        webui = str(((container.get("_links") or {}).get("webui")) or "")
+        when = ((r.get("version") or {}).get("when")) or None
+        return Page(id=str(r["id"]), title=f"{title} ({name})" if title != name else name,
+                    url=self.client.url + webui if webui.startswith("/") else self.client.url,
+                    space=space, body=body, ancestors=(str(container.get("title", "")),),
+                    updated=to_utc_iso(str(when)) if when else None,
+                    access=self.access_of(str(container.get("id", ""))))
+
+    def _comments_cql(self, space: str, since: str | None = None) -> str:
+        cql = f"space = {quote(space)} and type = comment"
+        return cql + (f" and lastmodified >= {quote(since)}" if since else "") + " order by lastmodified asc"
+
+    async def list_comments(self, space: str, *, containers: set[str]) -> set[str]:
+        """Ids of the comments on ``containers``, the in-scope pages (in space mode a restricted page's
+        comments never are)."""
+        rows = self.client.search(self._comments_cql(space), expand="container", limit=self.id_limit)
+        return self._inherit({str(r["id"]): _container_id(r) async for r in rows
+                              if _container_id(r) in containers})
+
+    def _inherit(self, container_of: dict[str, str]) -> set[str]:
+        """The ids of ``container_of`` (item -> its page); each item may be read by whoever may read its
+        page."""
+        for item, page in container_of.items():
+            access = self.access_of(page)
+            if access is not None:
+                self.access[item] = access
+        return set(container_of)
+
+    async def iter_comments(self, space: str, *, containers: set[str], since: str | None = None,
+                            only: set[str] | None = None) -> AsyncIterator[Page]:
+        """The comments on in-scope pages changed since ``since`` (or those of ``only``, whatever their time),
+        each a page of its own: "Comment on <page>", linked to the comment on its page, the page as
+        breadcrumb."""
+        cql = self._comments_cql(space, since)
+        if only is not None:  # comment ids are numeric: ask for just those (bodies included)
+            ids = sorted(i for i in only if i.isdigit())
+            if not ids:
+                return
+            cql = cql.replace(" order by", f" and id in ({', '.join(ids)}) order by")
+        rows = self.client.search(cql, expand="body.storage,container,version", limit=self.page_limit)
+        async for r in rows:
+            if _container_id(r) not in containers or (only is not None and str(r["id"]) not in only):
+                continue
+            container, cid = r.get("container") or {}, str(r["id"])
+            webui = str(((container.get("_links") or {}).get("webui")) or "")
+            page_url = self.client.url + webui if webui.startswith("/") else self.client.url
+            url = f"{page_url}?focusedCommentId={cid}#comment-{cid}"
+            when = ((r.get("version") or {}).get("when")) or None
+            body = str((((r.get("body") or {}).get("storage")) or {}).get("value") or "")
+            yield Page(
+                id=cid,
+                title=f"Comment on {container.get('title', '')}",
+                url=url,
+                space=space,
+                body=body,
+                ancestors=(str(container.get("title", "")),),
+                updated=to_utc_iso(str(when)) if when else None,
+                access=self.access_of(_container_id(r)),
+            )
+
+
+def _container_id(r: dict[str, Any]) -> str:
+    return str((r.get("container") or {}).get("id", ""))
