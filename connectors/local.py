@@ -24,6 +24,7 @@ import json
 import os
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,9 @@ def sample_space_dir() -> Path:
 class LocalFolderConnector:
     """A ``SourceConnector`` over files and folders (recursively).
 
-    ``space`` overrides every page's space key. After each ``iter_pages`` run, ``failures`` holds
+    ``space`` overrides every page's space key. A folder carries no permissions: its pages may be read by
+    anyone (``EVIDENT_ACCESS=per-user`` included), so put only what everyone may read there. After each
+    ``iter_pages`` run, ``failures`` holds
     ``(path, reason)`` for every file that was skipped, ``origins`` page id -> file for every page yielded
     and ``read_files`` the files whose every page was read.
     """
@@ -88,7 +91,7 @@ class LocalFolderConnector:
                     continue
                 seen[page.id] = where
                 self.origins[page.id] = str(path)
-                yield page
+                yield replace(page, access=())  # a local folder holds what anyone may read
             if whole:
                 self.read_files.add(str(path))
         if not seen:

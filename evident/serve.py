@@ -35,6 +35,7 @@ from pipeline.errors import (
     TransientError,
     UnreachableError,
 )
+from pipeline.protocols import Index
 from pipeline.runtime.metrics import Metrics
 from pipeline.runtime.remote import UNLIMITED, CallOptions, RetryPolicy, call_with_retries
 
@@ -144,7 +145,20 @@ async def start_engine(settings: Settings, metrics: Metrics, stop: asyncio.Event
     except BaseException:
         await engine.aclose()
         raise
+    await warn_unpermitted(settings, engine.index)
     return engine
+
+
+async def warn_unpermitted(settings: Settings, index: Index) -> int:
+    """Per-user access: say how much indexed evidence carries no permissions yet (shown to nobody until a sync
+    writes them). Returns that count."""
+    if settings.access.mode != "per-user":
+        return 0
+    missing = await index.missing_access()
+    if missing:
+        log.warning("EVIDENT_ACCESS=per-user: %d indexed evidence carry no permissions yet and are shown to "
+                    "nobody; the next sync (`evident sync`, or serve's own) writes them", missing)
+    return missing
 
 
 async def probe_credentials(settings: Settings, engine: Engine) -> None:

@@ -62,3 +62,14 @@ async def test_an_explanation_is_given_only_where_all_its_evidence_may_be_read(p
     assert shown.error is None and shown.result is not None
     cached = await parts.engine.explain(turn.turn_id, scope=BOB)  # the cache is checked after visibility
     assert cached.error == "not visible"
+
+
+async def test_serve_tells_the_operator_about_evidence_without_permissions(
+        parts: EngineParts, caplog: pytest.LogCaptureFixture) -> None:
+    from evident.serve import warn_unpermitted
+    from evident.settings import Settings
+
+    assert await warn_unpermitted(Settings.load(env={}), parts.engine.index) == 0  # space mode: not asked
+    await parts.engine.index.set_access({"100001": None})  # one page's permissions unknown
+    missing = await warn_unpermitted(Settings.load(env={}, access="per-user"), parts.engine.index)
+    assert missing > 0 and f"{missing} indexed evidence carry no permissions" in caplog.text

@@ -158,6 +158,9 @@ class EdgeReads(EdgeShardAccess):
     @in_shard
     def missing_access(self) -> int:
         """Live points that carry no permissions (indexed before they were synced)."""
+        return self._missing_access()
+
+    def _missing_access(self) -> int:
         live = self._live_filter()
         return self._count_where(qe.Filter(must=[*(live.must or []), qe.IsEmptyCondition(ic.ACL_FIELDS[0])]))
 
@@ -179,6 +182,7 @@ class EdgeReads(EdgeShardAccess):
             "disk_bytes": sum(
                 f.stat().st_blocks * 512 for f in (self._path / SHARD_DIR).rglob("*") if f.is_file()
             ),
+            "without_permissions": self._missing_access(),
             "embedder": self._embedder,
             "dim": self._dim,
         }

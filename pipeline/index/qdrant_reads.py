@@ -196,6 +196,7 @@ class QdrantReads(QdrantCollection):
             "pages": len(await self.page_hashes()),
             "by_kind": by_kind,
             "staged": await self._count(models.Filter(must=[match(ic.STATE, ic.STAGED)])),
+            "without_permissions": await self.missing_access(),
             "embedder": self._embedder,
             "dim": self._dim,
         }
