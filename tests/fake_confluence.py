@@ -201,6 +201,7 @@ class FakeConfluence:
         app.router.add_get(self.context + "/api/v2/spaces", self._spaces_v2)
         app.router.add_get(self.context + "/api/v2/pages", self._contents_v2)
         app.router.add_get(self.context + "/api/v2/blogposts", self._contents_v2)
+        app.router.add_get(self.context + "/api/v2/footer-comments/{id}", self._comment_v2)
         app.router.add_get(self.context + "/download/attachments/{pid}/{name}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -494,6 +495,17 @@ class FakeConfluence:
             ):
                 return web.Response(body=p.data, content_type=p.media_type or "application/octet-stream")
         return web.Response(status=404, text="no such attachment")
+
+    async def _comment_v2(self, request: web.Request) -> web.Response:
+        """REST v2 ``GET /footer-comments/{id}?body-format=storage``."""
+        p = self.pages.get(request.match_info["id"])
+        if p is None or p.kind != "comment":
+            return _json({"errors": [{"status": 404, "title": "NOT_FOUND"}]}, 404)
+        item: dict[str, Any] = {"id": p.id, "pageId": p.parent, "status": "current",
+                                "version": {"number": p.version, "createdAt": p.when.isoformat()}}
+        if request.query.get("body-format") == "storage":
+            item["body"] = {"storage": {"value": p.body, "representation": "storage"}}
+        return _json(item)
 
     async def _spaces_v2(self, request: web.Request) -> web.Response:
         keys = [k for k in request.query.get("keys", "").split(",") if k]

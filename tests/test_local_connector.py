@@ -59,6 +59,7 @@ async def test_reads_json_pages_recursively_with_optional_fields(tmp_path: Path)
     assert first == Page(
         id="1", title="Page 1", url="https://acme.example/wiki/spaces/ACME/pages/1/P", space="ACME",
         body="<p>body of 1</p>", updated="2024-11-15", ancestors=("Home", "Ops"),
+        access=(),  # a local folder holds what anyone may read
     )
     assert (second.version, second.labels, second.updated) == (3, ("runbook",), None)
 

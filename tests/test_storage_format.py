@@ -324,3 +324,20 @@ def test_parses_every_confquestions_page(confq_dir: Path) -> None:
     )
     assert kinds["passage"] > 0 and kinds["list"] > 0 and kinds["table"] > 0 and kinds["row"] > 0
     assert parse_s < 2.0
+
+
+@pytest.mark.parametrize("damaged", [
+    '<p>Intro about deployments and rollbacks.</p><ac:foo"bar>inside</ac:foo"bar>'
+    '<p>More text after the bad tag, with several words.</p>',  # was: ValueError: Invalid HTML tag name
+    '<p>Intro about deployments.</p><ac:1abc>inside</ac:1abc><p>After it, still many words here.</p>',
+    '<p>Last updated: Oct<table> 30</p><p>The deployment runbook explains how to roll back a release safely '
+    'in production.</p><p>Second paragraph with even more words for coverage checks.</p>',  # kept 11 %
+])
+def test_a_bad_tag_or_a_stray_table_costs_only_its_fragment(damaged: str) -> None:
+    """Found by the page fuzz: a tag name XML cannot hold rejected the whole page, and a stray ``<table>`` in
+    a
+    paragraph kept a tenth of it."""
+    result = parse_page(damaged, limits=ingest_options().parse)
+    assert result.coverage >= 0.95
+    text = " ".join(e.text for e in result.elements if isinstance(e, Paragraph))
+    assert "words" in text and ("roll back" in text or "bad tag" in text or "After it" in text)

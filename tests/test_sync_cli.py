@@ -63,3 +63,17 @@ def test_sync_cli_without_confluence_url_is_one_clear_error(tmp_path: Path) -> N
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == ["error: CONFLUENCE_URL missing: set it (Cloud: "
                                                   "https://<site>.atlassian.net/wiki)"]
+
+
+async def test_a_rejected_token_exits_2_whatever_the_space_check_cache(tmp_path: Path) -> None:
+    """Found outside: within 6 h of a passed space check, a wrong token gave per-space `failed: … 401` lines
+    and exit 1; on a fresh data dir one error line and exit 2."""
+    pages = synthetic_pages(2, folder=sample_space_dir())
+    runner = CliRunner()
+    async with FakeConfluence(pages, mode="dc") as fc:
+        first = await asyncio.to_thread(runner.invoke, main, ["sync"], env=_env(tmp_path, fc.url))
+        assert first.exit_code == 0, first.output
+        wrong = await asyncio.to_thread(runner.invoke, main, ["sync"], env=_env(tmp_path, fc.url, "nope"))
+        assert wrong.exit_code == 2, wrong.output
+        assert "error: Confluence rejected the credentials (HTTP 401)" in wrong.output
+        assert "failed:" not in wrong.output

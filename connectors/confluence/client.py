@@ -22,22 +22,18 @@ from urllib.parse import urlsplit
 import requests
 from atlassian import Confluence
 
+from connectors.confluence.responses import SERVICE, decode, reason, short
 from pipeline.errors import (
-    AuthError,
     InputError,
     NotFoundError,
-    RateLimitedError,
-    RemoteError,
     TransientError,
     UnreachableError,
 )
-from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries, retry_after_s, retryable
+from pipeline.runtime.remote import CallOptions, RetryPolicy, call_with_retries, retryable
 
 log = logging.getLogger(__name__)
 
-SERVICE = "confluence"
 V2_MAX_IDS = 250  # REST v2's most ids per request (and its largest ``limit``)
-WIKI_HINT = "Confluence Cloud site URLs end in /wiki, e.g. https://your-site.atlassian.net/wiki"
 
 
 class ConfluenceTimeout(TransientError):
@@ -141,16 +137,16 @@ class ConfluenceClient:
                     self._api.get, path, params=params, absolute=absolute, advanced_mode=True
                 )
         except requests.Timeout as exc:
-            raise ConfluenceTimeout(f"Confluence timed out on {_short(path)} (CONFLUENCE_TIMEOUT_S)",
+            raise ConfluenceTimeout(f"Confluence timed out on {short(path)} (CONFLUENCE_TIMEOUT_S)",
                                     service=SERVICE) from exc
         except requests.ConnectionError as exc:
             host = urlsplit(self.url).netloc or self.url
             raise UnreachableError(
-                f"cannot reach Confluence at {host}: {_reason(exc)}", service=SERVICE
+                f"cannot reach Confluence at {host}: {reason(exc)}", service=SERVICE
             ) from exc
         except requests.RequestException as exc:
             raise UnreachableError(f"Confluence request failed: {exc}", service=SERVICE) from exc
-        return _decode(resp, path, self.url)
+        return decode(resp, path, self.url)
 
     # ------------------------------------------------------------------ endpoints
 
@@ -253,6 +249,14 @@ class ConfluenceClient:
                 return out
             path, query = self._next_path(str(nxt), data), None
 
+    async def comment_body(self, comment_id: str) -> str:
+        """Cloud: a comment's storage body through REST v2 (footer comments, else inline ones)."""
+        try:
+            data = await self.get(f"api/v2/footer-comments/{comment_id}", {"body-format": "storage"})
+        except NotFoundError:
+            data = await self.get(f"api/v2/inline-comments/{comment_id}", {"body-format": "storage"})
+        return storage_of(data) or ""
+
     async def download(self, path: str, *, max_bytes: int) -> bytes:
         """The bytes behind a ``_links.download`` path (relative to the site URL), at most ``max_bytes``."""
         self.api_calls += 1
@@ -261,7 +265,7 @@ class ConfluenceClient:
         def fetch() -> bytes:
             with self._api.session.get(url, stream=True, timeout=self._api.timeout) as resp:
                 if resp.status_code >= 400:
-                    _decode(resp, path, self.url)  # raises the mapped error
+                    decode(resp, path, self.url)  # raises the mapped error
                 chunks, size = [], 0
                 for chunk in resp.iter_content(65536):
                     size += len(chunk)
@@ -273,9 +277,9 @@ class ConfluenceClient:
         try:
             return await asyncio.to_thread(fetch)
         except requests.Timeout as exc:
-            raise ConfluenceTimeout(f"Confluence timed out on {_short(path)}", service=SERVICE) from exc
+            raise ConfluenceTimeout(f"Confluence timed out on {short(path)}", service=SERVICE) from exc
         except requests.RequestException as exc:
-            raise UnreachableError(f"Confluence download failed: {_reason(exc)}", service=SERVICE) from exc
+            raise UnreachableError(f"Confluence download failed: {reason(exc)}", service=SERVICE) from exc
 
     def _next_path(self, nxt: str, data: dict[str, Any]) -> str:
         """Resolve ``_links.next`` against *our* site URL (``_links.base`` may be a proxy's public name)."""
@@ -300,100 +304,3 @@ def storage_of(item: Any) -> str | None:
     ``body-format=storage``)."""
     body = (((item.get("body") or {}).get("storage")) or {}).get("value") if isinstance(item, dict) else None
     return body if isinstance(body, str) else None
-
-
-def _decode(resp: requests.Response, path: str, base_url: str) -> dict[str, Any]:
-    """Map an HTTP response to its JSON or to an ``pipeline.errors`` exception."""
-    status = resp.status_code
-    where = _short(path)
-    if 200 <= status < 300:
-        return _json_of(resp, where, base_url)
-    message = _message(resp)
-    if status == 429 or (status == 403 and _throttled(resp)):
-        raise RateLimitedError(
-            f"Confluence rate limit on {where} (HTTP {status})", service=SERVICE, status=status,
-            retry_after_s=retry_after_s(resp.headers),
-        )
-    if status == 401:
-        raise AuthError(
-            "Confluence rejected the credentials (HTTP 401): check "
-            f"CONFLUENCE_USER/CONFLUENCE_TOKEN{message}",
-            service=SERVICE,
-            status=status,
-        )
-    if status == 403:
-        raise AuthError(
-            f"Confluence denied access to {where} (HTTP 403){message}", service=SERVICE, status=status
-        )
-    if status == 404:
-        if not _is_json(resp):
-            raise UnreachableError(
-                f"{base_url} has no Confluence REST API (HTTP 404 on {where}). {WIKI_HINT}",
-                service=SERVICE, status=status,
-            )
-        raise NotFoundError(
-            f"Confluence: {where} not found (HTTP 404){message}", service=SERVICE, status=status
-        )
-    if status >= 500 or status in (408, 502, 503, 504):
-        raise TransientError(
-            f"Confluence server error on {where} (HTTP {status})",
-            service=SERVICE,
-            status=status,
-            retry_after_s=retry_after_s(resp.headers),
-        )
-    raise RemoteError(f"Confluence refused {where} (HTTP {status}){message}", service=SERVICE, status=status)
-
-
-def _json_of(resp: requests.Response, where: str, base_url: str) -> dict[str, Any]:
-    status = resp.status_code
-    try:
-        data = resp.json()
-    except ValueError as exc:
-        raise UnreachableError(
-            f"{base_url} answered {where} with non-JSON (is it the Confluence base URL?). {WIKI_HINT}",
-            service=SERVICE, status=status,
-        ) from exc
-    if isinstance(data, list):  # e.g. Data Center's space permissions: a bare array
-        return {"results": data}
-    if not isinstance(data, dict):
-        raise RemoteError(f"unexpected JSON from Confluence {where}", service=SERVICE, status=status)
-    return data
-
-
-def _throttled(resp: requests.Response) -> bool:
-    """Data Center signals rate limiting as 403 with rate-limit headers (or 429)."""
-    h = resp.headers
-    return "Retry-After" in h or h.get("X-RateLimit-Remaining", "").strip() == "0"
-
-
-def _is_json(resp: requests.Response) -> bool:
-    if "json" in resp.headers.get("Content-Type", ""):
-        return True
-    try:
-        resp.json()
-    except ValueError:
-        return False
-    return True
-
-
-def _message(resp: requests.Response) -> str:
-    try:
-        data = resp.json()
-    except ValueError:
-        return ""
-    if isinstance(data, dict) and data.get("message"):
-        return f": {str(data['message'])[:200]}"
-    return ""
-
-
-def _short(path: str) -> str:
-    return urlsplit(path).path or path
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc)
-    for marker in ("Connection refused", "Name or service not known", "nodename nor servname",
-                   "Temporary failure in name resolution", "timed out"):
-        if marker in text:
-            return marker
-    return type(exc).__name__

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pipeline.errors import InputError
 
@@ -90,3 +91,12 @@ def pages_cql(
         parts.append(f"lastmodified >= {quote(since)}")
     cql = " and ".join(parts)
     return cql + " order by lastmodified asc" if ordered else cql
+
+
+def version_time(r: dict[str, Any]) -> str | None:
+    """A search result's version time as ``Page.updated`` carries it (UTC ISO), or None."""
+    when = (r.get("version") or {}).get("when") if isinstance(r.get("version"), dict) else None
+    try:
+        return to_utc_iso(str(when)) if when else None
+    except InputError:
+        return None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
-from connectors.confluence.cql import quote, to_utc_iso
+from connectors.confluence.cql import quote, to_utc_iso, version_time
 from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
 from pipeline.access.scope import PageAccess
 from pipeline.errors import InputError
@@ -26,6 +26,7 @@ class PageExtras:
     stats: Any  # SourceStats: failures are reported there
 
     access: dict[str, PageAccess]
+    known: dict[str, str]  # id -> version time indexed lately (the sync sets it per space)
 
     def access_of(self, page_id: str) -> PageAccess | None:
         raise NotImplementedError
@@ -52,12 +53,21 @@ class PageExtras:
         async for r in rows:
             if not self._wanted_attachment(r, containers) or (
                 only is not None and str(r.get("id")) not in only
-            ):
+            ) or (only is None and self._known(r)):
                 continue
             try:
                 yield await self._attachment_page(r, space)
-            except InputError as exc:
+            except InputError as exc:  # reported once: this version is settled, the next edit is read again
                 self.stats.failed.append((str(r.get("id", "")), f"attachment {r.get('title', '')!r}: {exc}"))
+                self.stats.unusable.append((str(r.get("id", "")), version_time(r)))
+
+    def _known(self, r: dict[str, Any]) -> bool:
+        """Indexed lately at this very version: nothing to download or read (``known`` versions)."""
+        pid = str(r.get("id", ""))
+        if pid in self.known and self.known[pid] == version_time(r):
+            self.stats.known.add(pid)
+            return True
+        return False
 
     def _wanted_attachment(self, r: dict[str, Any], containers: set[str]) -> bool:
         container = str((r.get("container") or {}).get("id", ""))
@@ -114,10 +124,14 @@ class PageExtras:
             if not ids:
                 return
             cql = cql.replace(" order by", f" and id in ({', '.join(ids)}) order by")
-        rows = self.client.search(cql, expand="body.storage,container,version", limit=self.page_limit)
+        expand = "container,version" if self.client.v2_bodies else "body.storage,container,version"
+        rows = self.client.search(cql, expand=expand, limit=self.page_limit)
         async for r in rows:
-            if _container_id(r) not in containers or (only is not None and str(r["id"]) not in only):
+            if _container_id(r) not in containers or (only is not None and str(r["id"]) not in only) or (
+                    only is None and self._known(r)):
                 continue
+            if self.client.v2_bodies:  # Cloud: the body from REST v2 (v1 search may refuse to expand it)
+                r = {**r, "body": {"storage": {"value": await self.client.comment_body(str(r["id"]))}}}
             container, cid = r.get("container") or {}, str(r["id"])
             webui = str(((container.get("_links") or {}).get("webui")) or "")
             page_url = self.client.url + webui if webui.startswith("/") else self.client.url

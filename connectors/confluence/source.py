@@ -26,6 +26,7 @@ from connectors.confluence.cql import (
     pages_cql,
     quote,
     to_utc_iso,
+    version_time,
 )
 from connectors.confluence.extras import PageExtras
 from connectors.confluence.jira import JiraClient
@@ -47,6 +48,8 @@ class SourceStats:
     unusable: list[tuple[str, str | None]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    # "comments:ENG": a listing refused this run (not fetched)
+    unlisted: set[str] = field(default_factory=set)
 
 
 class ConfluenceSource(PageExtras):
@@ -271,15 +274,6 @@ class ConfluenceSource(PageExtras):
 
     def close(self) -> None:
         self.client.close()
-
-
-def version_time(r: dict[str, Any]) -> str | None:
-    """A search result's version time as ``Page.updated`` carries it (UTC ISO), or None."""
-    when = (r.get("version") or {}).get("when") if isinstance(r.get("version"), dict) else None
-    try:
-        return to_utc_iso(str(when)) if when else None
-    except InputError:
-        return None
 
 
 def _with_body(r: dict[str, Any], bodies: dict[str, str]) -> dict[str, Any]:

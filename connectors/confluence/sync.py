@@ -30,8 +30,10 @@ from connectors.confluence.access_sync import settle_access
 from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
 from connectors.confluence.includes import load_includes, save_includes
+from connectors.confluence.listing import gone_and_moved, rejected_credentials
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
+from connectors.confluence.sync_extras import extra_items, list_extras
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import VocabularyRun, ingest_pages
@@ -125,8 +127,9 @@ async def sync_confluence(
     words = await VocabularyRun.start(vocabulary, sparse, None)  # loaded once, saved once, for every space
     full = full or (words is not None and words.bootstrap)
     try:
-        await _sync_spaces(keys, source=source, index=index, embedder=embedder, sparse=sparse, store=store,
-                           options=options, full=full, progress=progress, report=report, words=words)
+        await _sync_spaces(
+            keys, _Cycle(source, index, embedder, sparse, store, options, full, progress, report, words)
+        )
     finally:
         if words is not None:
             await words.finish(embedder, report.warnings)
@@ -135,12 +138,59 @@ async def sync_confluence(
     return report
 
 
-async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: Index, embedder: Embedder,
-                       sparse: SparseEncoder, store: SyncStore, options: IngestOptions, full: bool,
-                       progress: bool, report: SyncReport, words: VocabularyRun | None) -> None:
-    """One sync cycle over ``keys`` after its set-up: listings, deletions and moves, then each space."""
+@dataclass
+class _Cycle:
+    """What every step of one sync cycle works with."""
+
+    source: ConfluenceSource
+    index: Index
+    embedder: Embedder
+    sparse: SparseEncoder
+    store: SyncStore
+    options: IngestOptions
+    full: bool
+    progress: bool
+    report: SyncReport
+    words: VocabularyRun | None
+
+    async def ingest(self, pages: AsyncIterator[Page]) -> IngestReport:
+        ing = await ingest_pages(pages, index=self.index, embedder=self.embedder, sparse=self.sparse,
+                                 options=self.options, progress=self.progress, vocabulary=self.words)
+        _add_up(self.report, ing)
+        return ing
+
+
+async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
+    """One sync cycle over ``keys`` after its set-up: listings, deletions and moves, then each space, then the
+    includers an edit in a later space made stale."""
+    source, store, report = cycle.source, cycle.store, cycle.report
+    await _start(cycle, keys)
+    listings, pages_of, incomplete = await _list_spaces(source, keys, report)
+    zone = await _site_zone(source, store, listings, report) if not cycle.full else None
+    gone, moved = await _deletions(cycle, listings, incomplete)
+    known = {key: await load_known(store, source.source_key, key) for key in listings}
     for key in keys:
-        await _check_space(source, store, key, again=full)
+        if key not in listings:
+            continue
+        report.checkpoints[key] = await _sync_space(
+            key, cycle, moved=moved.get(key, []), zone=zone, containers=pages_of[key], listing=listings[key],
+            elsewhere=_elsewhere(known, key), versions=known[key])
+        known[key] = await load_known(store, source.source_key, key)  # later spaces see what this one read
+    if source.macros is not None:
+        for key in listings:
+            await _refresh_includers(cycle, key, _elsewhere(known, key))
+    report.permissions_changed = await settle_access(source, cycle.index, store, listings, gone,
+                                                     report.warnings)
+    report.failed.extend(source.stats.failed)
+    report.warnings.extend(source.stats.warnings)
+    report.skipped_restricted = len(source.stats.skipped_restricted)
+    report.unchanged += len(source.stats.known)
+
+
+async def _start(cycle: _Cycle, keys: Sequence[str]) -> None:
+    source = cycle.source
+    for key in keys:
+        await _check_space(source, cycle.store, key, again=cycle.full)
     source.stats = SourceStats()  # counts are per run
     if source.macros is not None:
         source.macros.new_run()
@@ -148,113 +198,103 @@ async def _sync_spaces(keys: Sequence[str], *, source: ConfluenceSource, index: 
         source.permissions.new_run()
         source.access = {}
 
-    listings, pages_of = await _list_spaces(source, keys, report)
-    zone = await _site_zone(source, store, listings, report) if not full else None
-    gone, moved = gone_and_moved(await index.page_spaces(), listings)
-    if gone:
-        await index.delete_pages(gone)
-        report.deleted = len(gone)
 
-    known = {key: await load_known(store, source.source_key, key) for key in listings}
-    for key in keys:
-        if key not in listings:
-            continue
-        elsewhere = {
-            pid: when for other, versions in known.items() if other != key for pid, when in versions.items()
-        }
-        report.checkpoints[key] = await _sync_space(
-            key,
-            source=source,
-            index=index,
-            embedder=embedder,
-            sparse=sparse,
-            store=store,
-            options=options,
-            full=full,
-            progress=progress,
-            report=report,
-            moved=moved.get(key, []),
-            zone=zone,
-            containers=pages_of[key],
-            elsewhere=elsewhere,
-            versions=known[key],
-            words=words,
-        )
-    report.permissions_changed = await settle_access(source, index, store, listings, gone, report.warnings)
-    report.failed.extend(source.stats.failed)
-    report.warnings.extend(source.stats.warnings)
-    report.skipped_restricted = len(source.stats.skipped_restricted)
-    report.unchanged += len(source.stats.known)
+async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
+                     incomplete: set[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Delete what left the synced spaces; the pages moved between them, by space. A space whose attachment
+    or comment listing failed keeps everything indexed under it this cycle."""
+    indexed = await cycle.index.page_spaces()
+    kept = {k: ids | {pid for pid, sp in indexed.items() if sp == k} if k in incomplete else ids
+            for k, ids in listings.items()}
+    gone, moved = gone_and_moved(indexed, kept)
+    if gone:
+        await cycle.index.delete_pages(gone)
+        cycle.report.deleted = len(gone)
+    return gone, moved
+
+
+def _elsewhere(known: dict[str, dict[str, str]], key: str) -> dict[str, str]:
+    """The known versions of the other synced spaces' pages (includes across spaces count by them)."""
+    return {pid: when for other, versions in known.items() if other != key for pid, when in versions.items()}
+
+
+async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: dict[str, str]) -> None:
+    """Pages of ``key`` that include a page of another space that changed after ``key`` was synced this cycle:
+    read again now, so the included text is current in the same cycle."""
+    source, store = cycle.source, cycle.store
+    includes = await load_includes(store, source.source_key, key)
+    if not includes:
+        return
+    assert source.macros is not None
+    source.macros.includes.clear()
+    await cycle.ingest(_includers(source, key, _Tracker(), includes, elsewhere))
+    await save_includes(store, source.source_key, key, includes, source.macros.includes)
 
 
 async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
-                       report: SyncReport) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """Per space: every in-scope id (pages, and attachments and comments when synced), and the page ids alone
-    (the containers of its attachments and comments). A space whose listing fails is reported and left out."""
+                       report: SyncReport) -> tuple[dict[str, set[str]], dict[str, set[str]], set[str]]:
+    """Per space: every in-scope id (pages, and attachments and comments when synced), the page ids alone (the
+    containers of its attachments and comments), and the spaces whose attachment or comment listing failed
+    (what is indexed from those is kept). A space whose page listing fails is reported and left out."""
     listings: dict[str, set[str]] = {}
     pages_of: dict[str, set[str]] = {}
+    incomplete: set[str] = set()
     for key in keys:
         try:
-            pages_of[key] = listings[key] = await source.list_space(key)
-            if source.attachments:
-                listings[key] = listings[key] | await source.list_attachments(key, containers=pages_of[key])
-            if source.comments:
-                listings[key] = listings[key] | await source.list_comments(key, containers=pages_of[key])
+            pages_of[key] = await source.list_space(key)
         except RemoteError as exc:
+            if rejected_credentials(exc):
+                raise  # not this space's problem: every space would fail alike (one error, exit 2)
             report.failed.append((f"space:{key}", f"listing failed, space skipped: {exc}"))
-    return listings, pages_of
+            continue
+        extras, complete = await list_extras(source, key, pages_of[key], report.failed)
+        listings[key] = pages_of[key] | extras
+        if not complete:
+            incomplete.add(key)
+    return listings, pages_of, incomplete
 
 
 async def _sync_space(
     key: str,
+    cycle: _Cycle,
     *,
-    source: ConfluenceSource,
-    index: Index,
-    embedder: Embedder,
-    sparse: SparseEncoder,
-    store: CheckpointStore,
-    options: IngestOptions,
-    full: bool,
-    progress: bool,
-    report: SyncReport,
-    moved: Sequence[str] = (),
-    zone: int | None = None,
-    containers: set[str] | None = None,
-    elsewhere: dict[str, str] | None = None,
+    moved: Sequence[str],
+    zone: int | None,
+    containers: set[str],
+    listing: set[str],
+    elsewhere: dict[str, str],
     versions: dict[str, str],
-    words: VocabularyRun | None = None,
 ) -> str | None:
-    """Ingest one space's pages changed since its checkpoint, and the pages ``moved`` into it (fetched by id,
-    outside the checkpoint's reckoning); ``versions``: the space's known versions, loaded by the caller.
+    """Ingest one space's pages changed since its checkpoint, the pages ``moved`` into it (fetched by id,
+    outside
+    the checkpoint's reckoning), and its attachments and comments; ``versions``: the space's known versions.
     Returns the new checkpoint (never past a page that failed in a way a retry can fix)."""
+    source, store, report = cycle.source, cycle.store, cycle.report
     old = await store.get_checkpoint(source.source_key, key)
-    since = since_bound(old, source.overlap_s, zone) if old and not full else None
-    tracker = _Tracker()
+    since = since_bound(old, source.overlap_s, zone) if old and not cycle.full else None
+    tracker, extras = _Tracker(), _Tracker()
     includes = await load_includes(store, source.source_key, key)
-    listed = containers or set()
-    known = {pid: when for pid, when in versions.items() if pid in listed}
+    known = {pid: when for pid, when in versions.items() if pid in listing}
     source.known = known if since else {}
     if source.macros is not None:
         source.macros.includes.clear()  # from here on: the pages of this space
     pages = _chain(tracker.wrap(source.iter_space(key, since=since)),
                    source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
-                   source.iter_attachments(key, containers=containers or set(), since=since)
-                   if source.attachments else None,
-                   source.iter_comments(key, containers=containers or set(), since=since)
-                   if source.comments else None,
-                   _moved_extras(source, key, containers or set(), moved, since),
-                   _includers(source, key, tracker, includes, elsewhere or {}),
-                   tracker.wrap(_unindexed(source, key, tracker, index, listed - set(known)), order=False)
-                   if since else None)
-    ing = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse, options=options,
-                             progress=progress, vocabulary=words)
-    _add_up(report, ing)
+                   extras.wrap(extra_items(source, key, containers, moved, since), order=False),
+                   _includers(source, key, tracker, includes, elsewhere),
+                   tracker.wrap(_unindexed(source, key, tracker, cycle.index, containers - set(known)),
+                                order=False) if since else None)
+    ing = await cycle.ingest(pages)
+    for stopped in (tracker.fetch_error, extras.fetch_error):
+        if stopped is not None and rejected_credentials(stopped):
+            raise stopped
     if tracker.fetch_error is not None:
         report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
+    tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
     blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
     if source.macros is not None:
         await save_includes(store, source.source_key, key, includes, source.macros.includes)
-    return await _settle(source, store, key, tracker, blocking, old, known, listed)
+    return await _settle(source, store, key, tracker, blocking, old, known, listing)
 
 
 def _add_up(report: SyncReport, ing: IngestReport) -> None:
@@ -315,21 +355,6 @@ async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings:
     return report.cql_zone_min
 
 
-async def _moved_extras(source: ConfluenceSource, key: str, containers: set[str], moved: Sequence[str],
-                        since: str | None) -> AsyncIterator[Page]:
-    """Attachments and comments that moved into the space with their page (their time need not change), read
-    again by id so they carry the new space and link. Pages moved are ``iter_ids``' work."""
-    extras = set(moved)
-    if since is None or not extras:
-        return  # a full read of the space fetches them anyway
-    if source.attachments and any(_is_attachment(m) for m in extras):
-        async for page in source.iter_attachments(key, containers=containers, only=extras):
-            yield page
-    if source.comments:
-        async for page in source.iter_comments(key, containers=containers, only=extras):
-            yield page
-
-
 async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
                      includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
     """After the changed pages: the pages showing an older version of one of them, fetched again so the
@@ -368,29 +393,3 @@ async def _chain(*parts: AsyncIterator[Page] | None) -> AsyncIterator[Page]:
         if part is not None:
             async for page in part:
                 yield page
-
-
-def _is_attachment(pid: str) -> bool:
-    return pid.startswith("att") and pid[3:].isdigit()
-
-
-def gone_and_moved(
-    indexed: dict[str, str], listings: dict[str, set[str]]
-) -> tuple[list[str], dict[str, list[str]]]:
-    """From where each page is indexed (page id -> space) and this run's listings (space -> in-scope ids):
-
-    - gone: pages indexed under a space listed in this run that no listing holds any more: deleted, archived,
-      restricted, out of scope, or moved into a space that is not synced (or that the account cannot read);
-    - moved: space -> pages it lists that are indexed under another space (moved between synced spaces).
-
-    Pages indexed under a space not listed in this run (another ``--spaces`` selection, a listing that
-    failed) are left alone, and so are non-numeric ids (other sources, e.g. a local export).
-    """
-    where = {pid: space for space, ids in listings.items() for pid in ids}
-    gone = sorted(pid for pid, space in indexed.items()
-                  if (pid.isdigit() or _is_attachment(pid)) and space in listings and pid not in where)
-    moved: dict[str, list[str]] = {}
-    for pid, space in where.items():
-        if pid in indexed and indexed[pid] != space:
-            moved.setdefault(space, []).append(pid)
-    return gone, {space: sorted(ids) for space, ids in moved.items()}

@@ -18,6 +18,15 @@ def local_tag(el: etree._Element) -> str:
     return tag if isinstance(tag, str) else ""
 
 
+def split_tag(tag: str) -> tuple[str | None, str]:
+    """(namespace, local name) of an lxml tag, without ``etree.QName`` (which refuses the odd names an HTML
+    parse of a damaged page can hold)."""
+    if tag.startswith("{") and "}" in tag:
+        ns, _, local = tag[1:].partition("}")
+        return ns, local
+    return None, tag
+
+
 def attr(el: etree._Element, ns: str, name: str) -> str:
     return (el.get(f"{{{ns}}}{name}") or el.get(name) or "").strip()
 
@@ -43,7 +52,7 @@ def one_line(text: str) -> str:
 
 def resource_text(el: etree._Element) -> str:
     """Readable text for a bare ``ri:`` resource (page, user, attachment, space, url)."""
-    name = etree.QName(el.tag).localname
+    name = split_tag(local_tag(el))[1]
     if name == "page" or name == "blog-post":
         return attr(el, RI, "content-title")
     if name == "user":

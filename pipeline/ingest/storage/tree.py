@@ -13,6 +13,7 @@ libxml2), so the caller can tell how much text a parse kept (``ParseResult.cover
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 from collections import Counter
@@ -53,12 +54,14 @@ def html_tree(text: str) -> etree._Element:
             continue
         prefix, sep, local = tag.partition(":")
         if sep and prefix in NAMESPACES and local:
-            el.tag = f"{{{NAMESPACES[prefix]}}}{local}"
+            with contextlib.suppress(ValueError):  # a name XML cannot hold: kept as is (its text counts)
+                el.tag = f"{{{NAMESPACES[prefix]}}}{local}"
         for name in [a for a in el.attrib if ":" in a and a.split(":", 1)[0] in NAMESPACES]:
             prefix, _, local = name.partition(":")
             value = el.attrib.pop(name)
             if local:
-                el.set(f"{{{NAMESPACES[prefix]}}}{local}", value)
+                with contextlib.suppress(ValueError):
+                    el.set(f"{{{NAMESPACES[prefix]}}}{local}", value)
     return root
 
 

@@ -26,6 +26,7 @@ from pipeline.ingest.storage.inline import (
     one_line,
     render_text,
     resource_text,
+    split_tag,
 )
 from pipeline.ingest.storage.tables import TableBudget, build_table
 from pipeline.ingest.storage.tree import AC, HIDDEN_AC, HIDDEN_LOCAL, RI
@@ -162,8 +163,8 @@ class Walker:
         if self._too_deep(depth):
             self.text(" " + flat_text(el) + " ")
             return
-        name = etree.QName(tag).localname if tag.startswith("{") else tag.lower()
-        ns = etree.QName(tag).namespace if tag.startswith("{") else None
+        ns, name = split_tag(tag)
+        name = name if ns else name.lower()
         if ns == AC:
             self._walk_ac(el, name, depth)
         elif ns == RI:
@@ -338,6 +339,7 @@ class Walker:
     def _table(self, el: etree._Element, depth: int) -> None:
         caption = ""
         rows: list[etree._Element] = []
+        stray: list[etree._Element] = []  # not a row: a damaged page's text the parser put in the table
         for child in el:
             tag = local_tag(child).lower()
             if tag == "tr":
@@ -346,6 +348,13 @@ class Walker:
                 rows.extend(r for r in child if local_tag(r).lower() == "tr")
             elif tag == "caption":
                 caption = self.render(self.sub(child, depth))
+            elif tag and tag not in ("colgroup", "col"):
+                stray.append(child)
+        if (el.text or "").strip() or stray:  # e.g. "<p>Oct<table> 30</p><p>…": the rest of the page
+            self.text(" " + (el.text or "") + " ")
+            for child in stray:
+                self.walk(child, depth + 1)
+                self.text(" " + (child.tail or "") + " ")
         self.ctx.table_count += 1
         table, nested = build_table(rows, caption, lambda cell: self.sub(cell, depth + 1), self.render,
                                     self.ctx.tables, self.ctx.table_count)
