@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from typing import TextIO
 
 from pipeline.runtime.logcontext import TurnRefFilter
 from pipeline.runtime.redact import Redactor
@@ -32,10 +33,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+class BarSafeStream:
+    """A stream for log lines that never lands on a progress bar's line: each line goes through
+    ``tqdm.write``, which clears the bars on the same stream, prints, and draws them again."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        if text:
+            from tqdm import tqdm
+
+            tqdm.write(text, file=self.stream, end="")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def setup_logging(
     level: str, *, json_lines: bool, verbose: bool = False, redactor: Redactor | None = None
 ) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(BarSafeStream(sys.stderr))
     handler.addFilter(TurnRefFilter(redactor))
     if json_lines:
         handler.setFormatter(JsonFormatter(redactor))

@@ -77,3 +77,16 @@ async def test_a_rejected_token_exits_2_whatever_the_space_check_cache(tmp_path:
         assert wrong.exit_code == 2, wrong.output
         assert "error: Confluence rejected the credentials (HTTP 401)" in wrong.output
         assert "failed:" not in wrong.output
+
+
+async def test_a_warning_during_the_progress_bar_gets_its_own_line(tmp_path: Path) -> None:
+    """Found outside: the v1-fallback warning printed onto the progress bar's line."""
+    pages = synthetic_pages(3, folder=sample_space_dir())
+    async with FakeConfluence(pages, mode="cloud") as fc:
+        fc.v2_pages = False  # REST v2 bodies answer 404: evident warns and reads them through v1
+        env = {**_env(tmp_path, fc.url), "CONFLUENCE_USER": fc.user}
+        result = await asyncio.to_thread(CliRunner().invoke, main, ["sync"], env=env)
+    assert result.exit_code == 0, result.output
+    [line] = [ln for ln in result.output.split("\n") if "no REST v2" in ln]
+    shown = line.split("\r")[-1]  # what a terminal shows of that line
+    assert shown.split(" ", 2)[2].startswith("WARNING") and "embedding" not in shown, repr(line)
