@@ -248,14 +248,17 @@ def eval_judge(ctx: click.Context, sample_path: Path, output: Path | None) -> No
 @click.option("--share-generations", is_flag=True,
               help="Reuse identical deterministic counterfactual answers across methods (for slow local "
                    "LLMs; makes later methods' calls and ratios look smaller).")
+@click.option("--no-faithfulness", is_flag=True,
+              help="Skip comprehensiveness, sufficiency and the deletion curve (they regenerate answers).")
 @_output
 @click.pass_context
 @cli_errors
 def eval_attribution(ctx: click.Context, questions: Path, documents: Path, methods: str, lang: str,
-                     limit: int | None, sample: int | None, share_generations: bool,
+                     limit: int | None, sample: int | None, share_generations: bool, no_faithfulness: bool,
                      output: Path | None) -> None:
-    """Top-1 attribution accuracy per method on completed questions whose gold page was shown to the
-    generator (paper: 364 of 600 kept), with LLM calls and explain/answer wall-clock ratio."""
+    """Top-1 attribution accuracy and faithfulness (comprehensiveness, sufficiency, deletion AUC) per method
+    and for the first-source baseline, on completed questions whose gold page was shown to the generator
+    (paper: 364 of 600 kept), with LLM calls and explain/answer wall-clock ratio."""
     from pipeline.evaluation.attribution_eval import (
         check_methods,
         format_attribution_table,
@@ -273,10 +276,11 @@ def eval_attribution(ctx: click.Context, questions: Path, documents: Path, metho
 
     async def body(engine: Any) -> dict[str, Any]:
         run = await run_attribution_eval(convs, engine, methods=names, langs=langs, limit=limit,
-                                         sample=sample, share_generations=share_generations)
+                                         sample=sample, share_generations=share_generations,
+                                         faithfulness=not no_faithfulness)
         config = {**_base_config(settings, questions, documents), "methods": list(names),
                   "limit_per_lang": limit, "sample_per_lang": sample,
-                  "share_generations": share_generations}
+                  "share_generations": share_generations, "faithfulness": not no_faithfulness}
         return summarize_attribution(run, config=config)
 
     report = _run_with_engine(settings, documents, body)

@@ -203,19 +203,43 @@ async def test_report_schema(tmp_path: Path, stub: StubLLMServer) -> None:
     finally:
         await close_world(engine)
     report = summarize_attribution(run, config={"documents": "x"})
-    assert set(report) == {"config", "rows", "breakdowns", "paired", "questions"}
+    assert set(report) == {"config", "rows", "breakdowns", "paired", "faithfulness_paired", "questions"}
     assert len(report["questions"]) == len(run.outcomes)
     assert {"method", "lang", "conv_id", "turn", "correct", "top_url", "calls"} <= set(report["questions"][0])
-    assert [p["method"] for p in report["paired"]] == ["cfa_clusters"]
+    assert [p["method"] for p in report["paired"]] == ["cfa_clusters", "first_source"]
+    assert [p["method"] for p in report["faithfulness_paired"]] == ["cfa_clusters", "first_source"]
     assert {"documents", "questions", "asked", "eligible", "accuracy_rule"} <= set(report["config"])
     assert report["config"]["questions"] == "completed" and report["config"]["asked"] == 2
     keys = {"method", "n", "accuracy", "llm_calls_mean", "explain_answer_ratio", "explain_answer_ratio_p50",
-            "explain_ms_mean", "answer_ms_mean", "partial", "errors"}
-    assert [set(r) for r in report["rows"]] == [keys, keys]
+            "explain_ms_mean", "answer_ms_mean", "partial", "errors", "comprehensiveness", "sufficiency",
+            "deletion_auc"}
+    assert [set(r) for r in report["rows"]] == [keys, keys, keys]
+    assert {"comprehensiveness", "sufficiency", "deletion_auc"} <= set(report["questions"][0])
     assert set(report["breakdowns"]) == {"lang", "source", "q_type"}
     assert all(set(r) == keys | {"group"} for rows in report["breakdowns"].values() for r in rows)
     json.dumps(report)  # JSON-safe
     assert "eligible questions" in format_attribution_table(report)
+
+
+async def test_faithfulness_rewards_the_evidence_the_answer_rests_on(tmp_path: Path,
+                                                                      stub: StubLLMServer) -> None:
+    """The stub answers from one fact: a method crediting that fact's evidence must score full sufficiency
+    (it alone gives the same answer) and high comprehensiveness (without it the answer is gone)."""
+    convs = load_conversations(write_questions(tmp_path / "q.json", ATTR_QUESTIONS))
+    engine = await open_world(tmp_path, stub.base_url)
+    try:
+        run = await run_attribution_eval(convs, engine, methods=("naive", "cfa"), langs=("en",))
+    finally:
+        await close_world(engine)
+    report = summarize_attribution(run)
+    rows = {r["method"]: r for r in report["rows"]}
+    assert rows["cfa"]["sufficiency"] > 0.99 and rows["cfa"]["comprehensiveness"] > 0.3
+    for other in ("naive", "first_source"):
+        for metric in ("comprehensiveness", "sufficiency", "deletion_auc"):
+            assert rows["cfa"][metric] >= rows[other][metric] - 1e-9, (metric, other, rows)
+    (cfa,) = [p for p in report["faithfulness_paired"] if p["method"] == "cfa"]
+    assert cfa["n"] == 3 and 0.0 < cfa["comprehensiveness_p"] <= 1.0
+    assert "comp" in format_attribution_table(report)
 
 
 async def test_shared_generations_give_the_same_answers_with_fewer_llm_calls(tmp_path: Path,

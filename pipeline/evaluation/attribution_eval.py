@@ -22,6 +22,15 @@ from pipeline.access.scope import EVERYTHING
 from pipeline.attribution import METHODS, AttributionResult, attribute
 from pipeline.errors import ConfigError, EvidentError
 from pipeline.evaluation.data import QATurn
+from pipeline.evaluation.faithfulness import (
+    METRICS,
+    Faithfulness,
+    Regenerations,
+    credit_order,
+    first_source_order,
+    paired,
+    summary,
+)
 from pipeline.evaluation.metrics import first_hit_rank, normalize_url
 from pipeline.ingest.contextualize import prompt_text
 from pipeline.types import Hit
@@ -67,6 +76,7 @@ class AttributionOutcome:
     answer_ms: float
     partial: bool = False
     error: str | None = None
+    faithfulness: Faithfulness | None = None
 
 
 def check_methods(methods: Sequence[str], *, prompt_logprobs: bool = True) -> None:
@@ -163,8 +173,9 @@ class SharedGenerations:
 
 
 async def explain_one(engine: Engine, q: AnsweredQuestion, method: str,
-                      shared: SharedGenerations | None = None) -> AttributionOutcome:
-    """Run one method on one answered question and score it."""
+                      shared: SharedGenerations | None = None,
+                      regen: Regenerations | None = None) -> AttributionOutcome:
+    """Run one method on one answered question and score it (with ``regen``: its faithfulness too)."""
     t = time.perf_counter()
     result: AttributionResult | None = None
     error: str | None = None
@@ -181,13 +192,37 @@ async def explain_one(engine: Engine, q: AnsweredQuestion, method: str,
     except EvidentError as exc:
         error = f"{type(exc).__name__}: {exc}"
     explain_ms = (time.perf_counter() - t) * 1000
+    measured = await regen.measure(credit_order(result, q.hits)) if regen and result is not None else None
     return AttributionOutcome(
         method=method, lang=q.lang, conv_id=q.conv_id, turn=q.turn, source=q.source, q_type=q.q_type,
         correct=float(result is not None and is_correct(result, q.gold_urls)),
         top_url=top_evidence_url(result) if result is not None else None,
         calls=result.calls if result is not None else 0, explain_ms=explain_ms, answer_ms=q.answer_ms,
-        partial=bool(result is not None and result.partial), error=error,
+        partial=bool(result is not None and result.partial), error=error, faithfulness=measured,
     )
+
+
+async def first_source(q: AnsweredQuestion, regen: Regenerations | None) -> AttributionOutcome:
+    """The baseline that credits the first evidence shown (retrieval rank alone)."""
+    first = q.hits[0].evidence.url if q.hits else None
+    gold = {normalize_url(g) for g in q.gold_urls}
+    return AttributionOutcome(
+        method="first_source", lang=q.lang, conv_id=q.conv_id, turn=q.turn, source=q.source, q_type=q.q_type,
+        correct=float(first is not None and normalize_url(first) in gold), top_url=first, calls=0,
+        explain_ms=0.0, answer_ms=q.answer_ms,
+        faithfulness=await regen.measure(first_source_order(q.hits)) if regen else None,
+    )
+
+
+def regenerations(engine: Engine, q: AnsweredQuestion) -> Regenerations:
+    """The question's regenerations for the faithfulness metrics (greedy, the answer's length budget)."""
+    max_tokens = max(32, int(len(q.raw_answer) / 3.0) + 16)
+
+    async def generate(subset: Sequence[Hit]) -> str:
+        texts = await engine.generator.generate_from(q.question, subset, 1, max_tokens)
+        return texts[0] if texts else ""
+
+    return Regenerations(q.question, q.raw_answer, q.hits, generate, engine.embedder)
 
 
 @dataclass
@@ -205,9 +240,12 @@ async def run_attribution_eval(
     limit: int | None = None,
     sample: int | None = None,
     share_generations: bool = False,
+    faithfulness: bool = True,
     run_id: str = "attr",
 ) -> AttributionEval:
-    """Answer, keep questions with a gold page in the shown evidence, explain each with every method."""
+    """Answer, keep questions with a gold page in the shown evidence, explain each with every method and the
+    ``first_source`` baseline; with ``faithfulness``, measure each explanation by regenerating without and
+    with only what it credits (``pipeline.evaluation.faithfulness``)."""
     check_methods(methods, prompt_logprobs=engine.options.prompt_logprobs and engine.llm is not None)
     questions = select_questions(conversations, langs, limit, sample)
     answered = await answer_questions(engine, questions, run_id=run_id)
@@ -218,8 +256,10 @@ async def run_attribution_eval(
         shared = None
         if share_generations:
             shared = SharedGenerations(engine, q.question, max(32, int(len(q.raw_answer) / 3.0) + 16))
+        regen = regenerations(engine, q) if faithfulness else None
         for method in methods:
-            outcomes.append(await explain_one(engine, q, method, shared))
+            outcomes.append(await explain_one(engine, q, method, shared, regen))
+        outcomes.append(await first_source(q, regen))
     return AttributionEval(answered, outcomes)
 
 
@@ -242,6 +282,7 @@ def _row(outcomes: Sequence[AttributionOutcome], **keys: object) -> dict[str, An
         "answer_ms_mean": round(answer_ms / n, 1) if n else 0.0,
         "partial": sum(o.partial for o in outcomes),
         "errors": sum(o.error is not None for o in outcomes),
+        **summary([o.faithfulness for o in outcomes if o.faithfulness is not None]),
     }
 
 
@@ -276,11 +317,16 @@ def summarize_attribution(run: AttributionEval, *, config: dict[str, Any] | None
         breakdowns[dim] = [_row(os_, method=m, group=g) for (m, g), os_ in sub.items()]
     report["breakdowns"] = breakdowns
     report["paired"] = paired_counts(run.outcomes)
+    per_question: dict[str, dict[Any, Faithfulness]] = defaultdict(dict)
+    for o in run.outcomes:
+        if o.faithfulness is not None:
+            per_question[o.method][(o.lang, o.conv_id, o.turn)] = o.faithfulness
+    report["faithfulness_paired"] = paired(per_question)
     report["questions"] = [
         {"method": o.method, "lang": o.lang, "conv_id": o.conv_id, "turn": o.turn, "source": o.source,
          "correct": bool(o.correct), "top_url": o.top_url, "calls": o.calls,
          "explain_ms": round(o.explain_ms, 1), "answer_ms": round(o.answer_ms, 1), "partial": o.partial,
-         "error": o.error}
+         "error": o.error, **(o.faithfulness.as_dict() if o.faithfulness else {})}
         for o in run.outcomes
     ]
     return report
@@ -313,12 +359,23 @@ def paired_counts(outcomes: Sequence[AttributionOutcome]) -> list[dict[str, Any]
 def format_attribution_table(report: dict[str, Any]) -> str:
     cfg = report["config"]
     lines = [f"eligible questions (gold page among shown evidence): {cfg['eligible']} of {cfg['asked']}",
-             f"{'method':<20}{'n':>5}{'acc':>8}{'calls':>7}{'ratio':>7}{'p50':>7}{'errors':>7}"]
+             f"{'method':<20}{'n':>5}{'acc':>8}{'comp':>7}{'suff':>7}{'del':>7}{'calls':>7}{'ratio':>7}"
+             f"{'p50':>7}{'errors':>7}"]
     for r in report["rows"]:
         ratio = "-" if r["explain_answer_ratio"] is None else f"{r['explain_answer_ratio']:.2f}"
         p50 = "-" if r["explain_answer_ratio_p50"] is None else f"{r['explain_answer_ratio_p50']:.2f}"
-        lines.append(f"{r['method']:<20}{r['n']:>5}{r['accuracy']:>8.3f}{r['llm_calls_mean']:>7.1f}"
+        faith = "".join("      -" if r.get(m) is None else f"{r[m]:>7.3f}" for m in METRICS)
+        lines.append(f"{r['method']:<20}{r['n']:>5}{r['accuracy']:>8.3f}{faith}{r['llm_calls_mean']:>7.1f}"
                      f"{ratio:>7}{p50:>7}{r['errors']:>7}")
+    for p in report.get("faithfulness_paired") or []:
+        lines.append(
+            f"{p['method']} − {p['reference']} (n {p['n']}): "
+            + ", ".join(
+                f"{m} {p[f'{m}_diff']:+.3f} (p {p[f'{m}_p']:.3f})"
+                for m in METRICS
+                if p[f"{m}_diff"] is not None
+            )
+        )
     for p in report.get("paired") or []:
         lines.append(
             f"{p['method']} vs {p['reference']}: {p['only_method_right']} questions only "
