@@ -256,9 +256,8 @@ def eval_judge(ctx: click.Context, sample_path: Path, output: Path | None) -> No
 def eval_attribution(ctx: click.Context, questions: Path, documents: Path, methods: str, lang: str,
                      limit: int | None, sample: int | None, share_generations: bool, no_faithfulness: bool,
                      output: Path | None) -> None:
-    """Top-1 attribution accuracy and faithfulness (comprehensiveness, sufficiency, deletion AUC) per method
-    and for the first-source baseline, on completed questions whose gold page was shown to the generator
-    (paper: 364 of 600 kept), with LLM calls and explain/answer wall-clock ratio."""
+    """Top-1 accuracy and faithfulness (comprehensiveness, sufficiency, deletion AUC) of each attribution
+    method and the first-source baseline on completed questions whose gold page was shown to the generator."""
     from pipeline.evaluation.attribution_eval import (
         check_methods,
         format_attribution_table,
