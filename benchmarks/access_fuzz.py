@@ -199,6 +199,13 @@ class Recorder:
     def text_sink(self) -> None:
         return None
 
+    def retrieval_sink(self) -> Any:
+        async def shown(hits: Any) -> None:  # what a platform shows before the answer: counted as shown
+            self.pages |= {h.evidence.page_id for h in hits}
+            self.texts += [h.evidence.title for h in hits]
+
+        return shown
+
     async def answer(self, result: Any) -> str:
         a = result.answer
         self.texts += [a.text, *(c.title for c in a.citations)]

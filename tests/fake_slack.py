@@ -21,7 +21,7 @@ import json
 import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from aiohttp import web
 
 from pipeline.access.scope import AccessScope
 from pipeline.store.directory import Account
-from pipeline.types import Answer, Citation
+from pipeline.types import Answer, Citation, Evidence, Hit
 
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
@@ -584,6 +584,13 @@ class AskCall:
 LLM_DOWN = "I couldn't reach the language model. Please try again in a moment."
 
 
+def cited_hits(answer: Answer) -> list[Hit]:
+    """The evidence a fake answer would have been written from: one per cited page."""
+    return [Hit(Evidence(id=f"e{c.number}", page_id=str(c.number), title=c.title, url=c.url, space=c.space,
+                         kind="passage", position=0, text=c.title), 1.0, c.number)
+            for c in answer.citations]
+
+
 class FakeEngine:
     """Deterministic engine: answers with ``answer_for(question)``, optionally slow or failing.
 
@@ -613,8 +620,11 @@ class FakeEngine:
         user_id: str | None = None,
         history: list[tuple[str, str]] | None = None,
         on_text: Callable[[str], Awaitable[None]] | None = None,
+        on_retrieved: Callable[[Sequence[Hit]], Awaitable[None]] | None = None,
     ) -> TurnResult:
         self.asks.append(AskCall(conversation_key, question, user_id, scope, history))
+        if on_retrieved is not None:  # the engine shows what it read: the answer's cited pages
+            await on_retrieved(cited_hits(self.answer_for(question)))
         if on_text is not None:  # an LLM streaming: the delay is spread over the words
             words = re.findall(r"\S+\s*", self.answer_for(question).text)
             for i, word in enumerate(words):

@@ -150,6 +150,9 @@ class FakeConnector(_Server):
         # conversation id -> its members (TeamsChannelAccount: id, aadObjectId, email, userPrincipalName,
         # userRole, tenantId), for the members API
         self.members: dict[str, list[dict[str, Any]]] = {}
+        self.refuse_streams = ""  # answer streaming updates 403 ContentStreamNotAllowed with this message
+        # accept this many stream updates, then "cancelled by user"
+        self.refuse_streams_after: int | None = None
         self.app.router.add_get("/v3/conversations/{cid}/members/{uid}", self._member)
         self.app.router.add_get("/v3/conversations/{cid}/pagedmembers", self._paged_members)
         base = "/v3/conversations/{cid}/activities"
@@ -194,11 +197,26 @@ class FakeConnector(_Server):
         refused = await self._auth(request)
         if refused is not None:
             return refused
-        new_id = f"bot-msg-{next(self._ids)}"
+        body = await request.json()
+        info = next((e for e in body.get("entities") or [] if e.get("type") == "streaminfo"), None)
+        if info is not None and self.refuse_streams_after is not None:
+            self.refuse_streams_after -= 1
+            if self.refuse_streams_after < 0:
+                return web.json_response({"error": {"code": "ContentStreamNotAllowed",
+                                                    "message": "Content stream was cancelled by user."}},
+                                         status=403)
+        if info is not None and self.refuse_streams:
+            return web.json_response({"error": {"code": "ContentStreamNotAllowed",
+                                                "message": self.refuse_streams}}, status=403)
+        # Teams' streaming protocol: the first update opens a stream; the later ones and the final message
+        # are answered with the stream's id (the final message *is* the streamed one)
+        new_id = str(info.get("streamId")) if info is not None and info.get("streamId") else (
+            f"bot-msg-{next(self._ids)}")
         self.posted.append(Posted("POST", request.match_info["cid"], request.match_info.get("aid"),
-                                  await request.json(), new_id, time.monotonic()))
+                                  body, new_id, time.monotonic()))
         self._changed.set()
-        return web.json_response({"id": new_id})
+        return web.json_response({"id": new_id}, status=201 if info is not None and not info.get("streamId")
+                                 else 200)
 
     async def _put(self, request: web.Request) -> web.Response:
         refused = await self._auth(request)

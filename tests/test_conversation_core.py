@@ -42,6 +42,9 @@ class RecordingSurface:
     def text_sink(self) -> None:
         return None
 
+    def retrieval_sink(self) -> None:
+        return None
+
     async def suggest(self, message_id: str, questions: list[str]) -> None:
         self.shown.append(("suggest", questions))
 

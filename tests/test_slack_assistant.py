@@ -277,3 +277,26 @@ async def test_a_suggestion_clicked_in_an_assistant_thread_keeps_the_threads_sco
     await h.settle()
     assert [a.spaces for a in h.engine.asks] == [("OPS",), ("OPS",)]
     assert not any("isn't connected" in m.get("text", "") for m in h.slack.of("chat.postMessage"))
+
+
+async def test_a_streamed_answer_starts_with_a_task_card_of_the_pages_read(h: Harness) -> None:
+    thread = f"{time.time():.6f}"
+    await h.send.event(_started(h, thread))
+    await h.send.event(_ask(h, "How do I get VPN access?", thread))
+    await _answers(h, 1)
+    (start,) = h.slack.of("chat.startStream")
+    chunks = (
+        start["chunks"] if isinstance(start["chunks"], list) else __import__("json").loads(start["chunks"])
+    )
+    (task,) = chunks
+    assert (
+        task["type"] == "task_update"
+        and task["status"] == "complete"
+        and task["title"] == "Read 2 pages of the wiki"
+    )
+    assert [(s["url"], s["text"]) for s in task["sources"]] == [
+        ("https://wiki.example.com/pages/1", "VPN access"),
+        ("https://wiki.example.com/pages/2", "Remote work guide"),
+    ]
+    assert not start.get("markdown_text")  # the text follows in appendStream
+    assert h.slack.of("chat.appendStream")

@@ -6,12 +6,12 @@ with a small deterministic engine and so the dependency stays one-way (bot -> pi
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pipeline.access.scope import AccessScope
 from pipeline.protocols import ConversationStore
-from pipeline.types import Answer
+from pipeline.types import Answer, Hit
 
 
 class TurnResultLike(Protocol):
@@ -36,10 +36,11 @@ class EngineLike(Protocol):
     @property
     def store(self) -> ConversationStore: ...
 
-    async def ask(self, conversation_key: str, question: str, *, scope: AccessScope,
-                  user_id: str | None = None,
-                  history: list[tuple[str, str]] | None = None,
-                  on_text: Callable[[str], Awaitable[None]] | None = None) -> TurnResultLike: ...
+    async def ask(
+        self, conversation_key: str, question: str, *, scope: AccessScope, user_id: str | None = None,
+        history: list[tuple[str, str]] | None = None, on_text: Callable[[str], Awaitable[None]] | None = None,
+        on_retrieved: Callable[[Sequence[Hit]], Awaitable[None]] | None = None,
+    ) -> TurnResultLike: ...
 
     async def explain(self, turn_id: int, *, scope: AccessScope) -> ExplainResultLike: ...
 

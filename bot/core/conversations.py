@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,9 +27,11 @@ from bot.core.settings import ChatSettings
 from pipeline.access.scope import AccessScope
 from pipeline.errors import StoreError
 from pipeline.turns import Turn
+from pipeline.types import Hit
 
 log = logging.getLogger("evident.bot")
 TextSink = Callable[[str], Awaitable[None]]
+RetrievedSink = Callable[[Sequence[Hit]], Awaitable[None]]
 
 SAY_ON_SHUTDOWN_S = 5.0  # how long a cancelled answer may take to tell the user
 EMPTY_QUESTION = "Ask me a question about the wiki, e.g. _how do I request VPN access?_"
@@ -54,6 +56,10 @@ class Surface(Protocol):
 
     def text_sink(self) -> TextSink | None:
         """Where the answer's text goes while it is generated (a platform stream), or None: shown whole."""
+
+    def retrieval_sink(self) -> RetrievedSink | None:
+        """Where the evidence read for the answer is shown before the answer is written (Slack's task card,
+        a Teams informative update), or None."""
 
     async def answer(self, result: TurnResultLike) -> str | None:
         """Show the answer (replacing the progress message or completing the stream); the message id to link
@@ -183,6 +189,7 @@ class Conversations:
                 user_id=q.user or None,
                 history=history,
                 on_text=surface.text_sink(),
+                on_retrieved=surface.retrieval_sink(),
             )
         except Exception as exc:  # every failure must reach the user; details only to the log
             log.exception("answering failed in %s", q.scope)

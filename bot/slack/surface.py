@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from bot.core.messages import rate_limited_message
 from bot.slack.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation, suggestion_buttons
 from bot.slack.mrkdwn import escape
 from bot.slack.threads import backfill, conversation_key
+from pipeline.types import Hit
 
 log = logging.getLogger("evident.bot")
 
@@ -114,10 +115,20 @@ class SlackThread:
     def text_sink(self) -> Callable[[str], Awaitable[None]] | None:
         """Assistant threads stream the answer as it is generated
         (chat.startStream/appendStream/stopStream)."""
+        stream = self._stream()
+        return stream.add if stream is not None else None
+
+    def retrieval_sink(self) -> Callable[[Sequence[Hit]], Awaitable[None]] | None:
+        """A streamed answer starts with a task card: the pages read, each a source link."""
+        stream = self._stream()
+        return stream.task if stream is not None else None
+
+    def _stream(self) -> SlackStream | None:
         if not self.assistant or self.placeholder is not None or self.ephemeral or self.thread_ts is None:
             return None
-        self.stream = SlackStream(self.client, self.channel, self.thread_ts, self.team, self.user)
-        return self.stream.add
+        if self.stream is None:
+            self.stream = SlackStream(self.client, self.channel, self.thread_ts, self.team, self.user)
+        return self.stream
 
     async def answer(self, result: TurnResultLike) -> str | None:
         rendered = render_answer(
@@ -276,6 +287,13 @@ class SlackStream:
         self._pending = ""
         self._flushed_at = 0.0
 
+    async def task(self, hits: Sequence[Hit]) -> None:
+        """Start the stream with a task card: "Read n pages", each page a source link (what the answer is
+        written from), before any text."""
+        if self.failed or self.done or self.ts is not None:
+            return
+        await self._send(chunks=[read_pages_task(hits)])
+
     async def add(self, text: str) -> None:
         if self.failed or self.done:
             return
@@ -291,20 +309,27 @@ class SlackStream:
 
     async def _flush(self, now: float) -> None:
         text, self._pending = self._pending, ""
+        if await self._send(text=text):
+            self._flushed_at = now
+
+    async def _send(self, *, text: str = "", chunks: list[dict[str, Any]] | None = None) -> bool:
         try:
             if self.ts is None:
                 resp = await self.client.chat_startStream(channel=self.channel, thread_ts=self.thread_ts,
-                                                          markdown_text=text, recipient_team_id=self.team,
+                                                          markdown_text=text or None, chunks=chunks,
+                                                          task_display_mode="timeline" if chunks else None,
+                                                          recipient_team_id=self.team,
                                                           recipient_user_id=self.user or None)
                 self.ts = str(resp["ts"])
             elif text:
                 await self.client.chat_appendStream(channel=self.channel, ts=self.ts, markdown_text=text)
-            self._flushed_at = now
+            return True
         except SlackClientError as exc:
             log.info(
                 "answer streaming unavailable in %s (%s): posting it whole", self.channel, slack_error(exc)
             )
             self.failed = True
+            return False
 
     async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "") -> bool:
         """Flush what is left (plus ``closing``) and stop with ``blocks`` under the text; False when the
@@ -324,3 +349,21 @@ class SlackStream:
         except SlackClientError as exc:
             log.warning("could not finish the answer stream in %s: %s", self.channel, slack_error(exc))
             return False
+
+
+MAX_TASK_SOURCES = 6
+
+
+def read_pages_task(hits: Sequence[Hit]) -> dict[str, Any]:
+    """A ``task_update`` chunk: the pages an answer is written from (their titles escaped, links only to
+    http(s) URLs)."""
+    pages: dict[str, str] = {}
+    for h in hits:
+        url = h.evidence.url
+        if url.startswith(("https://", "http://")) and url not in pages:
+            pages[url] = h.evidence.title or url
+    sources = [{"type": "url", "url": url, "text": escape(title)[:150]}
+               for url, title in list(pages.items())[:MAX_TASK_SOURCES]]
+    n = len({h.evidence.page_id for h in hits})
+    return {"type": "task_update", "id": "read", "title": f"Read {n} page{'s' if n != 1 else ''} of the wiki",
+            "status": "complete", **({"sources": sources} if sources else {})}

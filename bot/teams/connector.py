@@ -65,7 +65,7 @@ class ConnectorClient:
             self.tokens.invalidate()
             return await self._once(method, url, payload, fresh=True)
         if resp.status_code >= 400:
-            raise status_error(resp.status_code, service="teams", what="Bot Connector answered",
+            raise status_error(resp.status_code, service="teams", what=f"Bot Connector answered{_why(resp)}",
                                headers=resp.headers)
         try:
             body = resp.json() if resp.content else {}
@@ -73,3 +73,16 @@ class ConnectorClient:
             body = {}
         return body if isinstance(body, dict) else {}
 
+
+def _why(resp: httpx.Response) -> str:
+    """The connector's own error code and message (e.g. ``ContentStreamNotAllowed: Content stream was
+    cancelled
+    by user``), short, where the body carries them."""
+    try:
+        error = resp.json().get("error") or {}
+    except (ValueError, AttributeError):
+        return ""
+    if not isinstance(error, dict):
+        return ""
+    code, message = str(error.get("code") or ""), str(error.get("message") or "")
+    return f" {code}: {message}"[:200] if code or message else ""

@@ -27,7 +27,7 @@ from bot.core.work import BackgroundWork
 from bot.teams.activity import Activity
 from bot.teams.connector import ConnectorClient
 from bot.teams.people import TeamsPeople
-from bot.teams.render import EXPLAIN_ACTION
+from bot.teams.render import ASK_ACTION, EXPLAIN_ACTION
 from bot.teams.settings import TeamsSettings
 from bot.teams.surface import TeamsReply
 
@@ -75,6 +75,11 @@ class TeamsBot:
                 self._spawn(
                     self._explain_turn(activity, reply, activity.value.get("turn")), "explain", event_id
                 )
+            elif action == ASK_ACTION and isinstance(activity.value.get("question"), str):
+                # a suggested question, clicked: asked by whoever clicked, where they clicked
+                q = Question.of(_asker(activity), str(activity.value["question"]).strip()[:500],
+                                activity.conversation_key)
+                self._spawn(self.core.answer(q, reply), "answer", event_id)
             elif activity.text:
                 self._question(activity, reply, event_id)
         elif activity.type == "conversationUpdate":  # members added or removed: the roster is read again

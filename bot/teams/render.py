@@ -20,6 +20,8 @@ from bot.core.messages import certainty_note
 from pipeline.types import Citation
 
 EXPLAIN_ACTION = "evident.explain"
+ASK_ACTION = "evident.ask"  # a suggested next question, clicked
+MAX_SUGGESTIONS = 3
 MAX_TEXT = 20_000  # the connector rejects activities over ~28 KB
 _MD = re.compile(r"([\\`*_\[\]()#~])")  # emphasis, code, links, headings; <, > and & become entities
 _ESCAPED_MARKER = re.compile(r"\\\[(\d+(?:\\?,\s*\d+)*)\\\]")
@@ -81,6 +83,23 @@ def answer_activity(result: TurnResultLike) -> dict[str, Any]:
         "channelData": {"feedbackLoopEnabled": True},
         "attachments": [explain_button(result.turn_id)] if answer.text.strip() else [],
     }
+
+
+def with_suggestions(answer: dict[str, Any], questions: Sequence[str]) -> dict[str, Any]:
+    """``answer`` (an ``answer_activity``) with up to three next-question buttons on its card."""
+    actions = [ActionSubmit(title=q[:80], data={"action": ASK_ACTION, "question": q[:500]})
+               for q in questions[:MAX_SUGGESTIONS]]
+    builder = AdaptiveCard.new().version("1.5")
+    for card in answer.get("attachments") or []:
+        for action in (card.get("content") or {}).get("actions") or []:
+            if (action.get("data") or {}).get("action") == EXPLAIN_ACTION:
+                builder.add_action(ActionSubmit(title=action.get("title", "Why this answer?"),
+                                                data=action["data"]))
+    for action in actions:
+        builder.add_action(action)
+    card = builder.create()
+    return {**answer, "attachments": [
+        {"contentType": "application/vnd.microsoft.card.adaptive", "content": card.to_dict()}]}
 
 
 def text_activity(text: str) -> dict[str, Any]:

@@ -1,18 +1,29 @@
-"""Teams as a ``bot.core.conversations.Surface``: a typing indicator while working, then the answer as a
-reply in the same personal chat, group chat or channel reply chain."""
+"""Teams as a ``bot.core.conversations.Surface``.
+
+In a personal chat the answer streams (``bot.teams.stream``): "Searching the wiki…", then which pages were
+read,
+then the text as it is generated, then the final message with citations, the AI label, feedback and the
+Explain
+card. In group chats and channels (where Teams does not stream), and wherever Teams refuses the stream, a
+typing
+indicator, then the whole answer. Follow-up suggestions are buttons added to the answer's card afterwards."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.core.conversations import SurfaceError
 from bot.core.messages import rate_limited_message
 from bot.teams.activity import Activity
 from bot.teams.connector import ConnectorClient
-from bot.teams.render import answer_activity, explanation_card, text_activity
+from bot.teams.render import answer_activity, explanation_card, text_activity, with_suggestions
+from bot.teams.stream import TeamsStream
 from pipeline.errors import RemoteError
+from pipeline.types import Hit
 
 log = logging.getLogger("evident.teams")
 
@@ -21,6 +32,8 @@ log = logging.getLogger("evident.teams")
 class TeamsReply:
     connector: ConnectorClient
     activity: Activity
+    stream: TeamsStream | None = None  # personal chats: the answer streams
+    shown: dict[str, Any] | None = None  # the answer as sent (suggestions are added to it)
 
     async def _send(self, payload: dict[str, object]) -> str:
         a = self.activity
@@ -29,6 +42,11 @@ class TeamsReply:
     # ------------------------------------------------------------------ Surface
 
     async def progress(self) -> str | None:
+        if self.activity.conversation_type == "personal":
+            self.stream = TeamsStream(self.connector, self.activity)
+            await self.stream.inform("Searching the wiki…")
+            if self.stream.open:
+                return None
         try:
             await self._send({"type": "typing"})
         except RemoteError as exc:
@@ -43,20 +61,50 @@ class TeamsReply:
         # reading a channel's earlier replies needs Microsoft Graph permissions evident does not ask for
         return None
 
-    def text_sink(self) -> None:
-        return None  # answers arrive whole after the typing indicator
+    def text_sink(self) -> Callable[[str], Awaitable[None]] | None:
+        return self.stream.push if self.stream is not None and self.stream.open else None
+
+    def retrieval_sink(self) -> Callable[[Sequence[Hit]], Awaitable[None]] | None:
+        if self.stream is None or not self.stream.open:
+            return None
+        stream = self.stream
+
+        async def read(hits: Sequence[Hit]) -> None:
+            titles = list(dict.fromkeys(h.evidence.title for h in hits if h.evidence.title))
+            shown = ", ".join(titles[:4]) + (f" and {len(titles) - 4} more" if len(titles) > 4 else "")
+            await stream.inform(f"Reading {shown}…" if shown else "Reading the pages…")
+
+        return read
 
     async def suggest(self, message_id: str, questions: list[str]) -> None:
-        return None  # Teams shows suggested actions in personal chats only: not offered yet
+        """Next-question buttons on the answer's card (clicked, they ask in the same conversation)."""
+        if self.shown is None or not questions:
+            return
+        a = self.activity
+        try:
+            await self.connector.update(a.service_url, a.conversation_id, message_id,
+                                        with_suggestions(self.shown, questions))
+        except RemoteError as exc:
+            log.info("could not add suggestions in %s: %s", a.scope, exc)
 
     async def answer(self, result: TurnResultLike) -> str | None:
+        self.shown = answer_activity(result)
+        if self.stream is not None:
+            streamed = await self.stream.finish(self.shown)
+            if streamed is not None or self.stream.cancelled:
+                return streamed  # the user stopped it: nothing more
         try:
-            return await self._send(answer_activity(result)) or None
+            return await self._send(self.shown) or None
         except RemoteError as exc:
             log.error("could not post the answer of turn %s: %s", result.turn_id, exc)
             return None
 
     async def say(self, text: str) -> None:
+        """A short message; an open stream ends with it (a stream is never left open)."""
+        stream = self.stream
+        if stream is not None and (stream.open or stream.cancelled) and (
+                await stream.finish(text_activity(text)) is not None or stream.cancelled):
+            return
         try:
             await self._send(text_activity(text))
         except RemoteError as exc:

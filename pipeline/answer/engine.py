@@ -20,7 +20,7 @@ from pipeline.access.scope import AccessScope
 from pipeline.answer.confidence import adaptive_hits
 from pipeline.answer.explainer import Explainer
 from pipeline.answer.followups import suggest_followups
-from pipeline.answer.generator import Generator, TextSink
+from pipeline.answer.generator import Generator, RetrievedSink, TextSink
 from pipeline.answer.options import EngineOptions
 from pipeline.answer.prompts import PromptLibrary
 from pipeline.answer.query_builder import PriorTurn, QueryPlan, backfilled_turns, clean_question, plan_query
@@ -124,11 +124,13 @@ class Engine:
         history: Sequence[tuple[str, str]] | None = None,
         trace: bool | None = None,
         on_text: TextSink | None = None,
+        on_retrieved: RetrievedSink | None = None,
     ) -> TurnResult:
         """Answer ``question`` in ``conversation_key`` from what ``scope`` may see; with ``on_text``, the
         answer's text is handed over piece by piece as it is generated (the returned ``TurnResult`` has the
-        final, cited answer). Earlier turns of the conversation count as memory only where ``scope`` may see
-        all the evidence they showed."""
+        final, cited answer); ``on_retrieved`` is handed the evidence the answer will be written from, before
+        it is (a platform shows what was read). Earlier turns of the conversation count as memory only where
+        ``scope`` may see all the evidence they showed."""
         trace = self.options.trace if trace is None else trace
         new_turn_ref()
         t_start = time.perf_counter()
@@ -141,7 +143,9 @@ class Engine:
         try:
             if not question:
                 raise InputError("Please ask a question, for example: “Who is on call this week?”")
-            await self._answer_turn(turn, prior, scope, trace=trace, on_text=on_text)
+            await self._answer_turn(
+                turn, prior, scope, trace=trace, on_text=on_text, on_retrieved=on_retrieved
+            )
         except EvidentError as exc:
             log.warning("turn failed: %s: %s", type(exc).__name__, exc)
             turn.error = user_message(exc)
@@ -162,7 +166,7 @@ class Engine:
         )
 
     async def _answer_turn(self, turn: _Turn, prior: list[PriorTurn], scope: AccessScope, *,
-                           trace: bool, on_text: TextSink | None) -> None:
+                           trace: bool, on_text: TextSink | None, on_retrieved: RetrievedSink | None) -> None:
         """Complete the question, retrieve, answer: into ``turn`` (which keeps what was done when one
         fails)."""
         turn.plan = await self._timed(turn.timings, "complete_ms", self._complete(turn.plan, prior))
@@ -173,6 +177,11 @@ class Engine:
         )
         turn.timings.update({f"{k}_ms": v for k, v in turn.retrieved.timings_ms.items()})
         hits = adaptive_hits(turn.retrieved.hits, turn.retrieved.confidence, self.options.confident_k)
+        if on_retrieved is not None and hits:
+            try:
+                await on_retrieved(hits)
+            except Exception:
+                log.warning("showing the retrieved evidence failed", exc_info=True)
         turn.answer, turn.template = await self._timed(
             turn.timings,
             "answer_ms",

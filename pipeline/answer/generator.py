@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TextSink = Callable[[str], Awaitable[None]]
+RetrievedSink = Callable[[Sequence[Hit]], Awaitable[None]]  # the evidence an answer is written from
 
 
 class Generator:
