@@ -39,6 +39,7 @@ from fake_slack import SIGNING_SECRET, EventSender, EventsServer, FakeEngine, Fa
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.app import build_bot
+from evident.platforms import access_policy
 from evident.settings import Settings
 from pipeline.store import Store
 
@@ -142,7 +143,8 @@ async def _serve_bot(conn: Connection, settings: Settings, base_url: str, store:
                      delay_s: float) -> dict[str, Any]:
     async with aiohttp.ClientSession() as session:
         client = AsyncWebClient(token="xoxb-bench", base_url=base_url, session=session)
-        bot = build_bot(settings.slack, settings.chat, FakeEngine(store, delay_s=delay_s), client=client)
+        engine = FakeEngine(store, delay_s=delay_s)
+        bot = build_bot(settings.slack, settings.chat, engine, access_policy(settings, engine), client=client)
         transport = await EventsServer(bot.app).start()
         conn.send(f"http://127.0.0.1:{transport.port}/slack/events")
         result: dict[str, Any] = await asyncio.to_thread(conn.recv)
