@@ -59,6 +59,18 @@ class IndexAccessContract:
         assert {e.page_id for e in await index.get(ids, both)} == {"PUB", "ENG"}
         assert await index.get(ids, AccessScope.for_readers([], None)) == []  # no audience, nothing
 
+    async def test_space_mode_never_shows_pages_with_read_restrictions(self, index: Any) -> None:
+        """Found in review: pages a per-user sync indexed with their restrictions were shown to every mapped
+        place after switching back to EVIDENT_ACCESS=space."""
+        await self._site(index)
+        await index.replace_page(
+            "OLD", "hash-OLD", [make_point("OLD", 0, "hash-OLD", "old", sparse={5: 1.0})]
+        )
+        assert await self._search(index, AccessScope.space_only(None)) == {"PUB", "ENG", "OLD"}
+        assert await self._search(index, EVERYTHING) == {*SITE, "OLD"}  # the operator's tools see all
+        ids = [points(page, None)[0].evidence.id for page in SITE]
+        assert {e.page_id for e in await index.get(ids, AccessScope.space_only(None))} == {"PUB", "ENG"}
+
     async def test_access_changes_by_payload_write_without_re_embedding(self, index: Any) -> None:
         await self._site(index)
         hashes, count = await index.page_hashes(), await index.count()

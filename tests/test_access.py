@@ -31,9 +31,15 @@ SITE_GROUP = group("confluence-users")
 
 def test_page_access_is_every_restricted_level_and_folding_never_widens() -> None:
     access = page_access([[EVERYONE, group("x")], [group("eng"), user("a")], [user("a"), user("b")]])
-    # the anonymous level constrains nothing
-    assert access == ((group("eng"), user("a")), (user("a"), user("b")))
-    assert admits(access, frozenset({user("a")})) and not admits(access, frozenset({group("eng")}))
+    # an anonymous space stays first as "*" (it constrains nothing; space mode tells restricted pages by it)
+    assert access == ((EVERYONE,), (group("eng"), user("a")), (user("a"), user("b")))
+    assert page_access([[EVERYONE], [EVERYONE, user("a")]]) == ()  # nothing restricts: anyone
+    # space mode: the space clause is no bar
+    assert AccessScope.space_only(None).admits("S", ((group("g"),),))
+    assert not AccessScope.space_only(None).admits("S", ((group("g"),), (user("a"),)))  # restricted: never
+    assert admits(access, frozenset({EVERYONE, user("a")})) and not admits(
+        access, frozenset({EVERYONE, group("eng")})
+    )
     assert admits((), frozenset()) and not admits(None, frozenset({EVERYONE}))  # unknown: nobody
     deep = ((group("s"),), (user("a"), user("b")), (user("b"), user("c")), (user("b"), user("d")))
     folded = fold(deep)
@@ -41,6 +47,9 @@ def test_page_access_is_every_restricted_level_and_folding_never_widens() -> Non
     for reader in (frozenset({group("s"), user(x)}) for x in "abcd"):
         assert not admits(folded, reader) or admits(deep, reader)  # folded admits a subset
     assert access_from_payload(acl_payload(access)) == access
+    # space mode: the space clause is no bar
+    assert AccessScope.space_only(None).admits("S", ((group("g"),),))
+    assert not AccessScope.space_only(None).admits("S", ((group("g"),), (user("a"),)))  # restricted: never
     assert access_from_payload(acl_payload(())) == () and access_from_payload({}) is None
 
 
@@ -135,5 +144,5 @@ async def test_space_mode_keeps_todays_behaviour(tmp_path: Path) -> None:
     policy = AccessPolicy.from_settings(settings.access, settings.chat, store)
     people = StaticPeople()
     scope = await policy.scope(Asker("u1", "C9", shared_in="C9"), people)
-    assert scope == AccessScope(("ENG",), None, "C9") and not people.lookups  # nobody looked up
+    assert scope == AccessScope.space_only(("ENG",), "C9") and not people.lookups  # nobody looked up
     await store.close()

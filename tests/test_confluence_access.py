@@ -144,3 +144,57 @@ async def test_an_ancestor_outside_the_listing_still_restricts(tmp_path: Path) -
         assert await site.sees("cat@acme.io") == {"1", "5"}  # pages 3 and 4 are under page 2 (eng) and Ann's
         assert await site.sees("ann@acme.io") == {"1", "3", "4"}
         assert any("rest/api/content/2" in r for r in fc.requests)  # read by id, once
+
+
+def _include(title: str, space: str) -> str:
+    return ('<ac:structured-macro ac:name="include" ac:schema-version="1"><ac:parameter ac:name="">'
+            f'<ac:link><ri:page ri:content-title="{title}" ri:space-key="{space}"/></ac:link></ac:parameter>'
+            '</ac:structured-macro>')
+
+
+async def _text(site: Site, page_id: str) -> str:
+    return " ".join([pt.evidence.text async for pt in site.index.export_points(page_ids=[page_id])])
+
+
+async def test_macros_never_carry_text_to_readers_of_a_wider_page(tmp_path: Path) -> None:
+    """Found in review: an include of a page in a more restricted space (or under a restricted parent) and a
+    children macro listing restricted children copied their text into a page more people may read."""
+    pages = _site()
+    pages[0].body = ("<p>release notes 1</p>" + _include("Page 5", "HR") + _include("Page 4", "ENG")
+                     + '<ac:structured-macro ac:name="children" ac:schema-version="2"/>')
+    pages[1].parent = "1"  # page 2 (restricted to eng) is a child of page 1
+    pages[4].body = "<p>salary bands for HR only</p>"
+    pages[3].body = "<p>ann private plans</p>"
+    async with FakeConfluence(pages, mode="cloud", directory=_directory()) as fc, Site(fc, tmp_path) as site:
+        await site.sync()
+        text = await _text(site, "1")
+    assert "release notes 1" in text
+    assert "salary bands" not in text  # HR's space admits fewer people than ENG's
+    assert "ann private plans" not in text  # page 4 inherits Ann's and eng's restrictions
+    assert "Page 2" not in text  # a restricted child's title
+
+
+async def test_space_mode_includes_skip_pages_under_a_restricted_parent(tmp_path: Path) -> None:
+    pages = _site()
+    pages[0].body = "<p>release notes 1</p>" + _include("Page 4", "ENG")
+    pages[3].body = "<p>ann private plans</p>"  # page 4 has no restriction of its own: its parents do
+    async with FakeConfluence(pages, mode="dc", directory=_directory()) as fc, Site(fc, tmp_path) as site:
+        client = site.source.client
+        site.source = ConfluenceSource(client, spaces=("ENG", "HR"))  # space mode: restricted pages left out
+        await site.sync()
+        assert "ann private plans" not in await _text(site, "1")
+
+
+async def test_items_kept_while_their_listing_fails_are_shown_to_nobody(tmp_path: Path) -> None:
+    """Found in review: comments kept because their listing was refused kept last cycle's permissions, so a
+    restriction added to their page meanwhile never reached them."""
+    async with FakeConfluence(_site(), mode="cloud", directory=_directory()) as fc, Site(fc, tmp_path) as site:
+        fc.comment("9001", "1", "<p>release notes comment</p>")
+        site.source.comments = True
+        await site.sync()
+        assert "9001" in await site.sees("ann@acme.io")
+        fc.fail_next(400, count=20, path_contains="type+%3D+comment")
+        report = await site.sync()
+        assert any(where.startswith("comments:") for where, _ in report.failed)
+        assert "9001" in await site.index.page_hashes()  # kept in the index ...
+        assert "9001" not in await site.sees("ann@acme.io")  # ... and shown to nobody meanwhile

@@ -78,3 +78,18 @@ async def test_a_member_joining_is_reflected_at_once(make_harness: Factory) -> N
     await h.send.event(h.send.mention("vpn again?", channel="G1"))
     await h.answered(2)
     assert h.engine.asks[1].scope.readers == (frozenset({EVERYONE}),)  # not the cached roster
+
+
+async def test_guests_in_public_channels_and_other_organisations_people_narrow_the_answer(
+        make_harness: Factory) -> None:
+    """Found in review: a public channel counted only the asker and the whole site, though guests read it; a
+    Slack Connect person of another organisation counted as an unmapped employee."""
+    h = await _harness(make_harness)
+    h.slack.channels["C3"] = {"id": "C3", "is_channel": True, "is_private": False, "members": ["U1", "U3"]}
+    h.slack.users["U5"] = {"profile": {"email": "eve@other.io"}, "team_id": "T9"}  # Slack Connect
+    await h.send.event(h.send.mention("vpn?", channel="C3"))
+    await h.send.event(h.send.message("vpn?", channel="D5", channel_type="im", user="U5"))
+    await h.answered(2)
+    scopes = {a.user_id: a.scope for a in h.engine.asks}
+    assert scopes["U1"].readers == (frozenset({EVERYONE}),)  # the guest in the channel
+    assert scopes["U5"].readers == (frozenset({EVERYONE}),)

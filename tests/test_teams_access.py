@@ -41,3 +41,19 @@ async def test_personal_and_group_chats_get_their_members_permissions(make_harne
         all(p.startswith("/v3/conversations/") for p in h.connector.unauthorized)
         and not h.connector.unauthorized
     )
+
+
+async def test_activities_of_other_channels_and_people_without_an_address(make_harness: Factory) -> None:
+    """Found in review: a Web Chat or Direct Line activity was answered like a Teams one, and a member the
+    Connector gives no address for counted as an unmapped employee."""
+    h = await make_harness(access="per-user")
+    h.connector.members = {"a:personal-chat-1": [{"id": "29:aad-user-1", "aadObjectId": "aad-user-1",
+                                                 "tenantId": TENANT, "userRole": "user"}]}
+    webchat = h.send.personal("vpn?")
+    webchat["channelId"] = "webchat"
+    status, _ = await h.send.send(webchat)
+    assert status in (200, 401)  # refused (a key endorsed for Teams) or ignored: never answered
+    await h.send.send(h.send.personal("vpn?"))
+    await h.answers(1)
+    (ask,) = h.engine.asks  # the Web Chat one was not answered
+    assert ask.scope.readers == (frozenset({EVERYONE}),)

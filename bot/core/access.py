@@ -7,8 +7,10 @@ upper bound. With ``EVIDENT_ACCESS=per-user`` the readers are:
 - a DM, an assistant thread, a personal chat or an ephemeral reply: the asker;
 - a private channel or a group chat of at most ``EVIDENT_ACCESS_AUDIENCE_MAX`` people: every member, the
   asker included (an evidence is used only when every one of them may read it);
-- a public channel, a larger place, or one whose members cannot be listed: the asker and "the whole site"
-  (anonymous access and ``EVIDENT_ACCESS_SITE_GROUPS``), because anyone in the company may read it later;
+- a public channel: its members (guests included) and "the whole site" (anonymous access and
+  ``EVIDENT_ACCESS_SITE_GROUPS``), because anyone in the company may read it later;
+- a place with more members than the limit, or one whose members cannot be listed: the asker and the whole
+  site;
 - a place shared with another organisation (Slack Connect): the asker and anonymous access only.
 
 A person is mapped to Confluence by ``pipeline.access.people``; a lookup that fails counts as a guest (the
@@ -108,10 +110,11 @@ class AccessPolicy:
         assert isinstance(place, Place)
         if place.kind == "external":
             return [frozenset({EVERYONE})]
-        if place.kind == "public" or place.members is None:
+        if place.members is None:
             return [self.people.site]
         readers = [await self._reader(m, place_id, source) for m in place.members]
-        return [r for r in readers if r is not None]
+        # a public place: also anyone in the company who opens it later
+        return [r for r in readers if r is not None] + ([self.people.site] if place.kind == "public" else [])
 
     async def _place(self, place_id: str, source: PeopleSource) -> Place:
         try:

@@ -63,7 +63,8 @@ def home_view(*, evidence: int | None, spaces: list[SpaceSync], recent: list[tup
         blocks.append(
             _context(f"{icon} Last sync {escape(last_sync.finished_at[:19])}: {escape(last_sync.summary)}")
         )
-        for error in last_sync.errors[:MAX_SHOWN]:
+        # which pages failed (titles, attachment names) is for admins: they may be restricted pages
+        for error in last_sync.errors[:MAX_SHOWN] if feedback is not None else ():
             blocks.append(_context(f"• {escape(error[:280])}"))
     blocks.append(DividerBlock().to_dict())
     if recent:

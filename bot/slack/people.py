@@ -4,8 +4,8 @@
   multi-channel), Slack Connect people from other organisations (``is_stranger``) and deactivated accounts
   count as guests; bots are left out of audiences.
 - A place: ``conversations.info`` says public, private or shared with another organisation
-  (``is_ext_shared``); the members of a private channel or group DM come from ``conversations.members``
-  (paged, stopped as soon as there are more than the audience limit).
+  (``is_ext_shared``); its members come from ``conversations.members`` (paged, stopped as soon as there are
+  more than the audience limit). A person of another workspace (Slack Connect) counts as a guest.
 - Where an answer is read (``SlackPlaces.asker``): in a channel, by its members; in a DM or an assistant
   thread,
   by the asker alone, with the space mapping of the channel an assistant thread is looking at. Questions,
@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -34,20 +34,26 @@ class ViewedChannels(Protocol):
 class SlackPeople:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
+        self._home: str | None = None  # the workspace evident is installed in (auth.test)
 
     async def person(self, user_id: str, where: str) -> Person:
         user = (await self._call("users_info", user=user_id)).get("user") or {}
         email = str((user.get("profile") or {}).get("email") or "") or None
         guest = any(bool(user.get(flag)) for flag in ("is_restricted", "is_ultra_restricted", "is_stranger",
                                                       "deleted"))
+        if self._home is None:
+            self._home = str((await self._call("auth_test")).get("team_id") or "")
+        team = str(user.get("team_id") or "")
+        if team and self._home and team != self._home:  # Slack Connect: another organisation's person
+            guest = True
         return Person(email, guest=guest, bot=bool(user.get("is_bot")) or user_id == "USLACKBOT")
 
     async def place(self, place_id: str, limit: int) -> Place:
         info = (await self._call("conversations_info", channel=place_id)).get("channel") or {}
         if info.get("is_ext_shared") or info.get("is_pending_ext_shared"):
             return Place("external", None)
-        if info.get("is_channel") and not info.get("is_private"):
-            return Place("public", None)
+        kind: Literal["private", "public"] = (
+            "public" if info.get("is_channel") and not info.get("is_private") else "private")
         members: list[str] = []
         cursor = ""
         while True:
@@ -55,10 +61,10 @@ class SlackPeople:
                                     **({"cursor": cursor} if cursor else {}))
             members += [str(m) for m in page.get("members") or ()]
             if len(members) > limit:
-                return Place("private", None)
+                return Place(kind, None)
             cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
             if not cursor:
-                return Place("private", tuple(members))
+                return Place(kind, tuple(members))
 
     async def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         try:

@@ -59,7 +59,7 @@ class Activity:
             id=_s(body.get("id")),
             service_url=_s(body.get("serviceUrl")),
             conversation_id=_s(conv.get("id")),
-            conversation_type=_s(conv.get("conversationType")) or "personal",
+            conversation_type=_s(conv.get("conversationType")),  # "" (not said): not assumed personal
             tenant_id=_s(conv.get("tenantId")) or _s(_d(data.get("tenant")).get("id")),
             user_id=_s(sender.get("aadObjectId")) or _s(sender.get("id")),
             recipient_id=_s(recipient.get("id")),

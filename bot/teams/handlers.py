@@ -66,6 +66,10 @@ class TeamsBot:
         503 while shutting down, so the Bot Framework delivers the activity again instead of it being lost."""
         if self.work.closing:
             return 503, {"error": "shutting down"}
+        # another Bot Framework channel (Web Chat, Direct Line): not ours
+        if activity.bot_channel != "msteams":
+            log.info("ignored an activity from the %r channel", activity.bot_channel)
+            return 200, None
         event_id = f"teams:{activity.conversation_id}:{activity.id}" if activity.id else None
         self.people.saw(activity)  # verified: its service URL may be asked about its members
         reply = TeamsReply(self.connector, activity)

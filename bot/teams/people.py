@@ -45,7 +45,7 @@ class TeamsPeople:
         email = str(body.get("email") or upn) or None
         role = str(body.get("userRole") or "").lower()
         tenant = str(body.get("tenantId") or "")
-        guest = (role in ("guest", "anonymous") or "#ext#" in upn.lower()
+        guest = (role in ("guest", "anonymous") or "#ext#" in upn.lower() or email is None
                  or bool(self.tenant_id and tenant and tenant != self.tenant_id))
         return Person(email, guest=guest)
 

@@ -12,8 +12,10 @@ In storage format these macros are empty placeholders, so the text a reader sees
 Resolution is bounded: included pages are
 resolved again up to ``MAX_DEPTH`` levels, a page that includes itself (directly or through others) is
 included once, a page holds at most ``MAX_MACROS`` resolved macros, and each fetched page is cached for the
-run. An included page the account cannot see, or one with read restrictions of its own, contributes nothing
-(its text must not reach channels through another page).
+run. An included page the account cannot see, or one with read restrictions (its own or inherited from an
+ancestor), contributes nothing: its text must not reach readers through another page. With per-user access an
+included page contributes only where everyone who may read the including page may read it too (each of its
+permission clauses is one of the includer's); anything else is left out.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import html
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+from pipeline.access.scope import PageAccess
 
 MAX_DEPTH = 3
 MAX_MACROS = 50
@@ -45,8 +49,17 @@ class Linked:
 
     page_id: str
     body: str
-    restricted: bool
+    restricted: bool  # read restrictions of its own or of an ancestor
     updated: str = ""  # its version's time (UTC ISO) when read, "" if unknown
+    access: PageAccess | None = None  # per-user access: who may read it, where known
+
+
+def covers(reader: PageAccess | None, included: PageAccess | None) -> bool:
+    """Whether everyone admitted by ``reader`` is admitted by ``included`` (each clause of ``included`` is one
+    of ``reader``'s); unknown on either side: no."""
+    if reader is None or included is None:
+        return False
+    return all(clause in set(reader) for clause in included)
 
 
 FindPage = Callable[[str, str], Awaitable[Linked | None]]  # (space key, title) -> the page, if visible
@@ -83,10 +96,13 @@ class MacroResolver:
         self._pages.clear()
         self.includes.clear()
 
-    async def resolve(self, body: str, *, page_id: str, space: str) -> str:
-        """``body`` with its include, excerpt-include and children macros replaced by what they show."""
+    async def resolve(self, body: str, *, page_id: str, space: str, access: PageAccess | None = None,
+                      per_user: bool = False) -> str:
+        """``body`` with its include, excerpt-include and children macros replaced by what they show
+        (``per_user``: only pages everyone who may read it, ``access``, may read)."""
         budget = [MAX_MACROS]
         self._root = page_id
+        self._reader, self._per_user = access, per_user
         self.includes[page_id] = {}
         body = await self._resolve(body, page_id=page_id, space=space, depth=0, seen=frozenset({page_id}),
                                    budget=budget)
@@ -139,7 +155,9 @@ class MacroResolver:
         linked = await self._page(*ref)
         if linked is not None:
             self.includes[self._root][linked.page_id] = linked.updated
-        if linked is None or linked.restricted or linked.page_id in seen:
+        if linked is None or linked.page_id in seen:
+            return ""
+        if (not covers(self._reader, linked.access)) if self._per_user else linked.restricted:
             return ""
         content = linked.body
         if name == "excerpt-include":

@@ -97,9 +97,14 @@ class ConfluenceSource(PageExtras):
         self.stats = SourceStats()
         self.known: dict[str, str] = {}  # page id -> version time indexed lately (the sync sets it per space)
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
+        self._ancestor_restricted: dict[str, bool] = {}  # ancestor outside the listings -> restricted
         # per-user access: restricted pages are indexed, each with who may read it (page id -> access)
         self.permissions = permissions
         self.access: dict[str, PageAccess] = {}
+
+    def new_cycle(self) -> None:
+        """Forget what an earlier cycle learnt about pages outside the listings (restrictions change)."""
+        self._ancestor_restricted.clear()
 
     @property
     def source_key(self) -> str:
@@ -219,7 +224,9 @@ class ConfluenceSource(PageExtras):
             self.macros.includes[page.id] = {}  # it includes nothing (any more)
             return page
         try:
-            return replace(page, body=await self.macros.resolve(page.body, page_id=page.id, space=page.space))
+            body = await self.macros.resolve(page.body, page_id=page.id, space=page.space, access=page.access,
+                                             per_user=self.permissions is not None)
+            return replace(page, body=body)
         except RemoteError as exc:
             self.stats.warnings.append((page.id, f"macros not resolved: {exc}"))
             return page
@@ -227,22 +234,46 @@ class ConfluenceSource(PageExtras):
     async def _find_page(self, space: str, title: str) -> Linked | None:
         cql = f"space = {quote(space)} and type = page and title = {quote(title)}"
         body_expand = "" if self.client.v2_bodies else "body.storage,"  # Cloud: the body from REST v2
-        async for r in self.client.search(cql, expand=f"{body_expand}version,{EXPAND_RESTRICTIONS}", limit=1):
+        expand = f"{body_expand}version,ancestors,{EXPAND_RESTRICTIONS}"
+        async for r in self.client.search(cql, expand=expand, limit=1):
             if storage_of(r) is None:
                 r = _with_body(r, await self.client.storage_bodies("page", [str(r.get("id", ""))]))
             body = storage_of(r) or ""
             when = ((r.get("version") or {}).get("when")) or None
-            return Linked(
-                str(r.get("id", "")), body, _has_read_restrictions(r), to_utc_iso(str(when)) if when else ""
-            )
+            pid = str(r.get("id", ""))
+            if self.permissions is not None:  # per-user access: the included page's own permissions decide
+                return Linked(pid, body, True, to_utc_iso(str(when)) if when else "", self.access.get(pid))
+            restricted = await self._inherits_restrictions(r, space)
+            return Linked(pid, body, restricted, to_utc_iso(str(when)) if when else "")
         return None
+
+    async def _inherits_restrictions(self, r: dict[str, Any], space: str) -> bool:
+        """Read restrictions on the page or any ancestor (those of listed spaces are known; others are read
+        by id, once per page)."""
+        if _has_read_restrictions(r):
+            return True
+        own = self._restricted.get(space)
+        for a in r.get("ancestors") or ():
+            aid = str(a.get("id", ""))
+            if own is not None:
+                if aid in own:
+                    return True
+                continue
+            if aid not in self._ancestor_restricted:
+                try:
+                    row = await self.client.get(f"rest/api/content/{aid}", {"expand": EXPAND_RESTRICTIONS})
+                    self._ancestor_restricted[aid] = _has_read_restrictions(row)
+                except RemoteError:
+                    self._ancestor_restricted[aid] = True  # not readable: treated as restricted
+            if self._ancestor_restricted[aid]:
+                return True
+        return False
 
     async def _child_titles(self, page_id: str) -> list[str]:
         if not page_id.isdigit():
             return []
-        rows = [
-            r async for r in self.client.search(f"type = page and parent = {page_id}", limit=self.id_limit)
-        ]
+        rows = [r async for r in self.client.search(f"type = page and parent = {page_id}",
+                                                    expand=EXPAND_RESTRICTIONS, limit=self.id_limit)]
         return [str(r.get("title", "")) for r in rows if not _has_read_restrictions(r) and r.get("title")]
 
     @property

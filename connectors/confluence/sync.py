@@ -167,7 +167,7 @@ async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
     await _start(cycle, keys)
     listings, pages_of, incomplete = await _list_spaces(source, keys, report)
     zone = await _site_zone(source, store, listings, report) if not cycle.full else None
-    gone, moved = await _deletions(cycle, listings, incomplete)
+    gone, moved, unlisted = await _deletions(cycle, listings, incomplete)
     known = {key: await load_known(store, source.source_key, key) for key in listings}
     for key in keys:
         if key not in listings:
@@ -180,7 +180,7 @@ async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
         for key in listings:
             await _refresh_includers(cycle, key, _elsewhere(known, key))
     report.permissions_changed = await settle_access(source, cycle.index, store, listings, gone,
-                                                     report.warnings)
+                                                     report.warnings, unlisted=unlisted)
     report.failed.extend(source.stats.failed)
     report.warnings.extend(source.stats.warnings)
     report.skipped_restricted = len(source.stats.skipped_restricted)
@@ -192,6 +192,7 @@ async def _start(cycle: _Cycle, keys: Sequence[str]) -> None:
     for key in keys:
         await _check_space(source, cycle.store, key, again=cycle.full)
     source.stats = SourceStats()  # counts are per run
+    source.new_cycle()
     if source.macros is not None:
         source.macros.new_run()
     if source.permissions is not None:  # permissions are read afresh every cycle
@@ -200,9 +201,9 @@ async def _start(cycle: _Cycle, keys: Sequence[str]) -> None:
 
 
 async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
-                     incomplete: set[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """Delete what left the synced spaces; the pages moved between them, by space. A space whose attachment
-    or comment listing failed keeps everything indexed under it this cycle."""
+                     incomplete: set[str]) -> tuple[list[str], dict[str, list[str]], set[str]]:
+    """Delete what left the synced spaces; the pages moved between them, by space; and what is kept unlisted:
+    a space whose attachment or comment listing failed keeps everything indexed under it this cycle."""
     indexed = await cycle.index.page_spaces()
     kept = {k: ids | {pid for pid, sp in indexed.items() if sp == k} if k in incomplete else ids
             for k, ids in listings.items()}
@@ -210,7 +211,7 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
     if gone:
         await cycle.index.delete_pages(gone)
         cycle.report.deleted = len(gone)
-    return gone, moved
+    return gone, moved, {pid for k in incomplete for pid in kept[k] - listings[k]}
 
 
 def _elsewhere(known: dict[str, dict[str, str]], key: str) -> dict[str, str]:

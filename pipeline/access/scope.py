@@ -45,16 +45,22 @@ def group(name: str) -> str:
 
 
 def page_access(levels: Iterable[Iterable[str]]) -> PageAccess:
-    """The access of a page from its levels (space permission, restricted ancestors, the page), each the
-    principals that level admits; a level admitting ``EVERYONE`` constrains nothing and is left out, and an
-    empty level admits nobody (kept, as a clause no reader matches)."""
+    """The access of a page from its levels: the space permission first (kept first, ``*`` when anonymous
+    users
+    may view the space), then each restricted ancestor and the page itself. A restriction admitting
+    ``EVERYONE``
+    constrains nothing and is left out; an empty level admits nobody (kept, as a clause no reader matches).
+    Keeping the space clause first lets space mode tell restricted pages apart
+    (``AccessScope.space_only``)."""
     clauses: list[Clause] = []
-    for level in levels:
+    for n, level in enumerate(levels):
         clause = tuple(sorted(set(level)))
-        if EVERYONE in clause:
-            continue
-        if clause not in clauses:
+        if n == 0:
+            clauses.append(clause if EVERYONE not in clause else (EVERYONE,))
+        elif EVERYONE not in clause and clause not in clauses[1:]:
             clauses.append(clause)
+    if clauses == [(EVERYONE,)]:
+        return ()
     return fold(tuple(clauses))
 
 
@@ -88,7 +94,9 @@ def access_from_payload(payload: Mapping[str, Any]) -> PageAccess | None:
     if ACL_FIELDS[0] not in payload:
         return None
     clauses = [tuple(str(p) for p in payload.get(name) or ()) for name in ACL_FIELDS]
-    return tuple(c for c in clauses if EVERYONE not in c)
+    while clauses and clauses[-1] == (EVERYONE,):
+        clauses.pop()
+    return tuple(clauses)
 
 
 def fingerprint(access: PageAccess | None) -> str:
@@ -117,11 +125,14 @@ class AccessScope:
     # one principal set per person; None: space mode (no per-person filter)
     readers: tuple[Reader, ...] | None
     audience: str = ""  # who the readers are, for logs and the turn record (e.g. "U123", "channel C1")
+    unrestricted_only: bool = False  # space mode: pages with read restrictions are never shown
 
     @classmethod
     def space_only(cls, spaces: Sequence[str] | None, audience: str = "") -> AccessScope:
-        """``EVIDENT_ACCESS=space``: the place's spaces, whoever asks."""
-        return cls(None if spaces is None else tuple(spaces), None, audience)
+        """``EVIDENT_ACCESS=space``: the place's spaces, whoever asks; pages with read restrictions (indexed
+        by
+        an earlier per-user sync) are never shown."""
+        return cls(None if spaces is None else tuple(spaces), None, audience, unrestricted_only=True)
 
     @classmethod
     def for_readers(cls, readers: Iterable[Reader], spaces: Sequence[str] | None,
@@ -140,7 +151,7 @@ class AccessScope:
         if self.spaces is not None and space not in self.spaces:
             return False
         if self.readers is None:
-            return True
+            return not self.unrestricted_only or access is None or all(EVERYONE in c for c in access[1:])
         return bool(self.readers) and all(admits(access, r) for r in self.readers)
 
     def conditions(self) -> list[tuple[str, list[str]]]:
@@ -153,6 +164,11 @@ class AccessScope:
         for r in self.readers or ():
             out.extend((name, sorted(r)) for name in ACL_FIELDS)
         return out
+
+    def open_fields(self) -> tuple[str, ...]:
+        """Fields that must be absent or hold ``*`` (space mode: the restriction clauses, after the
+        space's)."""
+        return ACL_FIELDS[1:] if self.unrestricted_only else ()
 
 
 # Every indexed evidence, whoever's: for the operator's tools (evaluation, `evident ask` without `--as`).

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
-from pipeline.access.scope import AccessScope
+from pipeline.access.scope import EVERYONE, AccessScope
 from pipeline.errors import IndexError_
 from pipeline.index import common as ic
 from pipeline.index.edge_layout import EdgeLayout
@@ -61,6 +61,8 @@ class EdgeShardAccess:
         """Live points, within ``scope`` (its spaces and readers) when one is given."""
         must: list[Any] = [match(ic.STATE, ic.LIVE)]
         must.extend(match_any(key, values) for key, values in (scope.conditions() if scope else ()))
+        must.extend(qe.Filter(should=[qe.IsEmptyCondition(f), match_any(f, [EVERYONE])])
+                    for f in (scope.open_fields() if scope else ()))
         return qe.Filter(must=must)
 
     def _live_version(self, page_id: str) -> tuple[str | None, str]:

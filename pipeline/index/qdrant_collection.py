@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from qdrant_client import AsyncQdrantClient, models
 
-from pipeline.access.scope import AccessScope
+from pipeline.access.scope import EVERYONE, AccessScope
 from pipeline.errors import (
     ConfigError,
     IndexError_,
@@ -114,6 +114,9 @@ class QdrantCollection:
         """Live points, within ``scope`` (its spaces and readers) when one is given."""
         must: list[Any] = [match(ic.STATE, ic.LIVE)]
         must.extend(match_any(key, values) for key, values in (scope.conditions() if scope else ()))
+        must.extend(models.Filter(should=[models.IsEmptyCondition(is_empty=models.PayloadField(key=f)),
+                                          match_any(f, [EVERYONE])])
+                    for f in (scope.open_fields() if scope else ()))
         return models.Filter(must=must)
 
     async def _delete(self, flt: models.Filter) -> None:
