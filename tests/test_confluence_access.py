@@ -188,7 +188,10 @@ async def test_space_mode_includes_skip_pages_under_a_restricted_parent(tmp_path
 async def test_items_kept_while_their_listing_fails_are_shown_to_nobody(tmp_path: Path) -> None:
     """Found in review: comments kept because their listing was refused kept last cycle's permissions, so a
     restriction added to their page meanwhile never reached them."""
-    async with FakeConfluence(_site(), mode="cloud", directory=_directory()) as fc, Site(fc, tmp_path) as site:
+    async with (
+        FakeConfluence(_site(), mode="cloud", directory=_directory()) as fc,
+        Site(fc, tmp_path) as site,
+    ):
         fc.comment("9001", "1", "<p>release notes comment</p>")
         site.source.comments = True
         await site.sync()
