@@ -12,9 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pipeline.access.people import Directory
+from pipeline.access.people import Account, Directory
 from pipeline.access.scope import AccessScope, PageAccess
-from pipeline.store.directory import Account
 from pipeline.store.reports import FeedbackSummary, SpaceSync, SyncRun
 from pipeline.turns import Turn
 from pipeline.types import ChatMessage, Evidence, Hit, IndexPoint, Page, SearchRequest, SparseVector

@@ -7,9 +7,10 @@ index/LLM backends stay swappable.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pipeline.access.scope import AccessScope, PageAccess
+if TYPE_CHECKING:  # annotations only: the access rules depend on nothing here
+    from pipeline.access.scope import AccessScope, PageAccess
 
 EvidenceKind = Literal["passage", "list", "table", "row"]
 EVIDENCE_KINDS: tuple[EvidenceKind, ...] = ("passage", "list", "table", "row")

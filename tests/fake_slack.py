@@ -28,8 +28,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from pipeline.access.people import Account
 from pipeline.access.scope import AccessScope
-from pipeline.store.directory import Account
 from pipeline.types import Answer, Citation, Evidence, Hit
 
 BOT_USER = "UBOT"

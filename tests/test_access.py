@@ -10,7 +10,7 @@ from fake_people import StaticPeople
 
 from bot.core.access import AccessPolicy, Asker, Person, Place
 from evident.settings import Settings
-from pipeline.access.people import People, parse_identity_map
+from pipeline.access.people import Account, People, parse_identity_map
 from pipeline.access.scope import (
     EVERYONE,
     AccessScope,
@@ -24,7 +24,6 @@ from pipeline.access.scope import (
 )
 from pipeline.errors import ConfigError
 from pipeline.store import Store
-from pipeline.store.directory import Account
 
 SITE_GROUP = group("confluence-users")
 

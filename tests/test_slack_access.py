@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from test_bot_http import Factory, Harness, make_harness  # noqa: F401  (the fixtures)
 
+from pipeline.access.people import Account
 from pipeline.access.scope import EVERYONE, group, user
-from pipeline.store.directory import Account
 
 SITE = group("confluence-users")
 

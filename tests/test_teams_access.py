@@ -7,8 +7,8 @@ from __future__ import annotations
 from fake_teams import TENANT
 from test_teams import Factory, make_harness  # noqa: F401  (the fixture)
 
+from pipeline.access.people import Account
 from pipeline.access.scope import EVERYONE, group, user
-from pipeline.store.directory import Account
 
 SITE = group("confluence-users")
 GROUP_CHAT = "19:group-chat-1@thread.v2"

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
+from pipeline.access.people import Account
 from pipeline.access.scope import EVERYONE, Clause, PageAccess, group, page_access, user
 from pipeline.errors import NotFoundError, RemoteError
-from pipeline.store.directory import Account
 
 log = logging.getLogger("evident.confluence")
 

@@ -22,7 +22,16 @@ from typing import Protocol
 from pipeline.access.scope import EVERYONE, Reader, group, user
 from pipeline.access.settings import AccessSettings
 from pipeline.errors import ConfigError
-from pipeline.store.directory import Account
+
+
+@dataclass(frozen=True)
+class Account:
+    """A Confluence account: its id (Cloud account id, Data Center user key), e-mail ("" when hidden) and
+    the groups it belongs to (Cloud group ids, Data Center group names)."""
+
+    account: str
+    email: str
+    groups: tuple[str, ...]
 
 
 class Directory(Protocol):

@@ -11,19 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from pipeline.access.people import Account
 from pipeline.store.database import Database
-
-
-@dataclass(frozen=True)
-class Account:
-    """A Confluence account: its id (Cloud account id, Data Center user key), e-mail ("" when hidden) and
-    the groups it belongs to (Cloud group ids, Data Center group names)."""
-
-    account: str
-    email: str
-    groups: tuple[str, ...]
 
 
 class StoreDirectory(Database):
