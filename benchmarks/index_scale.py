@@ -19,7 +19,10 @@ itself holds one page at a time. Reported per run:
 
 ``--vectors clustered`` (default) draws each page around a topic centroid, as text embeddings are
 (same page cos ~0.66, same topic ~0.5, unrelated ~0); queries are new points of existing pages.
-``--vectors random`` (uniform on the sphere) is HNSW's worst case. Layouts: ``before`` is v0.1's
+``--vectors random`` (uniform on the sphere) is HNSW's worst case. ``--access`` gives every page permissions
+as a per-user sync writes them (20 spaces, each readable by its group and a site group; a quarter of the pages
+restricted to three of 1,000 users and one of 200 groups) and times hybrid searches filtered for one reader
+and for a channel of three, beside the unfiltered ones. Layouts: ``before`` is v0.1's
 config (float32 vectors and HNSW in RAM, no quantization, Edge's default segment sizes); ``default``
 is ``EdgeLayout()``; ``--set`` overrides fields of the default one (``--set hnsw_m=32,quantize=false``).
 Nothing is downloaded; everything lives in a temp directory.
@@ -46,12 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import qdrant_edge as qe
 
-from pipeline.access.scope import EVERYTHING
+from pipeline.access.scope import EVERYTHING, AccessScope, PageAccess, group, page_access, user
 from pipeline.index.edge import EdgeIndex
 from pipeline.index.edge_layout import EdgeLayout, layout_from_pairs
 from pipeline.types import Evidence, IndexPoint, SearchRequest, SparseVector
 
 PAGE = 20
+SPACES, USERS, GROUPS = 20, 1000, 200  # --access: 1,222 distinct principals
 VOCAB = 30_000
 TOPICS = 1000
 DIM = 384
@@ -72,6 +76,16 @@ class BeforeIndex(EdgeIndex):
 
 class Corpus:
     """Deterministic vectors per page: regenerate any page without keeping the corpus."""
+
+    access = False  # give every page permissions (--access)
+
+    def page_access(self, page: int) -> PageAccess:
+        rng = np.random.default_rng([self.seed, 5, page])
+        levels = [[group(f"space-{page % SPACES}"), group("site")]]
+        if rng.random() < 0.25:
+            levels.append([*(user(f"u{int(x)}") for x in rng.integers(0, USERS, 3)),
+                           group(f"g{int(rng.integers(0, GROUPS))}")])
+        return page_access(levels)
 
     def __init__(self, n: int, kind: str, seed: int = 7) -> None:
         self.n, self.kind, self.seed = n, kind, seed
@@ -108,6 +122,7 @@ class Corpus:
                 id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{page}#{j}")), page_id=self.page_id(page),
                 title=f"Page {page}", url=f"https://wiki/{page}", space=f"S{page % 5}", kind="passage",
                 position=j, text="lorem ipsum " * 20, headings=("Heading",),
+                access=self.page_access(page) if self.access else None,
             )
             out.append(
                 IndexPoint(
@@ -163,8 +178,43 @@ def disk(path: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -> dict[str, Any]:
+def reader(rng: np.random.Generator) -> frozenset[str]:
+    """One person: their account, the site group, their space's group and three other groups."""
+    return frozenset({user(f"u{int(rng.integers(0, USERS))}"), group("site"),
+                      group(f"space-{int(rng.integers(0, SPACES))}"),
+                      *(group(f"g{int(x)}") for x in rng.integers(0, GROUPS, 3))})
+
+
+async def timed(index: Any, queries: np.ndarray, scopes: list[AccessScope]) -> list[float]:
+    """Hybrid search latencies (ms) of ``queries``, query i in ``scopes[i % len]``, the first five
+    unclocked."""
+    lat = []
+    rng = np.random.default_rng(9)
+    for i, q in enumerate(queries):
+        terms = sorted({int(x) for x in np.minimum(rng.zipf(1.3, size=6), VOCAB)})
+        req = SearchRequest(dense=tuple(q.tolist()), sparse=SparseVector(tuple(terms), (1.0,) * len(terms)),
+                            mode="hybrid", lexical_k=10, dense_k=10, limit=10, scope=scopes[i % len(scopes)])
+        t = time.perf_counter()
+        await index.search(req)
+        if i >= 5:
+            lat.append((time.perf_counter() - t) * 1000)
+    return lat
+
+
+async def access_latencies(index: Any, queries: np.ndarray) -> dict[str, float]:
+    rng = np.random.default_rng(11)
+    one = [AccessScope.for_readers([reader(rng)], None) for _ in range(50)]
+    channel = [AccessScope.for_readers([reader(rng) for _ in range(3)], None) for _ in range(50)]
+    out = {}
+    for name, scopes in (("p50_one_reader_ms", one), ("p50_channel_of_3_ms", channel)):
+        out[name] = round(float(np.percentile(await timed(index, queries, scopes), 50)), 1)
+    return out
+
+
+async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int,
+              with_access: bool = False) -> dict[str, Any]:
     corpus = Corpus(n, vectors)
+    corpus.access = with_access
     queries = corpus.queries(nq)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "index"
@@ -186,23 +236,8 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -
         t = time.perf_counter()
         await index.open(dense_dim=DIM, embedder="random")
         reopen = time.perf_counter() - t
-        lat = []
-        rng = np.random.default_rng(9)
-        for i, q in enumerate(queries):
-            terms = sorted({int(x) for x in np.minimum(rng.zipf(1.3, size=6), VOCAB)})
-            req = SearchRequest(
-                dense=tuple(q.tolist()),
-                sparse=SparseVector(tuple(terms), (1.0,) * len(terms)),
-                mode="hybrid",
-                lexical_k=10,
-                dense_k=10,
-                limit=10,
-                scope=EVERYTHING,
-            )
-            t = time.perf_counter()
-            await index.search(req)
-            if i >= 5:
-                lat.append((time.perf_counter() - t) * 1000)
+        lat = await timed(index, queries, [EVERYTHING])
+        filtered = await access_latencies(index, queries) if with_access else {}
         found = []
         for q in queries:
             hits = await index.search(
@@ -241,6 +276,7 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int) -
         "recall10": round(recall, 3),
         "page_hashes_ms": round(hashes_ms, 1),
         "pages": pages,
+        **filtered,
     }
 
 
@@ -270,6 +306,7 @@ def main() -> None:
     ap.add_argument("--set", default="", help="overrides of the default layout: key=value,...")
     ap.add_argument("--vectors", choices=("clustered", "random"), default="clustered")
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--access", action="store_true", help="pages with permissions; filtered searches timed")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -277,23 +314,28 @@ def main() -> None:
         print(
             json.dumps(
                 asyncio.run(
-                    one(size, layout, args.set if layout != "before" else "", args.vectors, args.queries)
+                    one(size, layout, args.set if layout != "before" else "", args.vectors, args.queries,
+                        args.access)
                 )
             )
         )
         return
-    print("| " + " | ".join(title for _, title in COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS), flush=True)
+    extra = [" p50 one reader ms", " p50 channel of 3 ms"] if args.access else []
+    print("| " + " | ".join([*(title for _, title in COLUMNS), *extra]) + " |")
+    print("|" + "---|" * (len(COLUMNS) + len(extra)), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
         for layout in args.layouts.split(","):
             cmd = [sys.executable, __file__, "--one", "--sizes", str(size), "--layouts", layout,
-                   "--set", args.set, "--vectors", args.vectors, "--queries", str(args.queries)]
+                   "--set", args.set, "--vectors", args.vectors, "--queries", str(args.queries),
+                   *(["--access"] if args.access else [])]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 print(f"| {size} | {layout} | failed: {proc.stderr.strip().splitlines()[-1:]} |", flush=True)
                 continue
             row = json.loads(proc.stdout.strip().splitlines()[-1])
-            print("| " + " | ".join(str(row[key]) for key, _ in COLUMNS) + " |", flush=True)
+            columns = COLUMNS + ([("p50_one_reader_ms", "p50 one reader ms"),
+                                  ("p50_channel_of_3_ms", "p50 channel of 3 ms")] if args.access else [])
+            print("| " + " | ".join(str(row[key]) for key, _ in columns) + " |", flush=True)
 
 
 if __name__ == "__main__":
