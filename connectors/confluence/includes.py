@@ -4,8 +4,8 @@ An included page's edit changes what its includers show, but not their own versi
 an incremental sync would never fetch them. The map (includer id -> {included id: version time shown}, per
 space) is kept in the checkpoint store row ``__includes__:<space>`` as JSON; each sync re-fetches the
 includers showing an older version of a page it fetched (``sync._includers``) and records what every page
-it resolved includes now. An included page of another synced space counts by the version that space
-indexed lately (its known versions, ``connectors.confluence.state``).
+it resolved includes now (``stale_includers``). An included page of another synced space counts by the version
+that space indexed lately (its known versions, ``connectors.confluence.state``).
 """
 
 from __future__ import annotations
@@ -33,3 +33,16 @@ async def save_includes(store: CheckpointStore, source_key: str, space: str, kep
         else:
             merged.pop(page_id, None)
     await save_row(store, source_key, "includes", space, merged, before=kept)
+
+
+def stale_includers(seen: dict[str, str], includes: dict[str, dict[str, str]],
+                    elsewhere: dict[str, str]) -> list[str]:
+    """The includers (not read again already: ``seen``, id -> version time) that show an older version of a
+    page read now (``seen``) or of another synced space's page (``elsewhere``)."""
+    def changed(inc: str, when: str) -> bool:
+        if inc in seen:
+            return not when or seen[inc] != when
+        return bool(when) and inc in elsewhere and elsewhere[inc] != when
+
+    return sorted(pid for pid, shown in includes.items() if pid not in seen
+                  and any(changed(inc, when) for inc, when in shown.items()))

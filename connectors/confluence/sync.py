@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from connectors.confluence.access_sync import settle_access
 from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
-from connectors.confluence.includes import load_includes, save_includes
+from connectors.confluence.includes import load_includes, save_includes, stale_includers
 from connectors.confluence.listing import gone_and_moved, rejected_credentials
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
@@ -224,11 +224,12 @@ async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: dict[str, str])
     read again now, so the included text is current in the same cycle."""
     source, store = cycle.source, cycle.store
     includes = await load_includes(store, source.source_key, key)
-    if not includes:
+    stale = stale_includers({}, includes, elsewhere)
+    if not stale:  # the usual case: no request, no ingest run
         return
     assert source.macros is not None
     source.macros.includes.clear()
-    await cycle.ingest(_includers(source, key, _Tracker(), includes, elsewhere))
+    await cycle.ingest(source.iter_ids(key, stale))
     await save_includes(store, source.source_key, key, includes, source.macros.includes)
 
 
@@ -360,17 +361,9 @@ async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
                      includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
     """After the changed pages: the pages showing an older version of one of them, fetched again so the
     included text is current. Runs last, when ``tracker`` has seen every changed page. Included pages of other
-    synced spaces count by the version those spaces indexed lately (``elsewhere``: their known versions as
-    this run began), so their edits reach the includer at this space's next sync after theirs."""
-    seen = {pid: updated or "" for pid, updated in tracker.seen}
-
-    def changed(inc: str, when: str) -> bool:
-        if inc in seen:
-            return not when or seen[inc] != when
-        return bool(when) and inc in elsewhere and elsewhere[inc] != when
-
-    stale = sorted(pid for pid, shown in includes.items() if pid not in seen
-                   and any(changed(inc, when) for inc, when in shown.items()))
+    synced spaces count by the version those spaces indexed lately (``elsewhere``); spaces synced later in the
+    cycle are caught up by ``_refresh_includers``."""
+    stale = stale_includers({pid: updated or "" for pid, updated in tracker.seen}, includes, elsewhere)
     if stale:
         async for page in source.iter_ids(key, stale):
             yield page
