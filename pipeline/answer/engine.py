@@ -230,7 +230,8 @@ class Engine:
     ) -> list[PriorTurn]:
         turns = await self.store.history(conversation_key, limit=self.options.history_turns)
         if scope.per_user:  # memory never carries evidence to readers who may not see it
-            turns = [t for t in turns if await self._visible(t.retrieved, scope)]
+            visible = await self.visible([r.evidence_id for t in turns for r in t.retrieved], scope)
+            turns = [t for t in turns if all(r.evidence_id in visible for r in t.retrieved)]
         prior = [
             PriorTurn(
                 question=t.asked,
@@ -244,10 +245,6 @@ class Engine:
         if not prior and history:
             prior = backfilled_turns(history)  # e.g. Slack messages from before evident was mentioned
         return prior[-self.options.history_turns :]
-
-    async def _visible(self, refs: Sequence[RetrievedRef], scope: AccessScope) -> bool:
-        ids = [r.evidence_id for r in refs]
-        return len(await self.index.get(ids, scope)) == len(ids) if ids else True
 
     async def _complete(self, plan: QueryPlan, prior: list[PriorTurn]) -> QueryPlan:
         """With an LLM, a follow-up is rewritten into a self-contained question used for both retrieval and
