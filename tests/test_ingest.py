@@ -165,3 +165,22 @@ async def test_twenty_confquestions_pages(confq_dir: Path, tmp_path: Path) -> No
         assert again.unchanged == report.added
     finally:
         await index.close()
+
+
+async def test_an_index_built_before_permissions_gets_them_at_the_next_ingest(tmp_path: Path) -> None:
+    index, embedder, _ = await ingest_folder(tmp_path / "index")
+    try:
+        pages = await index.page_hashes()
+        await index.set_access(dict.fromkeys(pages))  # as an index written before permissions existed
+        assert await index.missing_access() == 68
+        again = await ingest_pages(
+            await _sample_pages(),
+            index=index,
+            embedder=embedder,
+            sparse=Bm25Encoder(),
+            options=ingest_options(),
+        )
+        assert again.unchanged == 10 and again.evidence == 0  # nothing re-embedded ...
+        assert await index.missing_access() == 0  # ... and every page readable by anyone (a local folder)
+    finally:
+        await index.close()

@@ -210,7 +210,8 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
     await flush()
     if bar is not None:
         bar.close()
-    await index.set_access(access)
+    if access and await index.missing_access():  # an index built before permissions: give them now
+        await index.set_access(access)
     if report.added or report.updated:
         await index.optimize()  # the segments this run filled get their HNSW graph and quantization
     report.evidence_by_kind = dict(sorted(kinds.items()))
@@ -220,8 +221,10 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
 
 async def _unchanged(page: Page, report: IngestReport, access: dict[str, PageAccess],
                      words: VocabularyRun | None, options: IngestOptions) -> None:
-    """A page already indexed at this version: counted, its permissions kept for a payload write (they can
-    change without the content), its words counted while the vocabulary is bootstrapped."""
+    """A page already indexed at this version: counted, its permissions kept for a payload write where the
+    index
+    has evidence without any (a sync writes changed ones itself), its words counted while the vocabulary is
+    bootstrapped."""
     report.unchanged += 1
     if page.access is not None:
         access[page.id] = page.access
