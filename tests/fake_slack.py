@@ -63,6 +63,7 @@ class FakeSlack:
         # channel id -> conversations.info's channel + "members"
         self.channels: dict[str, dict[str, Any]] = {}
         self.end_streams = False  # Slack ends every open stream (message_not_in_streaming_state from then on)
+        self.no_stream_channels: set[str] = set()  # chat.startStream there: channel_type_not_supported
         self.socket_acks: list[dict[str, Any]] = []
         self._ws: web.WebSocketResponse | None = None
         self._ws_ready = asyncio.Event()
@@ -146,7 +147,7 @@ class FakeSlack:
             args = json.loads(raw or b"{}")
         else:
             args = {k: v for k, v in urllib.parse.parse_qsl(raw.decode())}
-        for k in ("blocks", "attachments"):
+        for k in ("blocks", "attachments", "chunks"):
             if isinstance(args.get(k), str):
                 args[k] = json.loads(args[k])
         auth = request.headers.get("Authorization", "")
@@ -230,6 +231,13 @@ class FakeSlack:
     def _m_chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
         if not args.get("thread_ts"):
             return {"ok": False, "error": "invalid_arguments"}
+        if args.get("channel") in self.no_stream_channels:
+            return {"ok": False, "error": "channel_type_not_supported"}
+        if not str(args.get("channel", "")).startswith("D"):  # channels: streamed to one recipient
+            if not args.get("recipient_team_id"):
+                return {"ok": False, "error": "missing_recipient_team_id"}
+            if not args.get("recipient_user_id"):
+                return {"ok": False, "error": "missing_recipient_user_id"}
         ts = self._next_ts()
         self.messages[(args["channel"], ts)] = {
             "channel": args["channel"],
@@ -241,6 +249,8 @@ class FakeSlack:
             "text": args.get("markdown_text") or "",
             "blocks": [],
             "streaming": True,
+            "streamed": args.get("markdown_text") or "",
+            "chunks": list(args.get("chunks") or []),
         }
         return {"ok": True, "channel": args["channel"], "ts": ts}
 
@@ -270,7 +280,11 @@ class FakeSlack:
         if self._ended_by_slack(msg):
             return {"ok": False, "error": "message_not_in_streaming_state"}
         assert msg is not None
+        if not args.get("markdown_text") and not args.get("chunks"):
+            return {"ok": False, "error": "invalid_arguments"}
         msg["text"] += args.get("markdown_text") or ""
+        msg["streamed"] += args.get("markdown_text") or ""  # kept when chat.update replaces the text
+        msg["chunks"] = msg.get("chunks", []) + list(args.get("chunks") or [])
         return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
 
     def _m_chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -279,6 +293,8 @@ class FakeSlack:
             return {"ok": False, "error": "message_not_in_streaming_state"}
         assert msg is not None
         msg["text"] += args.get("markdown_text") or ""
+        msg["streamed"] += args.get("markdown_text") or ""  # kept when chat.update replaces the text
+        msg["chunks"] = msg.get("chunks", []) + list(args.get("chunks") or [])
         msg.update(streaming=False, blocks=args.get("blocks") or [])
         return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
 

@@ -23,7 +23,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 from stub_llm import StubLLMServer
 
 from bot.slack.app import build_bot
-from bot.slack.blocks import PLACEHOLDER
 from bot.slack.handlers import EvidentBot
 from evident.platforms import access_policy
 from evident.settings import Settings
@@ -128,8 +127,11 @@ async def test_mention_is_answered_with_page_links(make_harness: Factory, stub: 
     ev = h.send.mention(QUESTION)
     assert await h.send.event(ev) == 200
     (update,) = await h.answered()
-    (placeholder,) = h.slack.of("chat.postMessage")
-    assert placeholder["text"] == PLACEHOLDER and placeholder["thread_ts"] == ev["ts"]
+    assert not h.slack.of("chat.postMessage")  # no placeholder: the answer streamed into the thread
+    (start,) = h.slack.of("chat.startStream")
+    assert start["thread_ts"] == ev["ts"] and start["recipient_user_id"] == "U1"
+    (stop,) = h.slack.of("chat.stopStream")
+    assert update["ts"] == stop["ts"]  # the streamed message, re-rendered with linked markers
     text = _text(update)
     assert f"The next RAG meeting is on 12 November 2024 <{RAG_MEETING_URL}|[1]>." in text
     assert f"[1] <{RAG_MEETING_URL}|RAG meeting October> · ACME" in text
@@ -167,8 +169,7 @@ async def test_explain_reaction_posts_the_attribution(make_harness: Factory, stu
     await h.slack.wait_for(lambda: _linked(h, turn.id))
     calls = stub.calls
     await h.send.event(h.send.reaction("explain", "C1", update["ts"]))
-    posts = await h.slack.wait_calls("chat.postMessage", 2, within_s=15)
-    explanation = posts[1]
+    (explanation,) = await h.slack.wait_calls("chat.postMessage", 1, within_s=15)
     assert explanation["thread_ts"] == ev["ts"]
     lines = explanation["text"].splitlines()
     assert lines[0] == "*Why this answer?* How much each source contributed:"
@@ -184,8 +185,9 @@ async def test_llm_down_gives_a_visible_error(make_harness: Factory) -> None:
     h = await make_harness(f"http://127.0.0.1:{port}/v1")
     ev = h.send.mention(QUESTION)
     await h.send.event(ev)
-    (update,) = await h.answered()
-    assert update["text"] == "I couldn't reach the language model, please try again."
-    assert update["blocks"] == []
+    (stop,) = await h.slack.wait_calls("chat.stopStream")
+    said = "I couldn't reach the language model, please try again."
+    assert stop["markdown_text"] == f":warning: {said}"  # said in the streamed message, which it ends
+    assert not stop.get("chunks")  # the search card was completed when the pages were read
     (turn,) = await h.parts.store.history(f"T1:C1:{ev['ts']}")
-    assert turn.error == update["text"]
+    assert turn.error == said

@@ -61,7 +61,14 @@ async def _slack_ts(h: Harness, turn_id: int) -> str | None:
 
 
 @pytest.fixture
-async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
+def slack_stream() -> bool:
+    """Answers come the placeholder way here (as where Slack refuses to stream); test_slack_stream.py and the
+    assistant tests override this fixture to stream."""
+    return False
+
+
+@pytest.fixture
+async def make_harness(tmp_path: Path, slack_stream: bool) -> AsyncIterator[Factory]:
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def factory(engine: FakeEngine | None = None, **overrides: Any) -> Harness:
@@ -75,7 +82,7 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Factory]:
             slack_signing_secret=SIGNING_SECRET,
             slack_transport="http",
             http_port=0,
-            **{"followup_suggestions": False, **overrides},
+            **{"followup_suggestions": False, "slack_stream": slack_stream, **overrides},
         )
         client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.base_url)
         bot = build_bot(settings.slack, settings.chat, engine, access_policy(settings, engine), client=client)

@@ -49,7 +49,7 @@ async def test_socket_mode_end_to_end_and_graceful_shutdown(slack: FakeSlack) ->
     mention = events.mention("How do I get VPN access?")
     await slack.socket_send(_envelope("env-1", "events_api", events.envelope(mention)))
     await slack.wait_for(lambda: any(a.get("envelope_id") == "env-1" for a in slack.socket_acks))
-    await slack.wait_calls("chat.postMessage")
+    await slack.wait_calls("chat.startStream")  # the answer streams into the mention's thread
     assert slack.of("apps.connections.open")[0]["_token"] == APP_TOKEN
     assert not slack.of("chat.update")  # the ack came long before the (slow) answer
 
@@ -57,12 +57,12 @@ async def test_socket_mode_end_to_end_and_graceful_shutdown(slack: FakeSlack) ->
                "text": "holidays?", "response_url": f"{slack.url}/response/r9", "trigger_id": "t9"}
     await slack.socket_send(_envelope("env-2", "slash_commands", command))
     await slack.wait_for(lambda: any(a.get("envelope_id") == "env-2" for a in slack.socket_acks))
-    await slack.wait_calls("chat.postMessage", 2)
+    await slack.wait_calls("chat.postMessage", 1)  # /ask at the top of a channel: the placeholder
 
     stop.set()  # shutdown while both answers are still in flight: they must still be delivered
     await asyncio.wait_for(runner, 10)
     updates = slack.of("chat.update")
-    assert len(updates) == 2
+    assert len(updates) == 2 and len(slack.of("chat.stopStream")) == 1
     assert {a.question for a in engine.asks} == {"How do I get VPN access?", "holidays?"}
 
 
@@ -117,13 +117,13 @@ async def test_shutdown_that_gives_up_on_an_answer_tells_the_thread(slack: FakeS
                 break
             except aiohttp.ClientConnectionError:
                 await asyncio.sleep(0.01)
-        await slack.wait_calls("chat.postMessage")  # the placeholder: the answer is being computed
+        await slack.wait_calls("chat.startStream")  # the answer is being computed and streamed
     t0 = asyncio.get_running_loop().time()
     stop.set()
     await asyncio.wait_for(runner, 10)
     assert asyncio.get_running_loop().time() - t0 < 6  # bounded: drain timeout + the short notice
-    said = [c.get("text", "") for c in slack.of("chat.update") + slack.of("chat.postMessage")]
-    assert any("restarting" in t for t in said), said
+    (stop_call,) = slack.of("chat.stopStream")  # said in the streamed message, which it ends
+    assert "restarting" in stop_call["markdown_text"], stop_call
 
 
 async def test_run_bot_fails_fast_on_missing_tokens(slack: FakeSlack) -> None:

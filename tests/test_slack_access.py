@@ -4,7 +4,7 @@ from conversations.info/members, the same scope for typed questions, follow-ups 
 
 from __future__ import annotations
 
-from test_bot_http import Factory, Harness, make_harness  # noqa: F401  (the fixtures)
+from test_bot_http import Factory, Harness, make_harness, slack_stream  # noqa: F401  (the fixtures)
 
 from pipeline.access.people import Account
 from pipeline.access.scope import EVERYONE, group, user

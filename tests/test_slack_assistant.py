@@ -8,11 +8,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from test_bot_http import Factory, Harness, h, make_harness  # noqa: F401  (the fixtures)
 
 from pipeline.types import Answer, Citation
 
 DM = "D1"
+
+
+@pytest.fixture
+def slack_stream() -> bool:
+    return True  # assistant threads stream where Slack allows it
 
 
 def _started(
@@ -123,7 +129,8 @@ async def test_a_reply_under_a_top_level_dm_answer_is_a_thread_not_an_assistant_
     await h.answered(2)
     await h.settle()
     assert not h.slack.of("assistant.threads.setStatus") and not h.slack.of("assistant.threads.setTitle")
-    assert not h.slack.of("chat.startStream")
+    (start,) = h.slack.of("chat.startStream")  # a thread's stream, opened with the search card
+    assert [c["id"] for c in start["chunks"]] == ["search"]
     assert h.engine.asks[1].key == f"T1:{DM}:{first['ts']}"
 
 

@@ -28,6 +28,7 @@ from bot.slack.blocks import ASK_ACTION_PREFIX, EXPLAIN_ACTION, FEEDBACK_ACTION,
 from bot.slack.home import publish_home
 from bot.slack.people import SlackPeople, SlackPlaces
 from bot.slack.settings import SlackSettings
+from bot.slack.stream import StreamRefusals
 from bot.slack.surface import Respond, SlackExplanation, SlackThread
 from bot.slack.threads import (
     DM_MAIN,
@@ -74,6 +75,7 @@ class EvidentBot:
         self.work = BackgroundWork(self.dedup)
         self.core = Conversations.from_settings(engine, chat, policy, SlackPeople(client), limiter)
         self.places = SlackPlaces(ThreadContexts(engine.store))
+        self.streams = StreamRefusals() if slack.stream else None
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str,
               event_id: str | None = None) -> asyncio.Task[None] | None:
@@ -341,6 +343,7 @@ class EvidentBot:
             explain_emojis=self.settings.explain_emojis,
             bot_user_id=context.get("bot_user_id"),
             bot_id=context.get("bot_id"),
+            streams=self.streams,
             **extra,
         )
 

@@ -30,6 +30,12 @@ class SlackSettings(Area):
     ask_ephemeral: bool = setting(
         False, "EVIDENT_ASK_EPHEMERAL", "Answer /ask ephemerally instead of in channel."
     )
+    stream: bool = setting(
+        True,
+        "EVIDENT_SLACK_STREAM",
+        "Stream answers into threads (task cards, then the text as it is written); off, or where Slack "
+        "refuses: a placeholder or the assistant status, then the whole answer.",
+    )
     ignore_bots: bool = setting(True, "EVIDENT_IGNORE_BOTS", "Ignore messages from other bots.")
     admin_users: CommaList = setting((), "EVIDENT_ADMIN_USERS",
                                      "Slack user ids who see the feedback summary in evident's App Home.")

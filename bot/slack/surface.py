@@ -1,23 +1,24 @@
-"""Slack as a ``bot.core.conversations.Surface``: a thread (placeholder, then the answer in its place) or an
-ephemeral ``/ask`` reply through its ``response_url``."""
+"""Slack as a ``bot.core.conversations.Surface``: a thread (the answer streamed in where Slack streams, else a
+placeholder, then the answer in its place) or an ephemeral ``/ask`` reply through its ``response_url``."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.core.conversations import SurfaceError
 from bot.core.messages import rate_limited_message
 from bot.slack.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation, suggestion_buttons
+from bot.slack.errors import slack_error
 from bot.slack.mrkdwn import escape
+from bot.slack.stream import SlackStream, StreamRefusals
 from bot.slack.threads import backfill, conversation_key
 from pipeline.types import Hit
 
@@ -46,7 +47,8 @@ class SlackThread:
     bot_id: str | None = None
     placeholder: str | None = None  # ts of our "Searching the wiki…" message once posted
     assistant: bool = False  # an AI-app assistant thread: a live status instead of a placeholder message
-    stream: SlackStream | None = None  # the answer streaming in (assistant threads), once started
+    stream: SlackStream | None = None  # the answer streaming in, once started
+    streams: StreamRefusals | None = None  # stream into a (non-assistant) thread unless refused; None: never
     shown: Rendered | None = None  # the answer as last rendered (suggestions are added to it)
 
     # ------------------------------------------------------------------ Surface
@@ -56,6 +58,8 @@ class SlackThread:
             return None  # the /ask ack already showed the placeholder
         if self.assistant and await self._status("is searching the wiki…"):
             return None
+        if (ts := await self._open_stream()) is not None:
+            return ts
         try:
             resp = await self.client.chat_postMessage(
                 channel=self.channel, thread_ts=self.thread_ts, text=PLACEHOLDER
@@ -67,6 +71,20 @@ class SlackThread:
             raise SurfaceError(self.channel) from None
         self.placeholder = str(resp["ts"])
         return self.placeholder
+
+    async def _open_stream(self) -> str | None:
+        """A channel or DM thread: the answer streams in, opened with a "Searching the wiki" task card in
+        place of the placeholder; None where this thread cannot stream (the placeholder path follows)."""
+        if self.streams is None or self.assistant or self.thread_ts is None or self.ephemeral:
+            return None
+        if not self.streams.allowed(self.channel):
+            return None
+        stream = SlackStream(self.client, self.channel, self.thread_ts, self.team, self.user)
+        if not await stream.open():
+            self.streams.refused(self.channel, stream.error)
+            return None
+        self.stream = stream
+        return stream.ts
 
     async def _status(self, status: str) -> bool:
         """Show Slack's "<app> is searching…" status in an assistant thread; False where Slack refuses."""
@@ -113,8 +131,7 @@ class SlackThread:
             log.info("could not add suggestions in %s: %s", self.channel, slack_error(exc))
 
     def text_sink(self) -> Callable[[str], Awaitable[None]] | None:
-        """Assistant threads stream the answer as it is generated
-        (chat.startStream/appendStream/stopStream)."""
+        """Threads stream the answer as it is generated (chat.startStream/appendStream/stopStream)."""
         stream = self._stream()
         return stream.add if stream is not None else None
 
@@ -124,9 +141,11 @@ class SlackThread:
         return stream.task if stream is not None else None
 
     def _stream(self) -> SlackStream | None:
-        if not self.assistant or self.placeholder is not None or self.ephemeral or self.thread_ts is None:
+        if self.stream is not None:  # opened in place of the placeholder
+            return None if self.stream.failed else self.stream
+        if self.streams is None or not self.assistant or self.placeholder is not None or self.ephemeral:
             return None
-        if self.stream is None:
+        if self.thread_ts is not None:
             self.stream = SlackStream(self.client, self.channel, self.thread_ts, self.team, self.user)
         return self.stream
 
@@ -253,117 +272,3 @@ class SlackExplanation:
         except SlackClientError as exc:
             log.error("could not post the explanation in %s: %s", self.channel, slack_error(exc))
             raise SurfaceError(self.channel) from None
-
-
-def slack_error(exc: SlackClientError) -> str:
-    """The Slack error code only: response bodies can echo request data, never log them whole."""
-    if isinstance(exc, SlackApiError):
-        data = exc.response.data
-        if isinstance(data, dict):
-            return str(data.get("error", "unknown_error"))
-        return f"HTTP {exc.response.status_code}"
-    return type(exc).__name__
-
-
-class SlackStream:
-    """One answer streamed into a thread: started on the first text, appended in batches, stopped with the
-    sources and buttons. Any refusal (a workspace without streaming, a missing method) ends the stream; the
-    answer is then posted whole, so nothing is lost."""
-
-    FLUSH_CHARS = 60
-    FLUSH_S = 0.25
-
-    def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str, team: str, user: str) -> None:
-        self.client, self.channel, self.thread_ts, self.team, self.user = (
-            client,
-            channel,
-            thread_ts,
-            team,
-            user,
-        )
-        self.ts: str | None = None
-        self.failed = False
-        self.done = False  # stopped (or given up on): nothing more goes into it
-        self._pending = ""
-        self._flushed_at = 0.0
-
-    async def task(self, hits: Sequence[Hit]) -> None:
-        """Start the stream with a task card: "Read n pages", each page a source link (what the answer is
-        written from), before any text."""
-        if self.failed or self.done or self.ts is not None:
-            return
-        await self._send(chunks=[read_pages_task(hits)])
-
-    async def add(self, text: str) -> None:
-        if self.failed or self.done:
-            return
-        self._pending += escape(text)
-        now = time.monotonic()
-        if (
-            self.ts is not None
-            and len(self._pending) < self.FLUSH_CHARS
-            and now - self._flushed_at < self.FLUSH_S
-        ):
-            return
-        await self._flush(now)
-
-    async def _flush(self, now: float) -> None:
-        text, self._pending = self._pending, ""
-        if await self._send(text=text):
-            self._flushed_at = now
-
-    async def _send(self, *, text: str = "", chunks: list[dict[str, Any]] | None = None) -> bool:
-        try:
-            if self.ts is None:
-                resp = await self.client.chat_startStream(channel=self.channel, thread_ts=self.thread_ts,
-                                                          markdown_text=text or None, chunks=chunks,
-                                                          task_display_mode="timeline" if chunks else None,
-                                                          recipient_team_id=self.team,
-                                                          recipient_user_id=self.user or None)
-                self.ts = str(resp["ts"])
-            elif text:
-                await self.client.chat_appendStream(channel=self.channel, ts=self.ts, markdown_text=text)
-            return True
-        except SlackClientError as exc:
-            log.info(
-                "answer streaming unavailable in %s (%s): posting it whole", self.channel, slack_error(exc)
-            )
-            self.failed = True
-            return False
-
-    async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "") -> bool:
-        """Flush what is left (plus ``closing``) and stop with ``blocks`` under the text; False when the
-        stream had failed or Slack had ended it (``message_not_in_streaming_state``). Either way it is
-        done."""
-        if self.ts is None or self.failed or self.done:
-            return False
-        self.done = True
-        try:
-            await self.client.chat_stopStream(
-                channel=self.channel,
-                ts=self.ts,
-                markdown_text=(self._pending + closing) or None,
-                blocks=blocks or None,
-            )
-            return True
-        except SlackClientError as exc:
-            log.warning("could not finish the answer stream in %s: %s", self.channel, slack_error(exc))
-            return False
-
-
-MAX_TASK_SOURCES = 6
-
-
-def read_pages_task(hits: Sequence[Hit]) -> dict[str, Any]:
-    """A ``task_update`` chunk: the pages an answer is written from (their titles escaped, links only to
-    http(s) URLs)."""
-    pages: dict[str, str] = {}
-    for h in hits:
-        url = h.evidence.url
-        if url.startswith(("https://", "http://")) and url not in pages:
-            pages[url] = h.evidence.title or url
-    sources = [{"type": "url", "url": url, "text": escape(title)[:150]}
-               for url, title in list(pages.items())[:MAX_TASK_SOURCES]]
-    n = len({h.evidence.page_id for h in hits})
-    return {"type": "task_update", "id": "read", "title": f"Read {n} page{'s' if n != 1 else ''} of the wiki",
-            "status": "complete", **({"sources": sources} if sources else {})}
