@@ -82,8 +82,10 @@ def eval_group() -> None:
 @click.option("--questions", type=click.Path(path_type=Path, exists=True), required=True)
 @click.option("--documents", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True)
 @click.option("--lang", type=click.Choice(["en", "de", "both"]), default="both", show_default=True)
-@click.option("--query", "query_type", type=click.Choice(["completed", "conversational", "raw", "all"]),
-              default="all", show_default=True)
+@click.option("--query", "query_type", default="all", show_default=True,
+              type=click.Choice(["completed", "conversational", "raw", "llm", "fused", "all", "followup"]),
+              help="all: completed, conversational, raw; followup: conversational, llm, fused (the last "
+                   "two need EVIDENT_LLM_BASE_URL).")
 @click.option("--k", default=10, show_default=True)
 @click.option("--by", "by", multiple=True, type=click.Choice(["source", "type", "turn"]))
 @click.option("--strategy", default=None,
@@ -106,7 +108,8 @@ def eval_retrieval(ctx: click.Context, questions: Path, documents: Path, lang: s
 
     convs = load_conversations(questions)
     langs = ("en", "de") if lang == "both" else (lang,)
-    qtypes = ("completed", "conversational", "raw") if query_type == "all" else (query_type,)
+    qtypes = {"all": ("completed", "conversational", "raw"),
+              "followup": ("conversational", "llm", "fused")}.get(query_type, (query_type,))
     settings = load_settings(ctx)
     strategy_name = strategy or settings.answer.query_strategy
     if mode:

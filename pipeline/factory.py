@@ -376,6 +376,7 @@ def engine_options(settings: PipelineSettings, *, trace: bool = False) -> Engine
         context_tokens=llm.context_tokens,
         answer_max_tokens=answer.answer_max_tokens,
         answer_style=answer.answer_style,
+        followup_retrieval=answer.followup_retrieval,
         attribution_method=method,
         attribution_params=settings.attribution.params(),
         trace=trace,

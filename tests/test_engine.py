@@ -120,6 +120,27 @@ async def test_failed_completion_falls_back_to_the_query_builder(make: Make) -> 
         assert r.retrieval is not None and "weeks 3 to 4" in r.retrieval.query
 
 
+@pytest.mark.parametrize("mode", ["fused", "completed"])
+async def test_a_follow_up_the_llm_completes_badly_is_still_retrieved_with_the_thread_query(
+    make: Make, mode: str
+) -> None:
+    """The LLM's question replaces nothing: fused with the no-LLM thread query (the default), a wrong
+    completion cannot lose the evidence the thread asks for; alone (``completed``) it does. (The previous
+    page's continuity boost is off here, so only the queries decide.)"""
+    def respond(body: dict[str, Any]) -> str:
+        return "What is served in the cafeteria?" if _is_rephrase(body) else "Farah Haddad [Source 1]."
+
+    async with StubLLMServer(responder=respond) as stub:
+        p = await make(llm_url=stub.base_url, options=engine_options_for(followup_retrieval=mode),
+                       retrieval=RetrievalSettings(continuity_boost=0, final_k=5))
+        await p.engine.ask("t:f", "Who is primary on call in weeks 3 to 4?", scope=EVERYTHING)
+        r = await p.engine.ask("t:f", "And weeks 5 to 6?", scope=EVERYTHING)
+        assert r.completed_question == "What is served in the cafeteria?"  # answered as completed
+        assert r.retrieval is not None
+        found = any("Weeks is 5 to 6" in h.evidence.text for h in r.retrieval.hits)
+        assert found is (mode == "fused"), [h.evidence.text[:50] for h in r.retrieval.hits]
+
+
 # ---------------------------------------------------------------- offline (no LLM)
 
 

@@ -188,3 +188,28 @@ async def test_reranker_pool_never_smaller_than_final_k(index: EdgeIndex) -> Non
         scope=EVERYTHING,
     )
     assert len(reranker.seen[0]) == 3 and len(r.hits) == 3
+
+
+def test_rank_fusion_puts_evidence_both_queries_found_first_and_keeps_each_lists_best() -> None:
+    from pipeline.answer.retrieve import fuse_ranks
+
+    def hits(*ids: str) -> list[Hit]:
+        return [Hit(Evidence(id=i, page_id=i, title=i, url="", space="S", kind="passage", position=0, text=i),
+                    1.0 / n, n) for n, i in enumerate(ids, start=1)]
+
+    fused = fuse_ranks([hits("a", "b", "c"), hits("x", "b", "y")], rrf_k=60)
+    assert [h.evidence.id for h in fused] == ["b", "a", "x", "c", "y"]  # ties: the first list's order
+    assert [h.rank for h in fused] == [1, 2, 3, 4, 5]
+    assert fused[0].score == pytest.approx(2 / 62)
+
+
+def test_a_plan_retrieves_with_the_queries_its_mode_names() -> None:
+    from pipeline.answer.query_builder import QueryPlan
+
+    task = "What is Bruno's task?"
+    plan = QueryPlan("and Bruno?", task, task, True, (), "and Bruno? Alice")
+    assert plan.retrieval_queries("fused") == ("What is Bruno's task?", "and Bruno? Alice")
+    assert plan.retrieval_queries("completed") == ("What is Bruno's task?",)
+    assert plan.retrieval_queries("builder") == ("and Bruno? Alice",)
+    unchanged = QueryPlan("Who?", "Who?", "Who?", False, (), "Who?")  # no LLM, or turn 1: one query
+    assert unchanged.retrieval_queries("fused") == ("Who?",)

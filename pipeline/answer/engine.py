@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from pipeline.access.scope import AccessScope
+from pipeline.answer.completion import complete_question
 from pipeline.answer.confidence import adaptive_hits
 from pipeline.answer.explainer import Explainer
 from pipeline.answer.followups import suggest_followups
@@ -25,9 +26,9 @@ from pipeline.answer.options import EngineOptions
 from pipeline.answer.prompts import PromptLibrary
 from pipeline.answer.query_builder import PriorTurn, QueryPlan, backfilled_turns, clean_question, plan_query
 from pipeline.answer.results import ExplainResult, TurnResult
-from pipeline.answer.retrieve import Retrieval, retrieve
+from pipeline.answer.retrieve import Retrieval, retrieve_fused
 from pipeline.answer.settings import RetrievalSettings
-from pipeline.errors import EvidentError, InputError, RemoteError
+from pipeline.errors import EvidentError, InputError
 from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.runtime.logcontext import new_turn_ref
@@ -170,10 +171,10 @@ class Engine:
         """Complete the question, retrieve, answer: into ``turn`` (which keeps what was done when one
         fails)."""
         turn.plan = await self._timed(turn.timings, "complete_ms", self._complete(turn.plan, prior))
-        turn.retrieved = await retrieve(
-            turn.plan.retrieval_query, index=self.index, embedder=self.embedder, sparse=self.sparse,
-            config=self.retrieval, reranker=self.reranker, scope=scope, trace=trace,
-            context_pages=turn.plan.context_pages, expander=self.expander,
+        turn.retrieved = await retrieve_fused(
+            turn.plan.retrieval_queries(self.options.followup_retrieval), index=self.index,
+            embedder=self.embedder, sparse=self.sparse, config=self.retrieval, reranker=self.reranker,
+            scope=scope, trace=trace, context_pages=turn.plan.context_pages, expander=self.expander,
         )
         turn.timings.update({f"{k}_ms": v for k, v in turn.retrieved.timings_ms.items()})
         hits = adaptive_hits(turn.retrieved.hits, turn.retrieved.confidence, self.options.confident_k)
@@ -247,21 +248,12 @@ class Engine:
         return prior[-self.options.history_turns :]
 
     async def _complete(self, plan: QueryPlan, prior: list[PriorTurn]) -> QueryPlan:
-        """With an LLM, a follow-up is rewritten into a self-contained question used for both retrieval and
-        the answer; without one (or when it fails) the no-LLM plan stands. Turn 1 is kept as asked."""
+        """With an LLM, a follow-up is rewritten into a self-contained question: the one answered, and
+        retrieved with (fused with the no-LLM query by default, ``EVIDENT_FOLLOWUP_RETRIEVAL``); without one
+        (or when it fails) the no-LLM plan stands. Turn 1 is kept as asked."""
         if not prior or self.llm is None:
             return plan
-        messages = self.prompts.render(
-            "rephrase",
-            history=[{"question": p.question, "answer": p.answer} for p in prior],
-            question=plan.question,
-        )
-        try:
-            out = await self.generator.complete(messages, role="completion", max_tokens=120, temperature=0.0)
-        except RemoteError as exc:
-            log.warning("question completion failed, using the no-LLM query builder: %s", exc)
-            return plan
-        completed = (out[0] if out else "").strip().strip('"').strip()
+        completed = await complete_question(self.generator, self.prompts, plan.question, prior)
         return replace(plan, completed=completed, retrieval_query=completed) if completed else plan
 
     # ------------------------------------------------------------------ explain

@@ -26,3 +26,4 @@ class EngineOptions:
     raw_template: str
     confident_k: int  # evidence for the generator when retrieval is sure (0: all); pipeline.answer.confidence
     answer_style: str  # the answer prompt: plain | persona | cot (``pipeline.answer.prompts``)
+    followup_retrieval: str  # with an LLM: fused | completed | builder (``QueryPlan.retrieval_queries``)

@@ -106,18 +106,31 @@ class QueryPlan:
     retrieval_query: str
     followup: bool  # leans on earlier turns
     context_pages: tuple[str, ...] = ()  # pages a follow-up probably continues (boosted in retrieval)
+    builder_query: str = ""  # the no-LLM query (kept when an LLM completes the question)
+
+    def retrieval_queries(self, mode: str) -> tuple[str, ...]:
+        """What the index is asked: the LLM-completed question and the no-LLM query fused (``fused``), the
+        completed question alone (``completed``) or the no-LLM query alone (``builder``)."""
+        builder = self.builder_query or self.retrieval_query
+        if mode == "builder":
+            return (builder,)
+        if mode == "fused" and builder != self.retrieval_query:
+            return (self.retrieval_query, builder)
+        return (self.retrieval_query,)
 
 
 def plan_query(question: str, history: Sequence[PriorTurn], *, strategy: str) -> QueryPlan:
     """The no-LLM plan: the question as asked, a retrieval query carrying the thread's topic when the
     question leans on it, and the previous turn's top page to prefer."""
     followup = is_followup(question, history)
+    query = build_query(question, history, strategy=strategy)
     return QueryPlan(
         question=question,
         completed=question,
-        retrieval_query=build_query(question, history, strategy=strategy),
+        retrieval_query=query,
         followup=followup,
         context_pages=context_pages(question, history),
+        builder_query=query,
     )
 
 

@@ -99,6 +99,52 @@ async def retrieve(
     return result
 
 
+async def retrieve_fused(
+    queries: Sequence[str],
+    *,
+    scope: AccessScope,
+    index: Index,
+    embedder: Embedder,
+    sparse: SparseEncoder,
+    config: RetrievalSettings,
+    reranker: Reranker | None = None,
+    trace: bool = False,
+    context_pages: Sequence[str] = (),
+    expander: KeywordExpander | None = None,
+) -> Retrieval:
+    """Retrieve with each distinct query (concurrently) and fuse the lists by reciprocal rank: evidence at
+    rank r of a list gains 1 / (``rrf_k`` + r). One query is a plain :func:`retrieve`. The fused retrieval
+    keeps the first query's confidence and traced legs (the first is the one the answer is written for)."""
+    distinct = list(dict.fromkeys(q for q in queries if q.strip())) or [""]
+    results = await asyncio.gather(*(
+        retrieve(q, scope=scope, index=index, embedder=embedder, sparse=sparse, config=config,
+                 reranker=reranker, trace=trace, context_pages=context_pages, expander=expander)
+        for q in distinct
+    ))
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    timings: dict[str, float] = {}
+    for r in results:
+        for name, ms in r.timings_ms.items():
+            timings[name] = timings.get(name, 0.0) + ms
+    return replace(first, hits=fuse_ranks([r.hits for r in results], config.rrf_k)[: config.final_k],
+                   timings_ms=timings)
+
+
+def fuse_ranks(lists: Sequence[Sequence[Hit]], rrf_k: int) -> list[Hit]:
+    """Reciprocal-rank fusion by evidence id (ties: the earlier list's order)."""
+    scores: dict[str, float] = {}
+    first_seen: dict[str, Hit] = {}
+    for hits in lists:
+        for rank, hit in enumerate(hits, start=1):
+            eid = hit.evidence.id
+            scores[eid] = scores.get(eid, 0.0) + 1.0 / (rrf_k + rank)
+            first_seen.setdefault(eid, hit)
+    order = sorted(first_seen, key=lambda eid: -scores[eid])  # stable: first-seen order breaks ties
+    return [replace(first_seen[eid], score=scores[eid], rank=i) for i, eid in enumerate(order, start=1)]
+
+
 async def _dense(query: str, embedder: Embedder) -> tuple[float, ...]:
     out = await asyncio.to_thread(embedder.embed_queries, [query])
     return tuple(float(x) for x in out[0])

@@ -1,7 +1,9 @@
 """`evident eval retrieval`: Precision@1, hit@k, MRR over ConfQuestions-shaped conversations.
 
 The conversational query type uses only what a deployed system would have: the current question,
-earlier questions and the system's own earlier retrieval results — never gold answers or URLs.
+earlier questions and the system's own earlier retrieval results — never gold answers or URLs. With an LLM
+configured, ``llm`` retrieves with the LLM-completed question (the rephrase prompt over the earlier questions)
+and ``fused`` with it and the conversational query, fused by rank (``EVIDENT_FOLLOWUP_RETRIEVAL``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.access.scope import EVERYTHING
-from pipeline.answer.query_builder import PriorTurn, build_query, context_pages
-from pipeline.answer.retrieve import Retrieval, retrieve
+from pipeline.answer.completion import complete_question
+from pipeline.answer.prompts import PromptLibrary
+from pipeline.answer.query_builder import PriorTurn, QueryPlan, build_query, context_pages
+from pipeline.answer.retrieve import Retrieval, retrieve_fused
 from pipeline.answer.settings import RetrievalSettings
 from pipeline.evaluation.copies import page_copies, with_copies
 from pipeline.evaluation.data import QATurn
@@ -29,10 +33,12 @@ from pipeline.evaluation.metrics import (
     turn_bucket,
 )
 from pipeline.models.vocabulary import KeywordExpander
-from pipeline.protocols import Embedder, Index, Reranker, SparseEncoder
+from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
 from pipeline.settings import PipelineSettings
 
 QUERY_TYPES = ("completed", "conversational", "raw")
+LLM_QUERY_TYPES = ("llm", "fused")  # need an LLM endpoint
+Complete = Callable[[str, Sequence[PriorTurn]], Awaitable[str | None]]
 
 
 @dataclass
@@ -86,13 +92,15 @@ async def run_retrieval_eval(
     strict_urls: bool = False,
     expander: KeywordExpander | None = None,
     copies: dict[str, frozenset[str]] | None = None,
+    complete: Complete | None = None,
 ) -> list[QuestionResult]:
     """Every question of ``conversations`` in each language and query type. ``copies`` (page URL ->
     near-copies, ``evaluation.copies.page_copies``) adds the copy-aware rank; without it that rank is the
-    page-id rank."""
-    async def search(query: str, pages: Sequence[str]) -> Retrieval:
-        return await retrieve(
-            query,
+    page-id rank. ``complete`` (the LLM's question completion) is needed by the ``llm`` and ``fused`` types;
+    each turn is completed once for both."""
+    async def search(queries: Sequence[str], pages: Sequence[str]) -> Retrieval:
+        return await retrieve_fused(
+            queries,
             scope=EVERYTHING,
             index=index,
             embedder=embedder,
@@ -103,33 +111,57 @@ async def run_retrieval_eval(
             expander=expander,
         )
 
+    if complete is None and any(qt in LLM_QUERY_TYPES for qt in query_types):
+        raise ValueError("the llm and fused query types need an LLM endpoint (EVIDENT_LLM_BASE_URL)")
+    completions: dict[tuple[str, str, int], str | None] = {}
+
+    async def completed(turn: QATurn, lang: str, prior: Sequence[PriorTurn]) -> str | None:
+        key = (lang, turn.conv_id, turn.turn)
+        if key not in completions:
+            assert complete is not None
+            completions[key] = await complete(turn.q[lang], prior) if prior else None
+        return completions[key]
+
     out: list[QuestionResult] = []
     for qt in query_types:
         for lang in langs:
             for conv in conversations:
-                out += await _conversation(conv, qt, lang, search, strategy, strict_urls, copies)
+                out += await _conversation(conv, qt, lang, search, strategy, strict_urls, copies, completed)
     return out
 
 
+async def _queries(turn: QATurn, qt: str, lang: str, prior: Sequence[PriorTurn], strategy: str,
+                   completed: Callable[[QATurn, str, Sequence[PriorTurn]], Awaitable[str | None]],
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(queries, context pages) for one turn and query type."""
+    if qt == "completed":
+        return (turn.completed[lang],), ()
+    if qt == "raw":
+        return (turn.q[lang],), ()
+    builder = build_query(turn.q[lang], prior, strategy=strategy)
+    pages = context_pages(turn.q[lang], prior)
+    if qt == "conversational":
+        return (builder,), pages
+    llm = await completed(turn, lang, prior)
+    plan = QueryPlan(turn.q[lang], llm or turn.q[lang], llm or builder, bool(prior), pages, builder)
+    return plan.retrieval_queries("fused" if qt == "fused" else "completed"), pages
+
+
 async def _conversation(conv: Sequence[QATurn], qt: str, lang: str,
-                        search: Callable[[str, Sequence[str]], Awaitable[Retrieval]], strategy: str,
-                        strict_urls: bool, copies: dict[str, frozenset[str]] | None) -> list[QuestionResult]:
+                        search: Callable[[Sequence[str], Sequence[str]], Awaitable[Retrieval]], strategy: str,
+                        strict_urls: bool, copies: dict[str, frozenset[str]] | None,
+                        completed: Callable[[QATurn, str, Sequence[PriorTurn]], Awaitable[str | None]],
+                        ) -> list[QuestionResult]:
     """One conversation's turns in order, each retrieved with the query of type ``qt``."""
     out: list[QuestionResult] = []
     prior: list[PriorTurn] = []
     for turn in conv:
         if lang not in turn.q:
             continue
-        pages: tuple[str, ...] = ()
-        if qt == "completed":
-            query = turn.completed[lang]
-        elif qt == "raw":
-            query = turn.q[lang]
-        else:
-            query = build_query(turn.q[lang], prior, strategy=strategy)
-            pages = context_pages(turn.q[lang], prior)
+        queries, pages = await _queries(turn, qt, lang, prior, strategy, completed)
+        query = " | ".join(queries)
         t = time.perf_counter()
-        r = await search(query, pages)
+        r = await search(queries, pages)
         latency = (time.perf_counter() - t) * 1000
         urls = [h.evidence.url for h in r.hits]
         rank = first_hit_rank(urls, turn.gold_urls, strict=strict_urls)
@@ -211,6 +243,13 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _completer(llm: LLM, prompts: PromptLibrary) -> Complete:
+    async def complete(question: str, prior: Sequence[PriorTurn]) -> str | None:
+        return await complete_question(llm, prompts, question, prior)
+
+    return complete
+
+
 def config_dict(config: RetrievalSettings, **extra: object) -> dict[str, object]:
     return {**config.model_dump(), **extra}
 
@@ -231,8 +270,9 @@ async def retrieval_report(
 ) -> dict[str, Any]:
     """Build (or reuse) the eval index for ``documents``, run every question, summarize with the config."""
     from pipeline.evaluation.index_cache import eval_expander, open_eval_index
-    from pipeline.factory import make_reranker_from
+    from pipeline.factory import make_llm_from, make_reranker_from
 
+    llm = make_llm_from(settings) if any(qt in LLM_QUERY_TYPES for qt in query_types) else None
     index, embedder, sparse, _ = await open_eval_index(settings, documents_key, pages)
     try:
         cfg = settings.retrieval
@@ -249,6 +289,7 @@ async def retrieval_report(
             strict_urls=strict_urls,
             expander=eval_expander(settings, documents_key, embedder, sparse),
             copies=await page_copies(pages()),
+            complete=_completer(llm, PromptLibrary(settings.answer.resolved_prompts_dir)) if llm else None,
         )
         return summarize(results, by=by, config=config_dict(
             cfg, embedder=embedder.name, sparse=sparse.name, strategy=strategy,
@@ -257,3 +298,5 @@ async def retrieval_report(
             url_match="strict" if strict_urls else "page-id", evidence=await index.count()))
     finally:
         await index.close()
+        if llm is not None:
+            await llm.close()
