@@ -59,17 +59,16 @@ def timings(slack: FakeSlack, sent_at: dict[str, float]) -> dict[str, dict[str, 
     wiki" task card or the placeholder), to the first answer text (streamed, or the answer replacing the
     placeholder) and to the final answer (with linked ``[n]`` markers), one value per thread."""
     thread_of = {ts: m.get("thread_ts") for (_, ts), m in slack.messages.items()}
+    streamed = {m.get("thread_ts") for m in slack.messages.values() if "streaming" in m}
     seen: dict[str, dict[str, float]] = {}
     for c in slack.calls:
         thread = c.args.get("thread_ts") if c.method in ("chat.startStream", "chat.postMessage") else None
         thread = thread or thread_of.get(c.args.get("ts", ""))
         if thread not in sent_at:
             continue
-        marks = seen.setdefault(thread, {"path": 0.0})
+        marks = seen.setdefault(thread, {"path": float(thread in streamed)})
         at = c.at - sent_at[thread]
-        if c.method == "chat.startStream":
-            marks["path"] = 1.0  # streamed
-        if c.method in ("chat.startStream", "chat.postMessage"):
+        if c.method == "chat.postMessage" or (c.method == "chat.startStream" and thread in streamed):
             marks.setdefault("first visible", at)
         text = c.args.get("markdown_text") if "Stream" in c.method else c.args.get("text", "")
         if text and c.method != "chat.postMessage":
