@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--conversations", type=int, default=10)
     ap.add_argument("--attribution", type=int, default=60, help="questions per language (0: skip)")
     ap.add_argument("--lang", choices=["en", "de", "both"], default="both")
-    ap.add_argument("--style", choices=["plain", "persona", "cot"], default="plain")
+    ap.add_argument("--style", choices=["plain", "persona", "cot", "draft"], default="plain")
     ap.add_argument("--ragas", action="store_true")
     ap.add_argument("--out", type=Path, default=REPO / "reports" / "llm")
     a = ap.parse_args()

@@ -3,6 +3,8 @@ against the local stub LLM server."""
 
 from __future__ import annotations
 
+import re
+
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -228,6 +230,24 @@ async def test_answer_styles_pick_their_prompt_and_cot_shows_only_the_answer(mak
         assert "You are Evie" in system and "".join(pieces) == reply.replace("[Source 2]", "[1]")
         assert r.answer.text.startswith("Answer: Alice prepares")  # persona answers are shown as written
     assert r.answer.citations[0].url == RAG_MEETING_URL and explained.error is None
+
+
+async def test_the_draft_style_hands_the_model_the_extractive_quote_to_rewrite(make: Make) -> None:
+    question = "What is Alice's todo from the RAG meeting in October?"
+    async with StubLLMServer(default_reply="Alice prepares the evaluation todo list [Source 1].") as stub:
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5),
+                       options=engine_options_for(answer_style="draft"))
+        r = await p.engine.ask("t:draft", question, scope=EVERYTHING)
+        explained = await p.engine.explain(r.turn_id, scope=EVERYTHING)
+        prompts = [_user(body) for body in _answers(stub)]
+    offline = await make(retrieval=RetrievalSettings(final_k=5))  # the same evidence, no LLM: what it quotes
+    quoted = await offline.engine.ask("t:x", question, scope=EVERYTHING)
+    draft = prompts[0].split("Draft answer (quoted from the sources): ", 1)[1].split("\n", 1)[0]
+    assert "[Source " in draft and "[1]" not in draft  # cited as the model is asked to cite
+    assert re.sub(r" ?\[Source \d+\]", "", draft) == re.sub(r" ?\[\d+\]", "", quoted.answer.text)
+    assert r.answer.text == "Alice prepares the evaluation todo list [1]."  # the model's rewrite is shown
+    assert explained.error is None and len(prompts) > 1  # counterfactuals get a draft of their own subset
+    assert all("Draft answer (quoted from the sources):" in u for u in prompts)
 
 
 async def test_answer_stream_holds_the_reasoning_back_and_streams_the_answer() -> None:

@@ -135,7 +135,8 @@ def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int 
         extractive=True,
         model=MODEL,
         evidence=list(hits),
-        trace=AnswerTrace(question_terms=sorted(q), unit_scores=[round(c.score, 4) for c in chosen]),
+        trace=AnswerTrace(question_terms=sorted(q), unit_scores=[round(c.score, 4) for c in chosen],
+                          raw_answer=raw),  # cited by position in ``hits`` (an LLM's draft, ``draft`` style)
     )
 
 

@@ -6,6 +6,7 @@ Every LLM call is counted in ``Metrics`` (calls by role, failures by kind).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from pipeline.answer.options import EngineOptions
 
 T = TypeVar("T")
+_POSITION_MARK = re.compile(r"\[(\d+)\]")
 TextSink = Callable[[str], Awaitable[None]]
 RetrievedSink = Callable[[Sequence[Hit]], Awaitable[None]]  # the evidence an answer is written from
 
@@ -37,10 +39,20 @@ class Generator:
         self.options = options
         self.metrics = metrics
 
-    def messages(self, question: str, sources: Sequence[str]) -> list[ChatMessage]:
+    def messages(self, question: str, sources: Sequence[str], draft: str = "") -> list[ChatMessage]:
         """Instructions and question first, evidence last, so a server's prefix cache is reused."""
         return self.prompts.render(ANSWER_TEMPLATES[self.options.answer_style], question=question,
-                                   sources=list(sources))
+                                   sources=list(sources), draft=draft)
+
+    async def draft(self, question: str, kept: Sequence[Hit]) -> str:
+        """For the ``draft`` style: the extractive answer over the prompt's sources, cited ``[Source n]`` as
+        the model is asked to cite ("" for the other styles, or when nothing matched)."""
+        if self.options.answer_style != "draft" or not kept:
+            return ""
+        quoted = await extractive_answer_dense(question, kept, self.embedder)
+        if quoted.out_of_scope or not quoted.trace.raw_answer:
+            return ""
+        return _POSITION_MARK.sub(r"[Source \1]", quoted.trace.raw_answer)
 
     def fit(self, question: str, hits: Sequence[Hit]) -> tuple[list[Hit], list[str], list[str]]:
         """Fit ranked evidence into the context window; returns (hits, their prompt texts, dropped ids)."""
@@ -63,7 +75,7 @@ class Generator:
             ans.evidence = list(hits)
             return ans, ""
         kept, texts, dropped = self.fit(question, hits)
-        messages = self.messages(question, texts)
+        messages = self.messages(question, texts, await self.draft(question, kept))
         raw = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
         model = self.llm.model_for("answer")
         if not raw:
@@ -108,8 +120,8 @@ class Generator:
             return [(await extractive_answer_dense(question, hits, self.embedder)).text] * m
         if not hits:
             return [OUT_OF_SCOPE] * m
-        _, texts, _ = self.fit(question, hits)
-        messages = self.messages(question, texts)
+        kept, texts, _ = self.fit(question, hits)
+        messages = self.messages(question, texts, await self.draft(question, kept))
         temperature = 0.0 if m == 1 else 0.7
         if self.options.answer_style == "cot":  # the reasoning comes first: room for it, then the answer
             max_tokens += self.options.answer_max_tokens
@@ -121,8 +133,9 @@ class Generator:
         """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""
         if not self.options.prompt_logprobs or not isinstance(self.llm, PromptScorer):
             raise ConfigError(NEEDS_PROMPT_LOGPROBS)
-        texts = self.fit(question, hits)[1] if hits else []
-        prompt = self.prompts.render_raw(self.options.raw_template, self.messages(question, texts))
+        kept, texts, _ = self.fit(question, hits) if hits else ([], [], [])
+        messages = self.messages(question, texts, await self.draft(question, kept))
+        prompt = self.prompts.render_raw(self.options.raw_template, messages)
         self.metrics.llm_calls.inc(role="score")
         return await self.llm.score_continuation(prompt, answer, role="counterfactual")
 

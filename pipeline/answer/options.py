@@ -25,5 +25,5 @@ class EngineOptions:
     prompt_logprobs: bool
     raw_template: str
     confident_k: int  # evidence for the generator when retrieval is sure (0: all); pipeline.answer.confidence
-    answer_style: str  # the answer prompt: plain | persona | cot (``pipeline.answer.prompts``)
+    answer_style: str  # the answer prompt: plain | persona | cot | draft (``pipeline.answer.prompts``)
     followup_retrieval: str  # with an LLM: fused | completed | builder (``QueryPlan.retrieval_queries``)

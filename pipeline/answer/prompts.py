@@ -23,7 +23,8 @@ from pipeline.types import ChatMessage
 
 OUT_OF_SCOPE = "The desired information cannot be found in the retrieved pool of evidence."
 # EVIDENT_ANSWER_STYLE -> the answer template (``prompts/``): the same rules and inputs, three ways of asking.
-ANSWER_TEMPLATES = {"plain": "answer", "persona": "answer_persona", "cot": "answer_cot"}
+ANSWER_TEMPLATES = {"plain": "answer", "persona": "answer_persona", "cot": "answer_cot",
+                    "draft": "answer_draft"}
 _ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+)?(?:answer|antwort)\s*(?:\*\*)?\s*:\s*(?:\*\*)?\s*",
                           re.IGNORECASE | re.MULTILINE)
 

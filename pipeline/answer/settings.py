@@ -99,11 +99,12 @@ class AnswerSettings(Area):
         ge=0,
     )
     answer_max_tokens: int = setting(200, "EVIDENT_ANSWER_MAX_TOKENS", "Answer length cap.", ge=1)
-    answer_style: Annotated[Literal["plain", "persona", "cot"], Lower] = setting(
+    answer_style: Annotated[Literal["plain", "persona", "cot", "draft"], Lower] = setting(
         "cot",
         "EVIDENT_ANSWER_STYLE",
         "Answer prompt: plain | persona (a named assistant) | cot (reasons first; "
-        "only its answer is shown and streamed; measured best).",
+        "only its answer is shown and streamed; measured best) | draft (the model rewrites the extractive "
+        "answer's quote).",
     )
     prompts_dir: OptionalPath = setting(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
 
