@@ -4,7 +4,6 @@ against the local stub LLM server."""
 from __future__ import annotations
 
 import re
-
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
