@@ -103,11 +103,12 @@ async def test_turn1_is_kept_and_followups_are_rephrased_with_history(make: Make
         assert "Assistant: Farah Haddad [1]." in _user(rephrase[0])
         assert "User's last statement: And weeks 5 to 6?" in _user(rephrase[0])
         assert second.is_followup and second.completed_question == REPHRASED
-        assert second.retrieval is not None and second.retrieval.query == REPHRASED
+        fused = f"And weeks 5 to 6? Who is primary on call in weeks 3 to 4? | {REPHRASED}"
+        assert second.retrieval is not None and second.retrieval.query == fused  # no-LLM query, then LLM's
         assert f"Question: {REPHRASED}" in _user(_answers(stub)[-1])
         turns = await p.store.history("t:1")
         assert [t.completed_question for t in turns] == ["Who is primary on call in weeks 3 to 4?", REPHRASED]
-        assert turns[1].retrieval_query == REPHRASED and turns[1].question == "And weeks 5 to 6?"
+        assert turns[1].retrieval_query == fused and turns[1].question == "And weeks 5 to 6?"
         assert turns[1].citations[0].url == ONCALL_URL
 
 

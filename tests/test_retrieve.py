@@ -201,6 +201,10 @@ def test_rank_fusion_puts_evidence_both_queries_found_first_and_keeps_each_lists
     assert [h.evidence.id for h in fused] == ["b", "a", "x", "c", "y"]  # ties: the first list's order
     assert [h.rank for h in fused] == [1, 2, 3, 4, 5]
     assert fused[0].score == pytest.approx(2 / 62)
+    weighted = fuse_ranks([hits("a", "b", "c"), hits("x", "b", "y")], rrf_k=60, weights=[1.0, 0.25])
+    assert [h.evidence.id for h in weighted] == ["b", "a", "c", "x", "y"]  # the second list counts less
+    silent = fuse_ranks([hits("a", "b"), hits("x", "b")], rrf_k=60, weights=[1.0, 0.0])
+    assert [h.evidence.id for h in silent][:2] == ["a", "b"]  # weight 0: the first list's ranking
 
 
 def test_a_plan_retrieves_with_the_queries_its_mode_names() -> None:
@@ -208,7 +212,7 @@ def test_a_plan_retrieves_with_the_queries_its_mode_names() -> None:
 
     task = "What is Bruno's task?"
     plan = QueryPlan("and Bruno?", task, task, True, (), "and Bruno? Alice")
-    assert plan.retrieval_queries("fused") == ("What is Bruno's task?", "and Bruno? Alice")
+    assert plan.retrieval_queries("fused") == ("and Bruno? Alice", "What is Bruno's task?")
     assert plan.retrieval_queries("completed") == ("What is Bruno's task?",)
     assert plan.retrieval_queries("builder") == ("and Bruno? Alice",)
     unchanged = QueryPlan("Who?", "Who?", "Who?", False, (), "Who?")  # no LLM, or turn 1: one query

@@ -171,8 +171,10 @@ class Engine:
         """Complete the question, retrieve, answer: into ``turn`` (which keeps what was done when one
         fails)."""
         turn.plan = await self._timed(turn.timings, "complete_ms", self._complete(turn.plan, prior))
+        queries = turn.plan.retrieval_queries(self.options.followup_retrieval)
+        turn.plan = replace(turn.plan, retrieval_query=" | ".join(dict.fromkeys(queries)))  # as recorded
         turn.retrieved = await retrieve_fused(
-            turn.plan.retrieval_queries(self.options.followup_retrieval), index=self.index,
+            queries, index=self.index,
             embedder=self.embedder, sparse=self.sparse, config=self.retrieval, reranker=self.reranker,
             scope=scope, trace=trace, context_pages=turn.plan.context_pages, expander=self.expander,
         )

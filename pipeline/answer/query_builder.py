@@ -109,13 +109,14 @@ class QueryPlan:
     builder_query: str = ""  # the no-LLM query (kept when an LLM completes the question)
 
     def retrieval_queries(self, mode: str) -> tuple[str, ...]:
-        """What the index is asked: the LLM-completed question and the no-LLM query fused (``fused``), the
-        completed question alone (``completed``) or the no-LLM query alone (``builder``)."""
+        """What the index is asked: the no-LLM query first and the LLM-completed question second, fused
+        (``fused``: ``pipeline.answer.retrieve.retrieve_fused`` weighs the second), the completed question
+        alone (``completed``) or the no-LLM query alone (``builder``)."""
         builder = self.builder_query or self.retrieval_query
         if mode == "builder":
             return (builder,)
         if mode == "fused" and builder != self.retrieval_query:
-            return (self.retrieval_query, builder)
+            return (builder, self.retrieval_query)
         return (self.retrieval_query,)
 
 

@@ -112,9 +112,10 @@ async def retrieve_fused(
     context_pages: Sequence[str] = (),
     expander: KeywordExpander | None = None,
 ) -> Retrieval:
-    """Retrieve with each distinct query (concurrently) and fuse the lists by reciprocal rank: evidence at
-    rank r of a list gains 1 / (``rrf_k`` + r). One query is a plain :func:`retrieve`. The fused retrieval
-    keeps the first query's confidence and traced legs (the first is the one the answer is written for)."""
+    """Retrieve with each distinct query (concurrently) and fuse the lists by weighted reciprocal rank:
+    evidence at rank r of the first list gains 1 / (``rrf_k`` + r), of a later list
+    ``config.fused_query_weight`` / (``rrf_k`` + r). One query is a plain :func:`retrieve`. The fused
+    retrieval keeps the first query's confidence and traced legs; its ``query`` names all of them."""
     distinct = list(dict.fromkeys(q for q in queries if q.strip())) or [""]
     results = await asyncio.gather(*(
         retrieve(q, scope=scope, index=index, embedder=embedder, sparse=sparse, config=config,
@@ -128,18 +129,21 @@ async def retrieve_fused(
     for r in results:
         for name, ms in r.timings_ms.items():
             timings[name] = timings.get(name, 0.0) + ms
-    return replace(first, hits=fuse_ranks([r.hits for r in results], config.rrf_k)[: config.final_k],
-                   timings_ms=timings)
+    weights = [1.0] + [config.fused_query_weight] * (len(results) - 1)
+    fused = fuse_ranks([r.hits for r in results], config.rrf_k, weights)
+    return replace(first, query=" | ".join(distinct), hits=fused[: config.final_k], timings_ms=timings)
 
 
-def fuse_ranks(lists: Sequence[Sequence[Hit]], rrf_k: int) -> list[Hit]:
-    """Reciprocal-rank fusion by evidence id (ties: the earlier list's order)."""
+def fuse_ranks(lists: Sequence[Sequence[Hit]], rrf_k: int,
+               weights: Sequence[float] | None = None) -> list[Hit]:
+    """Weighted reciprocal-rank fusion by evidence id (ties: the earlier list's order)."""
     scores: dict[str, float] = {}
     first_seen: dict[str, Hit] = {}
-    for hits in lists:
+    for i, hits in enumerate(lists):
+        weight = weights[i] if weights is not None else 1.0
         for rank, hit in enumerate(hits, start=1):
             eid = hit.evidence.id
-            scores[eid] = scores.get(eid, 0.0) + 1.0 / (rrf_k + rank)
+            scores[eid] = scores.get(eid, 0.0) + weight / (rrf_k + rank)
             first_seen.setdefault(eid, hit)
     order = sorted(first_seen, key=lambda eid: -scores[eid])  # stable: first-seen order breaks ties
     return [replace(first_seen[eid], score=scores[eid], rank=i) for i, eid in enumerate(order, start=1)]

@@ -50,6 +50,13 @@ class RetrievalSettings(Area):
         "Fused candidates rescored by continuity and graph reranking before the final cut.",
         ge=1,
     )
+    fused_query_weight: float = setting(
+        1.0,
+        "EVIDENT_FUSED_QUERY_WEIGHT",
+        "Follow-ups with an LLM (EVIDENT_FOLLOWUP_RETRIEVAL=fused): how much the completed question's "
+        "ranking counts against the no-LLM query's (1) when the two are fused (0: the no-LLM query decides).",
+        ge=0,
+    )
     rerank_pool: int = setting(20, "EVIDENT_RERANK_POOL", "Fused candidates handed to the reranker.", ge=1)
     confidence: bool = setting(
         True,
