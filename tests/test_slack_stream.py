@@ -56,6 +56,14 @@ async def test_a_mention_streams_the_work_then_the_answer_into_its_thread(h: Har
     assert turn is not None and turn.message_ref == update["ts"]  # reactions on it explain this turn
 
 
+async def test_someone_from_another_organisation_is_streamed_to_in_their_own_workspace(h: Harness) -> None:
+    ev = h.send.mention("How do I get VPN access?", channel="C7", user="U9")
+    ev["user_team"] = "T9"  # Slack Connect: the asker's workspace is not the one the event came to
+    await h.send.event(ev)
+    (start,) = await h.slack.wait_calls("chat.startStream")
+    assert (start["recipient_team_id"], start["recipient_user_id"]) == ("T9", "U9")
+
+
 async def test_a_failure_before_any_page_is_read_ends_the_search_card_as_failed(
     make_harness: Factory,
 ) -> None:
@@ -132,6 +140,7 @@ def test_refusals_are_remembered_for_a_while_transient_errors_not_at_all(
     refusals = StreamRefusals(ttl_s=60, max_entries=2)
     refusals.refused("C1", "ratelimited")
     refusals.refused("C1", "HTTP 503")
+    refusals.refused("C1", "missing_recipient_user_id")  # one question's fault, not the channel's
     assert refusals.allowed("C1")
     refusals.refused("C1", "channel_type_not_supported")
     assert not refusals.allowed("C1")

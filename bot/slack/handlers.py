@@ -168,9 +168,8 @@ class EvidentBot:
             key, reply_in, late = conversation_key(team, channel, thread), thread, thread
         else:
             key, reply_in, late = conversation_key(team, channel, ts), ts, None
-        surface = self.thread_surface(
-            team, channel, user, question, reply_in, context, backfill_thread=late, before_ts=ts
-        )
+        surface = self.thread_surface(team, channel, user, question, reply_in, context, backfill_thread=late,
+                                      before_ts=ts, recipient_team=str(event.get("user_team") or ""))
         q = Question(user, question, channel, key, join_late=late is not None,
                      shared_in=None if channel.startswith("D") else channel)
         self.spawn(self.core.answer(q, surface), f"answer:{channel}:{ts}", context.get(_EVENT_ID))
@@ -191,8 +190,9 @@ class EvidentBot:
                 return
             question = clean_question(text, bot_user)
             q = Question(user, question, channel, conversation_key(team, channel, thread or DM_MAIN))
+            surface = self.thread_surface(team, channel, user, question, thread, context)
             self.spawn(
-                self.core.answer(q, self.thread_surface(team, channel, user, question, thread, context)),
+                self.core.answer(q, surface),
                 f"answer:{channel}:{ts}",
                 context.get(_EVENT_ID),
             )
@@ -203,7 +203,8 @@ class EvidentBot:
         if not question:
             return  # e.g. an image dropped into the thread: nothing to answer, and no need to nag
         q = Question(user, question, channel, conversation_key(team, channel, thread), shared_in=channel)
-        surface = self.thread_surface(team, channel, user, question, thread, context)
+        surface = self.thread_surface(team, channel, user, question, thread, context,
+                                      recipient_team=str(event.get("user_team") or ""))
         self.spawn(self.core.follow_up(q, surface, lambda: self.dedup.claim_message(channel, ts)),
                    f"followup:{channel}:{ts}", context.get(_EVENT_ID))
 

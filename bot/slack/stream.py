@@ -24,8 +24,12 @@ MAX_TASK_SOURCES = 6
 SEARCH_TASK = "search"
 READ_TASK = "read"
 _RATE_LIMITED = {"ratelimited", "rate_limited"}
-# transient: worth trying again on the next question (everything else is remembered as a refusal)
-_TRANSIENT = _RATE_LIMITED | {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+# Slack's answers meaning "this channel (or workspace) does not stream": remembered; anything else (a rate
+# limit, Slack's 5xx, one bad request) is tried again on the next question
+CANNOT_STREAM = frozenset({
+    "channel_type_not_supported", "method_not_supported_for_channel_type", "not_allowed_token_type",
+    "unknown_method", "missing_scope", "no_permission", "feature_not_enabled", "not_allowed",
+})
 
 
 class SlackStream:
@@ -143,8 +147,8 @@ class SlackStream:
 
 class StreamRefusals:
     """Channels where Slack refused to start a stream (a channel type it does not stream to, a workspace
-    without the feature, a missing scope): they get the placeholder path without asking again, for
-    ``ttl_s``. Transient errors (rate limits, Slack's 5xx) are not remembered. Bounded (oldest first out)."""
+    without the feature, a missing scope: ``CANNOT_STREAM``): they get the placeholder path without asking
+    again, for ``ttl_s``. Other errors (rate limits, Slack's 5xx) are not remembered. Bounded (oldest out)."""
 
     def __init__(self, ttl_s: float = 3600.0, max_entries: int = 10_000) -> None:
         self.ttl_s, self.max_entries = ttl_s, max_entries
@@ -160,7 +164,7 @@ class StreamRefusals:
         return True
 
     def refused(self, channel: str, error: str) -> None:
-        if error in _TRANSIENT or error.startswith("HTTP 5"):
+        if error not in CANNOT_STREAM:
             return
         self._until[channel] = time.monotonic() + self.ttl_s
         self._until.move_to_end(channel)

@@ -49,6 +49,7 @@ class SlackThread:
     assistant: bool = False  # an AI-app assistant thread: a live status instead of a placeholder message
     stream: SlackStream | None = None  # the answer streaming in, once started
     streams: StreamRefusals | None = None  # stream into a (non-assistant) thread unless refused; None: never
+    recipient_team: str = ""  # the asker's own workspace where it is not ``team`` (Slack Connect)
     shown: Rendered | None = None  # the answer as last rendered (suggestions are added to it)
 
     # ------------------------------------------------------------------ Surface
@@ -77,9 +78,12 @@ class SlackThread:
         place of the placeholder; None where this thread cannot stream (the placeholder path follows)."""
         if self.streams is None or self.assistant or self.thread_ts is None or self.ephemeral:
             return None
+        if not self.user and not self.channel.startswith("D"):
+            return None  # a channel streams to one recipient: none to name (a bot's message)
         if not self.streams.allowed(self.channel):
             return None
-        stream = SlackStream(self.client, self.channel, self.thread_ts, self.team, self.user)
+        stream = SlackStream(self.client, self.channel, self.thread_ts, self.recipient_team or self.team,
+                             self.user)
         if not await stream.open():
             self.streams.refused(self.channel, stream.error)
             return None
