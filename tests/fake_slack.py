@@ -56,6 +56,7 @@ class FakeSlack:
         self.replies_page_size = replies_page_size
         self.failures: dict[str, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
         self.hang_from: dict[str, int] = {}  # method -> calls answered before it stops answering
+        self.drops: dict[str, int] = {}  # method -> how many of its next calls lose their connection
         self._closing = asyncio.Event()
         self.auth_error: str | None = None
         # user id -> users.info's user (profile.email, is_restricted…)
@@ -163,6 +164,11 @@ class FakeSlack:
         method = request.match_info["method"]
         args = await self._read_args(request)
         self.calls.append(Call(method, args))
+        if self.drops.get(method):  # the network fails: the connection closes, no response
+            self.drops[method] -= 1
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=500)
         if method in self.hang_from and len(self.of(method)) > self.hang_from[method]:
             await self._closing.wait()  # a Slack that never answers (until the fake stops)
             return web.json_response({"ok": False, "error": "fake_stopped"})
@@ -282,8 +288,10 @@ class FakeSlack:
         assert msg is not None
         if not args.get("markdown_text") and not args.get("chunks"):
             return {"ok": False, "error": "invalid_arguments"}
-        msg["text"] += args.get("markdown_text") or ""
-        msg["streamed"] += args.get("markdown_text") or ""  # kept when chat.update replaces the text
+        added = (args.get("markdown_text") or "") + "".join(
+            c.get("text", "") for c in args.get("chunks") or [] if c.get("type") == "markdown_text")
+        msg["text"] += added
+        msg["streamed"] += added  # kept when chat.update replaces the text
         msg["chunks"] = msg.get("chunks", []) + list(args.get("chunks") or [])
         return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
 
@@ -292,8 +300,10 @@ class FakeSlack:
         if self._ended_by_slack(msg):
             return {"ok": False, "error": "message_not_in_streaming_state"}
         assert msg is not None
-        msg["text"] += args.get("markdown_text") or ""
-        msg["streamed"] += args.get("markdown_text") or ""  # kept when chat.update replaces the text
+        added = (args.get("markdown_text") or "") + "".join(
+            c.get("text", "") for c in args.get("chunks") or [] if c.get("type") == "markdown_text")
+        msg["text"] += added
+        msg["streamed"] += added  # kept when chat.update replaces the text
         msg["chunks"] = msg.get("chunks", []) + list(args.get("chunks") or [])
         msg.update(streaming=False, blocks=args.get("blocks") or [])
         return {"ok": True, "channel": msg["channel"], "ts": msg["ts"]}
@@ -622,6 +632,7 @@ class FakeEngine:
         self.fail_with: BaseException | None = None
         self.error_text: str | None = None
         self.stream_fails_after: int | None = None  # the LLM breaks after this many streamed words
+        self.streams = True  # False: the answer comes whole (as the extractive answerer's)
         self.asks: list[AskCall] = []
         self.explain_computations: list[int] = []
         self.explain_scopes: list[AccessScope] = []
@@ -641,7 +652,7 @@ class FakeEngine:
         self.asks.append(AskCall(conversation_key, question, user_id, scope, history))
         if on_retrieved is not None:  # the engine shows what it read: the answer's cited pages
             await on_retrieved(cited_hits(self.answer_for(question)))
-        if on_text is not None:  # an LLM streaming: the delay is spread over the words
+        if on_text is not None and self.streams:  # an LLM streaming: the delay is spread over the words
             words = re.findall(r"\S+\s*", self.answer_for(question).text)
             for i, word in enumerate(words):
                 if i == self.stream_fails_after:  # as the engine does: a failed turn, its error for the user

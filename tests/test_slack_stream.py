@@ -12,6 +12,7 @@ from test_bot_http import Factory, Harness, h, make_harness  # noqa: F401  (the 
 
 from bot.core.messages import RESTARTING
 from bot.slack.blocks import PLACEHOLDER
+from bot.slack.mrkdwn import escape_markdown
 from bot.slack.stream import StreamRefusals
 from pipeline.errors import TransientError
 from pipeline.types import Answer
@@ -23,7 +24,7 @@ def slack_stream() -> bool:
 
 
 def _streamed_text(question: str) -> str:
-    return default_answer(question).text  # what the fake engine streams, word by word
+    return escape_markdown(default_answer(question).text)  # what the fake engine streams, word by word
 
 
 def _message(h: Harness, ts: str) -> dict:
@@ -73,8 +74,9 @@ async def test_a_failure_before_any_page_is_read_ends_the_search_card_as_failed(
     await h.send.event(h.send.mention("vpn?"))
     (stop,) = await h.slack.wait_calls("chat.stopStream")
     await h.settle()
-    assert stop["markdown_text"].startswith(":warning: ")  # said in the stream, no blank lines before it
-    assert [(c["id"], c["status"]) for c in stop["chunks"]] == [("search", "error")]
+    search, said = stop["chunks"]  # the card failed, then the error said, in that order
+    assert (search["id"], search["status"]) == ("search", "error")
+    assert said["type"] == "markdown_text" and said["text"].startswith(":warning: ")  # no blank lines first
     assert not h.slack.of("chat.postMessage") and not h.slack.of("chat.update")
 
 
@@ -116,6 +118,55 @@ async def test_a_rate_limited_append_holds_the_text_back_and_loses_none(make_har
     assert len(h.slack.of("chat.appendStream")) > 3 and not h.slack.of("chat.postMessage")
 
 
+async def test_network_failures_while_streaming_hold_the_text_back_and_lose_none(
+    make_harness: Factory,
+) -> None:
+    h = await make_harness(FakeEngine(delay_s=0.3))
+    h.slack.drops["chat.appendStream"] = 2  # the connection drops: the cards, then the first text
+    await h.send.event(h.send.mention("How do I get VPN access?"))
+    (stop,) = await h.slack.wait_calls("chat.stopStream")
+    await h.settle()
+    message = _message(h, stop["ts"])
+    assert message["streamed"] == _streamed_text("How do I get VPN access?")
+    cards = [(c["id"], c["status"]) for c in message["chunks"] if c["type"] == "task_update"]
+    assert cards == [("search", "in_progress"), ("search", "complete"), ("read", "complete")]
+    assert not h.slack.of("chat.postMessage")  # one message, no "something went wrong"
+
+
+async def test_a_refused_append_still_ends_the_stream_and_the_answer_replaces_it(
+    make_harness: Factory,
+) -> None:
+    h = await make_harness(FakeEngine(delay_s=0.3))
+    h.slack.fail_next("chat.appendStream", error="invalid_chunks")
+    await h.send.event(h.send.mention("How do I get VPN access?"))
+    (update,) = await h.answered()
+    await h.settle()
+    (stop,) = h.slack.of("chat.stopStream")
+    assert stop["ts"] == update["ts"] and _message(h, update["ts"])["streaming"] is False
+    assert "open the VPN portal" in update["text"] and not h.slack.of("chat.postMessage")
+
+
+async def test_an_answer_that_did_not_stream_stops_the_stream_with_its_text(make_harness: Factory) -> None:
+    engine = FakeEngine()
+    engine.streams = False  # e.g. the extractive answerer: the answer comes whole
+    h = await make_harness(engine)
+    await h.send.event(h.send.mention("How do I get VPN access?"))
+    (stop,) = await h.slack.wait_calls("chat.stopStream")
+    assert stop["markdown_text"] == _streamed_text("How do I get VPN access?")  # not only its sources
+    assert stop["blocks"] and all(b["type"] != "section" for b in stop["blocks"])
+
+
+async def test_streamed_text_cannot_form_a_markdown_link(make_harness: Factory) -> None:
+    engine = FakeEngine(answer_for=lambda q: Answer(text="Reset it [here](https://evil.example) ![x](https://e)"))
+    engine.stream_fails_after = 5  # the failure path keeps the streamed text as it is
+    h = await make_harness(engine)
+    await h.send.event(h.send.mention("vpn?"))
+    (stop,) = await h.slack.wait_calls("chat.stopStream")
+    await h.settle()
+    streamed = _message(h, stop["ts"])["streamed"]
+    assert "[here](" not in streamed and "\\[here\\](https://evil.example)" in streamed
+
+
 async def test_a_question_asked_at_the_top_of_a_channel_with_ask_gets_the_placeholder(h: Harness) -> None:
     await h.send.command("vpn?", channel="C1")
     await h.answered()
@@ -128,8 +179,10 @@ async def test_shutdown_ends_an_open_stream_saying_so(make_harness: Factory) -> 
     await h.slack.wait_calls("chat.startStream")
     assert await h.bot.drain(0.2) == 1
     (stop,) = await h.slack.wait_calls("chat.stopStream")
-    assert RESTARTING.split(".")[0] in stop["markdown_text"]
-    assert [(c["id"], c["status"]) for c in stop.get("chunks") or []] in ([], [("search", "error")])
+    said = stop.get("markdown_text") or "".join(c.get("text", "") for c in stop.get("chunks") or [])
+    assert RESTARTING.split(".")[0] in said
+    cards = [(c.get("id"), c.get("status")) for c in stop.get("chunks") or [] if c["type"] == "task_update"]
+    assert cards in ([], [("search", "error")])
 
 
 def test_refusals_are_remembered_for_a_while_transient_errors_not_at_all(
@@ -141,6 +194,7 @@ def test_refusals_are_remembered_for_a_while_transient_errors_not_at_all(
     refusals.refused("C1", "ratelimited")
     refusals.refused("C1", "HTTP 503")
     refusals.refused("C1", "missing_recipient_user_id")  # one question's fault, not the channel's
+    refusals.refused("C1", "no_permission")  # may be the recipient's (Slack Connect), not the channel's
     assert refusals.allowed("C1")
     refusals.refused("C1", "channel_type_not_supported")
     assert not refusals.allowed("C1")

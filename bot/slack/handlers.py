@@ -298,9 +298,9 @@ class EvidentBot:
         if not (channel and thread and question):
             return
         team = str((body.get("team") or {}).get("id") or context.get("team_id") or "T")
-        surface = self.thread_surface(
-            team, channel, user, question, thread, context, assistant=channel.startswith("D")
-        )
+        surface = self.thread_surface(team, channel, user, question, thread, context,
+                                      assistant=channel.startswith("D"),
+                                      recipient_team=str((body.get("user") or {}).get("team_id") or ""))
         self.spawn(self._suggested(user, question, team, channel, thread, surface),
                    f"suggestion:{channel}:{thread}")
 

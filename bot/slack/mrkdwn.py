@@ -8,6 +8,7 @@ are none left except ours.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 _URL_UNSAFE = {"<": "%3C", ">": "%3E", "|": "%7C", " ": "%20", "\n": "", "\r": ""}
@@ -16,6 +17,16 @@ _URL_UNSAFE = {"<": "%3C", ">": "%3E", "|": "%7C", " ": "%20", "\n": "", "\r": "
 def escape(text: str) -> str:
     """Escape the three characters Slack treats as control characters (``&`` first)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_MARKDOWN_LINK = re.compile(r"([\\\[\]])")
+
+
+def escape_markdown(text: str) -> str:
+    """For Markdown fields (a stream's ``markdown_text``): :func:`escape`, and ``[``, ``]`` and ``\\``
+    backslash-escaped, so text from pages or the model cannot form a ``[label](url)`` link or image. Safe on
+    any piece of a stream (no look-ahead)."""
+    return _MARKDOWN_LINK.sub(r"\\\1", escape(text))
 
 
 def safe_url(url: str) -> str | None:

@@ -5,17 +5,17 @@ not asked again on every question."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.errors import slack_error
-from bot.slack.mrkdwn import escape
+from bot.slack.errors import SLACK_FAILURES, retry_after_s, slack_error, transient
+from bot.slack.mrkdwn import escape, escape_markdown
 from pipeline.types import Hit
 
 log = logging.getLogger("evident.bot")
@@ -23,42 +23,45 @@ log = logging.getLogger("evident.bot")
 MAX_TASK_SOURCES = 6
 SEARCH_TASK = "search"
 READ_TASK = "read"
-_RATE_LIMITED = {"ratelimited", "rate_limited"}
 # Slack's answers meaning "this channel (or workspace) does not stream": remembered; anything else (a rate
 # limit, Slack's 5xx, one bad request) is tried again on the next question
 CANNOT_STREAM = frozenset({
     "channel_type_not_supported", "method_not_supported_for_channel_type", "not_allowed_token_type",
-    "unknown_method", "missing_scope", "no_permission", "feature_not_enabled", "not_allowed",
+    "unknown_method", "missing_scope", "feature_not_enabled",
 })
 
 
 class SlackStream:
-    """One answer streamed into a thread: started on the first task card or text, appended in batches, stopped
-    with the sources and buttons. A refusal (a workspace without streaming, a channel type Slack does not
-    stream to) ends the stream and the answer is posted whole, so nothing is lost; a rate limit only holds the
-    text back until Slack's ``Retry-After`` has passed (it goes out in the next batch)."""
+    """One answer streamed into a thread: started on the first task card or text, appended in batches,
+    stopped with the sources and buttons. A refusal (a workspace without streaming, a channel type Slack does
+    not stream to) ends the stream and the answer is posted whole, so nothing is lost. A rate limit, Slack's
+    5xx or a network failure only holds the text and cards back (until ``Retry-After``): they go out with the
+    next batch or the stop. Stream calls go through a client without the SDK's retry handlers, which would
+    sleep out a ``Retry-After`` inside the model's token stream (and could send an append twice)."""
 
-    FLUSH_CHARS = 60
-    FLUSH_S = 0.25
+    FLUSH_CHARS = 256  # as slack_sdk's own streamer: appendStream is a Tier 4 method, shared by all answers
+    FLUSH_S = 1.0
 
     def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str, team: str, user: str) -> None:
-        self.client, self.channel, self.thread_ts = client, channel, thread_ts
-        self.team, self.user = team, user
+        self.client = _without_retries(client)
+        self.channel, self.thread_ts, self.team, self.user = channel, thread_ts, team, user
         self.ts: str | None = None
-        self.failed = False
+        self.failed = False  # an append was refused: what it carried is missing from the stream
+        self.ended = False  # Slack ended the stream (message_not_in_streaming_state)
         self.error = ""  # Slack's error code when starting failed
         self.done = False  # stopped (or given up on): nothing more goes into it
         self.text_sent = False  # any answer text shown (so far)
         self._open_task: dict[str, Any] | None = None  # "Searching the wiki", until the pages are read
         self._pending = ""
+        self._chunks: list[dict[str, Any]] = []  # task cards not sent yet
         self._flushed_at = 0.0
-        self._hold_until = 0.0  # rate-limited: no append before this (monotonic)
+        self._hold_until = 0.0  # rate-limited or failing: no append before this (monotonic)
 
     async def open(self) -> bool:
         """Start the stream with a "Searching the wiki" task card (in place of a placeholder message)."""
         self._open_task = {"type": "task_update", "id": SEARCH_TASK, "title": "Searching the wiki",
                            "status": "in_progress"}
-        if await self._send(chunks=[self._open_task]):
+        if await self._start(chunks=[self._open_task]):
             return True
         self._open_task = None
         return False
@@ -72,77 +75,100 @@ class SlackStream:
         if self._open_task is not None:
             chunks.insert(0, {**self._open_task, "status": "complete", "details": _spaces(hits)})
             self._open_task = None
-        await self._send(chunks=chunks)
+        if self.ts is None:
+            await self._start(chunks=chunks)
+            return
+        self._chunks += chunks
+        await self._flush(force=True)
 
     async def add(self, text: str) -> None:
         if self.failed or self.done:
             return
-        self._pending += escape(text)
-        now = time.monotonic()
-        if now < self._hold_until:
+        self._pending += escape_markdown(text)
+        if self.ts is None:
+            text, self._pending = self._pending, ""
+            await self._start(text=text)
             return
-        if (
-            self.ts is not None
-            and self.text_sent
-            and len(self._pending) < self.FLUSH_CHARS
-            and now - self._flushed_at < self.FLUSH_S
-        ):
-            return
-        text, self._pending = self._pending, ""
-        if await self._send(text=text):
-            self._flushed_at = now
-            self.text_sent = self.text_sent or bool(text)
+        await self._flush()
 
-    async def _send(self, *, text: str = "", chunks: list[dict[str, Any]] | None = None) -> bool:
+    async def _start(self, *, text: str = "", chunks: list[dict[str, Any]] | None = None) -> bool:
         try:
-            if self.ts is None:
-                resp = await self.client.chat_startStream(channel=self.channel, thread_ts=self.thread_ts,
-                                                          markdown_text=text or None, chunks=chunks,
-                                                          task_display_mode="timeline" if chunks else None,
-                                                          recipient_team_id=self.team,
-                                                          recipient_user_id=self.user or None)
-                self.ts = str(resp["ts"])
-            elif text or chunks:
-                await self.client.chat_appendStream(channel=self.channel, ts=self.ts,
-                                                    markdown_text=text or None, chunks=chunks)
-            return True
-        except SlackClientError as exc:
-            return self._refused(exc, text)
-
-    def _refused(self, exc: SlackClientError, text: str) -> bool:
-        code = slack_error(exc)
-        if self.ts is not None and code in _RATE_LIMITED and isinstance(exc, SlackApiError):
-            self._pending = text + self._pending  # kept for the next batch (or the stop)
-            retry_after = exc.response.headers.get("Retry-After") or exc.response.headers.get("retry-after")
-            self._hold_until = time.monotonic() + _seconds(retry_after)
+            resp = await self.client.chat_startStream(channel=self.channel, thread_ts=self.thread_ts,
+                                                      markdown_text=text or None, chunks=chunks,
+                                                      task_display_mode="timeline" if chunks else None,
+                                                      recipient_team_id=self.team,
+                                                      recipient_user_id=self.user or None)
+        except SLACK_FAILURES as exc:
+            self.failed, self.error = True, slack_error(exc)
+            log.info("answer streaming unavailable in %s (%s): posting it whole", self.channel, self.error)
             return False
-        log.info("answer streaming unavailable in %s (%s): posting it whole", self.channel, code)
-        self.failed, self.error = True, code
-        return False
+        self.ts = str(resp["ts"])
+        self._flushed_at = time.monotonic()
+        self.text_sent = bool(text)
+        return True
 
-    async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "") -> bool:
-        """Flush what is left (plus ``closing``, a failure said in the same message: the search card, if still
-        open, then ends as failed) and stop with ``blocks`` under the text; False when the stream had failed
-        or Slack had ended it (``message_not_in_streaming_state``). Either way it is done."""
-        if self.ts is None or self.failed or self.done:
+    async def _flush(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if now < self._hold_until or not (self._pending or self._chunks):
+            return
+        soon = now - self._flushed_at < self.FLUSH_S
+        if not force and self.text_sent and len(self._pending) < self.FLUSH_CHARS and soon:
+            return
+        text, chunks = self._pending, self._chunks
+        self._pending, self._chunks = "", []
+        try:
+            await self.client.chat_appendStream(channel=self.channel, ts=str(self.ts),
+                                                markdown_text=text or None, chunks=chunks or None)
+        except SLACK_FAILURES as exc:
+            self._append_failed(exc, text, chunks)
+            return
+        self._flushed_at = now
+        self.text_sent = self.text_sent or bool(text)
+
+    def _append_failed(self, exc: BaseException, text: str, chunks: list[dict[str, Any]]) -> None:
+        code = slack_error(exc)
+        if code == "message_not_in_streaming_state":
+            self.failed = self.ended = True
+        elif transient(exc):  # held back: sent with the next batch, or the stop
+            self._pending, self._chunks = text + self._pending, chunks + self._chunks
+            self._hold_until = time.monotonic() + retry_after_s(exc)
+            return
+        else:
+            self.failed = True
+        log.info("appending to the answer stream in %s failed (%s): the answer follows whole", self.channel,
+                 code)
+
+    async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "", silent_text: str = "") -> bool:
+        """Flush what is left (``silent_text`` where no text was streamed, e.g. an extractive answer; then
+        ``closing``, a failure said in the same message, the search card, if still open, then failed) and stop
+        with ``blocks`` under the text. True when the stream now shows everything it was given; False when it
+        had failed or Slack had ended it, or the stop failed. Either way it is done."""
+        if self.ts is None or self.done or self.ended:
             return False
         self.done = True
-        text = self._pending + (closing if self.text_sent or self._pending else closing.lstrip())
-        chunks = None
+        text = self._pending or ("" if self.text_sent else silent_text)
+        text += closing if (self.text_sent or text) else closing.lstrip()
+        chunks = list(self._chunks)
         if self._open_task is not None:
-            chunks = [{**self._open_task, "status": "error" if closing else "complete"}]
+            chunks.append({**self._open_task, "status": "error" if closing else "complete"})
+        if chunks and text:  # the text after the cards, in one ordered list
+            chunks, text = [*chunks, {"type": "markdown_text", "text": text}], ""
         try:
-            await self.client.chat_stopStream(
-                channel=self.channel,
-                ts=self.ts,
-                markdown_text=text or None,
-                chunks=chunks,
-                blocks=blocks or None,
-            )
-            return True
-        except SlackClientError as exc:
+            await self.client.chat_stopStream(channel=self.channel, ts=self.ts, markdown_text=text or None,
+                                              chunks=chunks or None, blocks=blocks or None)
+        except SLACK_FAILURES as exc:
             log.warning("could not finish the answer stream in %s: %s", self.channel, slack_error(exc))
             return False
+        return not self.failed
+
+
+def _without_retries(client: AsyncWebClient) -> AsyncWebClient:
+    """The same client (session, token, base URL) without retry handlers."""
+    if not client.retry_handlers:
+        return client
+    bare = copy.copy(client)
+    bare.retry_handlers = []
+    return bare
 
 
 class StreamRefusals:
@@ -172,16 +198,9 @@ class StreamRefusals:
             self._until.popitem(last=False)
 
 
-def _seconds(value: str | None) -> float:
-    try:
-        return min(max(float(value or 1), 0.0), 30.0)
-    except ValueError:
-        return 1.0
-
-
 def _spaces(hits: Sequence[Hit]) -> str:
     spaces = sorted({h.evidence.space for h in hits if h.evidence.space})
-    return f"in {', '.join(escape(s) for s in spaces[:8])}" if spaces else ""
+    return f"in {', '.join(escape(s[:40]) for s in spaces[:5])}" if spaces else ""  # ≤ 256 characters
 
 
 def read_pages_task(hits: Sequence[Hit]) -> dict[str, Any]:
@@ -192,7 +211,7 @@ def read_pages_task(hits: Sequence[Hit]) -> dict[str, Any]:
         url = h.evidence.url
         if url.startswith(("https://", "http://")) and url not in pages:
             pages[url] = h.evidence.title or url
-    sources = [{"type": "url", "url": url, "text": escape(title)[:150]}
+    sources = [{"type": "url", "url": url, "text": escape(title[:150])}
                for url, title in list(pages.items())[:MAX_TASK_SOURCES]]
     n = len({h.evidence.page_id for h in hits})
     return {"type": "task_update", "id": READ_TASK,

@@ -16,8 +16,8 @@ from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.core.conversations import SurfaceError
 from bot.core.messages import rate_limited_message
 from bot.slack.blocks import PLACEHOLDER, Rendered, render_answer, render_explanation, suggestion_buttons
-from bot.slack.errors import slack_error
-from bot.slack.mrkdwn import escape
+from bot.slack.errors import SLACK_FAILURES, slack_error
+from bot.slack.mrkdwn import escape, escape_markdown
 from bot.slack.stream import SlackStream, StreamRefusals
 from bot.slack.threads import backfill, conversation_key
 from pipeline.types import Hit
@@ -65,7 +65,7 @@ class SlackThread:
             resp = await self.client.chat_postMessage(
                 channel=self.channel, thread_ts=self.thread_ts, text=PLACEHOLDER
             )
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.error("could not post the placeholder in %s: %s", self.channel, slack_error(exc))
             if self.respond is not None:
                 await self._respond("I couldn't post in this channel. Invite me first (`/invite @evident`).")
@@ -98,7 +98,7 @@ class SlackThread:
                 channel_id=self.channel, thread_ts=self.thread_ts, status=status,
                 loading_messages=["Searching the wiki…", "Reading the pages…", "Writing the answer…"])
             return True
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.info("no assistant status in %s (%s): posting a placeholder", self.channel, slack_error(exc))
             return False
 
@@ -106,7 +106,7 @@ class SlackThread:
         try:
             resp = await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts,
                                                       text=rendered.text, blocks=rendered.blocks)
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.error("could not post the answer in %s: %s", self.channel, slack_error(exc))
             return None
         return str(resp["ts"])
@@ -120,7 +120,7 @@ class SlackThread:
         try:
             return await backfill(self.client, self.channel, self.backfill_thread, self.before_ts,
                                   bot_user_id=self.bot_user_id, bot_id=self.bot_id)
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.warning("thread backfill failed in %s: %s", self.channel, slack_error(exc))
             return None
 
@@ -131,7 +131,7 @@ class SlackThread:
         try:
             await self.client.chat_update(channel=self.channel, ts=message_id, text=self.shown.text,
                                           blocks=[*self.shown.blocks, suggestion_buttons(questions)])
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.info("could not add suggestions in %s: %s", self.channel, slack_error(exc))
 
     def text_sink(self) -> Callable[[str], Awaitable[None]] | None:
@@ -173,7 +173,7 @@ class SlackThread:
             await self._respond(rendered.text, rendered)
             return None
         if self.stream is not None and self.stream.ts is not None:
-            return await self._finish_stream(self.stream, rendered)
+            return await self._finish_stream(self.stream, rendered, escape_markdown(result.answer.text))
         if self.placeholder is None:  # assistant thread: the reply also clears the status
             return await self._post(rendered)
         if await self._replace(self.placeholder, rendered):
@@ -181,18 +181,18 @@ class SlackThread:
         await self.say("I found an answer but Slack wouldn't let me show it, sorry.")
         return None
 
-    async def _finish_stream(self, stream: SlackStream, rendered: Rendered) -> str | None:
+    async def _finish_stream(self, stream: SlackStream, rendered: Rendered, text: str) -> str | None:
         """End the stream with the sources and buttons under the text, then show the same rendering as an
         unstreamed answer (linked ``[n]`` markers). Where Slack ended the stream first, or streaming failed
         midway, the partial message is replaced by the whole answer (or removed, and the answer posted)."""
         assert stream.ts is not None
         tail = [b for b in rendered.blocks if b.get("type") != "section"]  # sources, notes, buttons
-        if await stream.stop(tail):
+        if await stream.stop(tail, silent_text=text):  # the text too, where none streamed in
             await self._replace(stream.ts, rendered, quiet=True)
             return stream.ts
         if await self._replace(stream.ts, rendered):
             return stream.ts
-        with contextlib.suppress(SlackClientError):
+        with contextlib.suppress(*SLACK_FAILURES):
             await self.client.chat_delete(channel=self.channel, ts=stream.ts)
         return await self._post(rendered)
 
@@ -201,7 +201,7 @@ class SlackThread:
             await self.client.chat_update(
                 channel=self.channel, ts=ts, text=rendered.text, blocks=rendered.blocks
             )
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.log(logging.INFO if quiet else logging.ERROR, "could not update the answer in %s: %s",
                     self.channel, slack_error(exc))
             return False
@@ -215,7 +215,7 @@ class SlackThread:
         stream = self.stream
         if stream is not None and stream.ts is not None and not stream.done:
             # a failure (LLM, cancellation, shutdown) after text streamed in: said in the same message, ended
-            if await stream.stop([], closing=f"\n\n:warning: {message}"):
+            if await stream.stop([], closing=f"\n\n:warning: {escape_markdown(text)}"):
                 return
             if await self._replace(stream.ts, Rendered(message, [])):
                 return
@@ -228,7 +228,7 @@ class SlackThread:
                 await self.client.chat_postMessage(
                     channel=self.channel, thread_ts=self.thread_ts, text=message
                 )
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.error("could not tell the user in %s: %s", self.channel, slack_error(exc))
 
     async def rate_limited(self, retry_after_s: int) -> None:
@@ -240,7 +240,7 @@ class SlackThread:
             await self.client.chat_postEphemeral(
                 channel=self.channel, user=self.user, thread_ts=self.thread_ts, text=text
             )
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.warning("could not send the rate-limit notice: %s", slack_error(exc))
 
     async def _respond(self, text: str, rendered: Rendered | None = None) -> None:
@@ -273,6 +273,6 @@ class SlackExplanation:
         try:
             await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=text,
                                                unfurl_links=False, unfurl_media=False)
-        except SlackClientError as exc:
+        except SLACK_FAILURES as exc:
             log.error("could not post the explanation in %s: %s", self.channel, slack_error(exc))
             raise SurfaceError(self.channel) from None
