@@ -103,12 +103,12 @@ async def test_turn1_is_kept_and_followups_are_rephrased_with_history(make: Make
         assert "Assistant: Farah Haddad [1]." in _user(rephrase[0])
         assert "User's last statement: And weeks 5 to 6?" in _user(rephrase[0])
         assert second.is_followup and second.completed_question == REPHRASED
-        fused = f"And weeks 5 to 6? Who is primary on call in weeks 3 to 4? | {REPHRASED}"
-        assert second.retrieval is not None and second.retrieval.query == fused  # no-LLM query, then LLM's
+        builder = "And weeks 5 to 6? Who is primary on call in weeks 3 to 4?"
+        assert second.retrieval is not None and second.retrieval.query == builder  # retrieved without the LLM
         assert f"Question: {REPHRASED}" in _user(_answers(stub)[-1])
         turns = await p.store.history("t:1")
         assert [t.completed_question for t in turns] == ["Who is primary on call in weeks 3 to 4?", REPHRASED]
-        assert turns[1].retrieval_query == fused and turns[1].question == "And weeks 5 to 6?"
+        assert turns[1].retrieval_query == builder and turns[1].question == "And weeks 5 to 6?"
         assert turns[1].citations[0].url == ONCALL_URL
 
 
@@ -122,12 +122,12 @@ async def test_failed_completion_falls_back_to_the_query_builder(make: Make) -> 
         assert r.retrieval is not None and "weeks 3 to 4" in r.retrieval.query
 
 
-@pytest.mark.parametrize("mode", ["fused", "completed"])
+@pytest.mark.parametrize("mode", ["builder", "fused", "completed"])
 async def test_a_follow_up_the_llm_completes_badly_is_still_retrieved_with_the_thread_query(
     make: Make, mode: str
 ) -> None:
-    """The LLM's question replaces nothing: fused with the no-LLM thread query (the default), a wrong
-    completion cannot lose the evidence the thread asks for; alone (``completed``) it does. (The previous
+    """A wrong completion cannot lose the evidence the thread asks for where the no-LLM thread query retrieves
+    (``builder``, the default) or is fused with it (``fused``); alone (``completed``) it does. (The previous
     page's continuity boost is off here, so only the queries decide.)"""
     def respond(body: dict[str, Any]) -> str:
         return "What is served in the cafeteria?" if _is_rephrase(body) else "Farah Haddad [Source 1]."
@@ -140,7 +140,7 @@ async def test_a_follow_up_the_llm_completes_badly_is_still_retrieved_with_the_t
         assert r.completed_question == "What is served in the cafeteria?"  # answered as completed
         assert r.retrieval is not None
         found = any("Weeks is 5 to 6" in h.evidence.text for h in r.retrieval.hits)
-        assert found is (mode == "fused"), [h.evidence.text[:50] for h in r.retrieval.hits]
+        assert found is (mode != "completed"), [h.evidence.text[:50] for h in r.retrieval.hits]
 
 
 # ---------------------------------------------------------------- offline (no LLM)
