@@ -163,3 +163,15 @@ def test_memory_guard_trims_only_above_its_ceiling() -> None:
     tight.reset()
     tight.check()
     assert tight.trims == 1
+
+
+def test_torch_int_mm_does_what_the_int8_path_assumes() -> None:
+    """The int8 path leans on torch's private ``_int_mm`` (torch is pinned for it): int8 × int8 → exact int32,
+    for more than 16 rows, on the CPU."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randint(-128, 128, (17, 64), dtype=torch.int8, generator=gen)
+    b = torch.randint(-128, 128, (64, 32), dtype=torch.int8, generator=gen)
+    out = torch._int_mm(a, b)
+    assert out.dtype == torch.int32 and out.shape == (17, 32)
+    assert torch.equal(out, a.to(torch.int32) @ b.to(torch.int32))
