@@ -271,4 +271,4 @@ def test_the_options_tests_build_by_default_are_productions() -> None:
     assert options() == engine_options(production)
     assert RetrievalSettings() == production.retrieval  # the area's defaults are the one declaration
     assert production.retrieval.lexical_k == 30 and production.retrieval.fusion == "dbsf"
-    assert options().query_strategy == "prev_questions" and options().answer_style == "cot"
+    assert options().query_strategy == "prev_questions" and options().answer_style == "draft"
