@@ -5,13 +5,14 @@ BIN := $(VENV)/bin
 
 # torch's CPU build (183 MiB) from PyTorch's CPU index first: from PyPI alone, torch==2.13.0 is the CUDA
 # build and its NVIDIA libraries (`pip install --dry-run --report`: 111 packages, 2,807 MiB, against 92
-# packages, 386 MiB). Where that index is unreachable pip goes on with the configured ones.
+# packages, 386 MiB). Where that index is unreachable pip goes on with the configured ones (no retries:
+# each of torch's dependencies would wait out five).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --extra-index-url $(TORCH_INDEX) 'torch==2.13.0'
+	$(BIN)/pip install -q --retries 0 --timeout 30 --extra-index-url $(TORCH_INDEX) 'torch==2.13.0'
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
