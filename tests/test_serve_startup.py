@@ -163,7 +163,7 @@ async def test_socket_mode_counts_events_and_reconnects_and_drains_by_the_settin
                 "retry_reason": "",
             }
         )
-        await slack.wait_calls("chat.postMessage")  # the placeholder: the 30 s answer is running
+        await slack.wait_calls("chat.startStream")  # the 30 s answer is running, streamed into its thread
         assert metrics.events.value(platform="slack") == 1
         age = metrics.seconds_since_event("slack")
         assert age is not None and age < 5
@@ -172,8 +172,9 @@ async def test_socket_mode_counts_events_and_reconnects_and_drains_by_the_settin
         stop.set()
         await asyncio.wait_for(runner, 10)
         assert asyncio.get_running_loop().time() - t0 < 6  # EVIDENT_SHUTDOWN_TIMEOUT_S=0.3, not 30 s
-        said = [c.get("text", "") for c in slack.of("chat.update") + slack.of("chat.postMessage")]
-        assert any("restarting" in t for t in said), said
+        (stopped,) = slack.of("chat.stopStream")  # said in the stream, which it ends
+        said = stopped.get("markdown_text") or "".join(c.get("text", "") for c in stopped.get("chunks") or [])
+        assert "restarting" in said, stopped
     finally:
         await slack.stop()
 
