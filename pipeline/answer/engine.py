@@ -250,9 +250,9 @@ class Engine:
         return prior[-self.options.history_turns :]
 
     async def _complete(self, plan: QueryPlan, prior: list[PriorTurn]) -> QueryPlan:
-        """With an LLM, a follow-up is rewritten into a self-contained question: the one answered (what it is
-        retrieved with is ``EVIDENT_FOLLOWUP_RETRIEVAL``: by default the no-LLM query); without one (or when it
-        fails) the no-LLM plan stands. Turn 1 is kept as asked."""
+        """With an LLM, a follow-up is rewritten into a self-contained question, the one answered (what it
+        is retrieved with is ``EVIDENT_FOLLOWUP_RETRIEVAL``: by default the no-LLM query); without one (or
+        when it fails) the no-LLM plan stands. Turn 1 is kept as asked."""
         if not prior or self.llm is None:
             return plan
         completed = await complete_question(self.generator, self.prompts, plan.question, prior)
