@@ -3,7 +3,7 @@ read the evidence (the sample index with permissions written onto it, as a permi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from helpers import (  # noqa: F401 - the fixture
 )
 
 from pipeline.access.scope import AccessScope, page_access, user
+from pipeline.types import Hit
 
 RAG_PAGE = "100002"
 QUESTION = "What is Alice's todo from the RAG meeting in October?"
@@ -73,3 +74,20 @@ async def test_serve_tells_the_operator_about_evidence_without_permissions(
     await parts.engine.index.set_access({"100001": None})  # one page's permissions unknown
     missing = await warn_unpermitted(Settings.load(env={}, access="per-user"), parts.engine.index)
     assert missing > 0 and f"{missing} indexed evidence carry no permissions" in caplog.text
+
+
+async def test_the_pages_shown_as_read_are_only_pages_the_reader_may_read(parts: EngineParts) -> None:
+    """What a surface shows while answering (Slack's "Read n pages" card, Teams' informative update) comes
+    from the same scoped retrieval as the answer."""
+    async def pages_shown(who: str, scope: AccessScope) -> list[str]:
+        shown: list[str] = []
+
+        async def sink(hits: Sequence[Hit]) -> None:
+            shown.extend(h.evidence.page_id for h in hits)
+
+        await parts.engine.ask(f"dm:{who}:read", QUESTION, scope=scope, on_retrieved=sink)
+        return shown
+
+    assert RAG_PAGE in await pages_shown("alice", ALICE)
+    bobs = await pages_shown("bob", BOB)
+    assert bobs and RAG_PAGE not in bobs
