@@ -143,7 +143,8 @@ async def _queries(turn: QATurn, qt: str, lang: str, prior: Sequence[PriorTurn],
     if qt == "conversational":
         return (builder,), pages
     llm = await completed(turn, lang, prior)
-    plan = QueryPlan(turn.q[lang], llm or turn.q[lang], llm or builder, bool(prior), pages, builder)
+    plan = QueryPlan(question=turn.q[lang], completed=llm or turn.q[lang], retrieval_query=llm or builder,
+                     followup=bool(prior), context_pages=pages, builder_query=builder)
     return plan.retrieval_queries("fused" if qt == "fused" else "completed"), pages
 
 
