@@ -3,6 +3,7 @@ the bundled sample space with a tiny hand-written ConfQuestions-shaped question 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from helpers import (
     cli_data_fixture,  # noqa: F401
     invoke_cli,
 )
+from stub_llm import StubLLMServer
 
 from connectors.local import sample_space_dir
 from pipeline.evaluation.copies import copy_groups, page_copies, shingles, with_copies
@@ -242,6 +244,28 @@ def test_eval_retrieval_single_language_and_query(cli_data: CliData, tmp_path: P
     assert [(r["query"], r["lang"], r["n"]) for r in report["rows"]] == [("completed", "en", 2)]
     assert report["rows"][0]["p_at_1"] == 1.0
     assert "breakdowns" not in report
+
+
+async def test_eval_retrieval_followup_completes_each_turn_once_and_fuses(cli_data: CliData,
+                                                                          tmp_path: Path) -> None:
+    qa = tmp_path / "qa.json"
+    qa.write_text(json.dumps(QUESTIONS[:1]), encoding="utf-8")
+    out = tmp_path / "r.json"
+    args = ("eval", "retrieval", "--questions", str(qa), "--documents", str(sample_space_dir()), "--lang",
+            "en", "--query", "followup", "--output", str(out))
+    async with StubLLMServer(default_reply="What is served in the cafeteria?") as stub:
+        result = await asyncio.to_thread(invoke_cli, cli_data.path, *args,
+                                         env={"EVIDENT_LLM_BASE_URL": stub.base_url})
+        completions = len(stub.requests)
+    assert result.exit_code == 0, result.output
+    assert completions == 1  # the conversation's one follow-up, completed once for llm and fused
+    rows = {r["query"]: r for r in json.loads(out.read_text(encoding="utf-8"))["rows"]}
+    assert set(rows) == {"conversational", "llm", "fused"} and all(r["n"] == 2 for r in rows.values())
+    # the first turn is never completed: a wrong completion can only cost the follow-up
+    assert rows["llm"]["p_at_1"] <= rows["conversational"]["p_at_1"]
+    without = await asyncio.to_thread(invoke_cli, cli_data.path, *args)
+    assert without.exit_code == 2 and "need an LLM endpoint" in without.stderr, without.output
+    assert "Traceback" not in without.output
 
 
 def test_eval_retrieval_bad_questions_file(cli_data: CliData, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pipeline.answer.prompts import PromptLibrary
 from pipeline.answer.query_builder import PriorTurn, QueryPlan, build_query, context_pages
 from pipeline.answer.retrieve import Retrieval, retrieve_fused
 from pipeline.answer.settings import RetrievalSettings
+from pipeline.errors import ConfigError
 from pipeline.evaluation.copies import page_copies, with_copies
 from pipeline.evaluation.data import QATurn
 from pipeline.evaluation.index_cache import PageSource
@@ -112,7 +113,7 @@ async def run_retrieval_eval(
         )
 
     if complete is None and any(qt in LLM_QUERY_TYPES for qt in query_types):
-        raise ValueError("the llm and fused query types need an LLM endpoint (EVIDENT_LLM_BASE_URL)")
+        raise ConfigError("the llm and fused query types need an LLM endpoint (EVIDENT_LLM_BASE_URL)")
     completions: dict[tuple[str, str, int], str | None] = {}
 
     async def completed(turn: QATurn, lang: str, prior: Sequence[PriorTurn]) -> str | None:
