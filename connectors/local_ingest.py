@@ -17,7 +17,7 @@ from connectors.settings import ConnectorSettings
 from pipeline.errors import InputError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
 from pipeline.ingest.report import IngestReport
-from pipeline.ingest.run import ingest_pages
+from pipeline.ingest.run import VocabularyRun, ingest_pages
 from pipeline.protocols import Index, SourceConnector
 from pipeline.store import Store
 from pipeline.types import Page
@@ -38,9 +38,10 @@ async def ingest_source(
     *,
     progress: bool = False,
     rebuild: bool = False,
-    then: Callable[[Index], Awaitable[None]] | None = None,
+    then: Callable[[Index], Awaitable[Sequence[str]]] | None = None,
 ) -> IngestReport:
-    """Index every page ``source`` yields, then run ``then`` with the still open index. The first page is read
+    """Index every page ``source`` yields, then run ``then`` with the still open index (it returns the pages
+    it deleted). The first page is read
     before the model loads, so bad input fails at once, not after seconds; "no pages found" names the first
     file that failed and why."""
 
@@ -65,11 +66,15 @@ async def ingest_source(
         await drop_index(settings)
     embedder, sparse, index = await open_stack(settings)
     try:
+        words = await VocabularyRun.start(vocabulary_path(settings), sparse, None)
         report = await ingest_pages(all_pages(), index=index, embedder=embedder, sparse=sparse,
-                                    options=ingest_options(settings), progress=progress,
-                                    vocabulary=vocabulary_path(settings))
+                                    options=ingest_options(settings), progress=progress, vocabulary=words)
         if then is not None:
-            await then(index)
+            gone = await then(index)
+            if words is not None:  # their words leave the vocabulary's counts
+                await words.forget(gone)
+        if words is not None:
+            await words.finish(embedder, report.warnings)
         return report
     except InputError as exc:
         raise explained(exc) from exc
@@ -86,8 +91,9 @@ async def ingest_folders(settings: ConnectorSettings, paths: Sequence[Path], *, 
     deleted: list[str] = []
     store = make_store(settings)
 
-    async def forget_gone(index: Index) -> None:
+    async def forget_gone(index: Index) -> list[str]:
         deleted.extend(await _forget_gone(store, source, index))
+        return deleted
 
     try:
         ingest = await ingest_source(settings, source, progress=progress, rebuild=rebuild, then=forget_gone)

@@ -245,3 +245,65 @@ async def test_a_sync_over_several_spaces_loads_and_saves_the_word_counts_once(
     assert report.pages_seen == 10 and report.failed == []
     assert calls == {"load": 1, "save": 1}
     assert {"rollback", "quarantine"} <= set(Vocabulary.load(path).terms)
+
+
+async def test_a_rewritten_page_takes_its_old_words_out_of_the_counts(index: EdgeIndex,
+                                                                     tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)
+    assert TermCounts.load(path).df["rollback"] == 2
+    rewritten = Page(id="1", title="Deployment runbook", url="https://w/1", space="OPS",
+                     body="<h2>Revert</h2><p>Run kestrel revert for a failed canary.</p>"
+                          "<h2>After</h2><p>A revert restores the previous image.</p>")
+    await _ingest(index, [rewritten, *PAGES[1:]], path)
+    counts = TermCounts.load(path)
+    assert "rollback" not in counts.df and counts.df["revert"] == 2  # not 2 + 2 rewrites later
+    assert "rollback" not in Vocabulary.load(path).terms
+    assert not any(s.startswith("rollback") for s in Vocabulary.load(path).stems)  # unknown again
+    assert counts.df["kestrel"] == 2 and counts.df["canary"] == 2  # words kept by the rewrite stay counted
+    await _ingest(index, [PAGES[0], *PAGES[1:]], path)  # and back: the same counts as at first
+    assert TermCounts.load(path).df == (await _fresh_counts(tmp_path, PAGES)).df
+
+
+async def _fresh_counts(tmp_path: Path, pages: Sequence[Page]) -> TermCounts:
+    fresh = EdgeIndex(tmp_path / "fresh-index")
+    await fresh.open(dense_dim=TrigramEmbedder.dim, embedder=TrigramEmbedder.name)
+    try:
+        await _ingest(fresh, pages, tmp_path / "fresh.npz")
+    finally:
+        await fresh.close()
+    return TermCounts.load(tmp_path / "fresh.npz")
+
+
+async def test_a_page_deleted_in_confluence_leaves_the_counts(index: EdgeIndex, tmp_path: Path) -> None:
+    pages = [FakePage(id=p.id, title=p.title, space=p.space, body=p.body, when=BASE_TIME) for p in PAGES]
+    async with FakeConfluence(pages, mode="dc") as fc:
+        store = Store(tmp_path / "evident.db")
+        path = tmp_path / "vocab.npz"
+
+        async def sync() -> None:
+            source = ConfluenceSource(ConfluenceClient(fc.url, token=fc.token), spaces=["OPS"])
+            await sync_confluence(source=source, index=index, embedder=TrigramEmbedder(),
+                                  sparse=Bm25Encoder(), store=store, options=ingest_options(), vocabulary=path)
+            source.close()
+
+        await sync()
+        assert TermCounts.load(path).df["firmware"] == 2
+        fc.delete("2")
+        await sync()
+        counts = TermCounts.load(path)
+        assert "firmware" not in counts.df and "server" not in counts.df
+        assert counts.df == (await _fresh_counts(tmp_path, [PAGES[0], PAGES[2]])).df
+        await store.close()
+
+
+async def test_counts_kept_without_per_page_rows_are_counted_afresh(index: EdgeIndex,
+                                                                   tmp_path: Path) -> None:
+    """Counts of an earlier release cannot take a page's words out: they are rebuilt from the pages once."""
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)
+    TermCounts.pages_for(path).unlink()
+    counts = TermCounts.load(path)
+    assert not counts.df
+    await _ingest(index, PAGES, path)  # every page unchanged: parsed (not embedded) to count its words
+    assert TermCounts.load(path).df["rollback"] == 2

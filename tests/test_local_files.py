@@ -13,8 +13,9 @@ from pdf_maker import minimal_pdf, word_document
 from connectors.local import LocalFolderConnector
 from connectors.local_ingest import ingest_folders
 from evident.settings import Settings
-from pipeline.factory import open_stack
+from pipeline.factory import open_stack, vocabulary_path
 from pipeline.ingest.run import page_to_evidence
+from pipeline.models.term_counts import TermCounts
 
 pytestmark = pytest.mark.slow
 
@@ -145,6 +146,10 @@ async def test_deleted_files_and_pages_leave_the_index_and_failed_files_keep_the
     second = await ingest_folders(settings, [folder])
     assert sorted(second.deleted) == sorted(["2", first_id(first, "a.md")])
     assert [Path(w).name for w, _ in second.failures] == ["d.json"]
+    vocabulary = vocabulary_path(settings)
+    assert vocabulary is not None
+    counts = TermCounts.load(vocabulary)  # the deleted pages' words left the keyword vocabulary's counts
+    assert "alpha" not in counts.df and "deploys" not in counts.df and counts.df["bravo"] >= 1
     _embedder, _sparse, index = await open_stack(settings)
     try:
         assert set(await index.page_hashes()) == {"1", "3", first_id(first, "b.txt")}

@@ -211,6 +211,8 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
     if gone:
         await cycle.index.delete_pages(gone)
         cycle.report.deleted = len(gone)
+        if cycle.words is not None:
+            await cycle.words.forget(gone)
     return gone, moved, {pid for k in incomplete for pid in kept[k] - listings[k]}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
@@ -275,7 +276,11 @@ class VocabularyRun:
     def count_page(self, page: Page, options: IngestOptions) -> None:
         result, _, _ = _split_isolated(page, options)
         if result is not None:
-            self.counts.add((ev.text for ev in result.evidence), self.sparse)
+            self.counts.set_page(page.id, [ev.text for ev in result.evidence], self.sparse)
+
+    async def forget(self, page_ids: Sequence[str]) -> None:
+        """The pages left the index: their words leave the counts."""
+        await asyncio.to_thread(self.counts.forget, page_ids)
 
     async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]]) -> None:
         """Write the vocabulary when words were counted (or there is none yet); a failure is a warning
@@ -284,7 +289,8 @@ class VocabularyRun:
             return
         try:
             await asyncio.to_thread(update_vocabulary, self.path, self.counts, self.sparse, embedder)
-        except (OSError, EvidentError, ValueError, RuntimeError) as exc:
+        except (OSError, EvidentError, ValueError, RuntimeError, sqlite3.Error) as exc:
+            self.counts.close()
             warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
 
 
@@ -310,7 +316,7 @@ async def _embed_and_write(
 ) -> None:
     encoded = await _encode(batch, embedder=embedder, sparse=sparse, options=options)
     if words is not None and encoded is not None and isinstance(sparse, Bm25Encoder):
-        await asyncio.to_thread(words.add, [ev.text for item in batch for ev in item.evidence], sparse)
+        await asyncio.to_thread(_count_batch, words, batch, sparse)
     if encoded is None:  # the batch failed as a whole: find the page(s) at fault one by one
         for item in batch:
             single = await _encode([item], embedder=embedder, sparse=sparse, options=options, report=report)
@@ -324,6 +330,11 @@ async def _embed_and_write(
         await _write(item, texts[start:end], dense[start:end], sparse_vecs[start:end], index=index,
                      report=report, kinds=kinds)
         start = end
+
+
+def _count_batch(words: TermCounts, batch: Sequence[_Pending], sparse: Bm25Encoder) -> None:
+    for item in batch:
+        words.set_page(item.page.id, [ev.text for ev in item.evidence], sparse)
 
 
 async def _encode(

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import zipfile
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,86 +23,13 @@ import numpy as np
 
 from pipeline.models.loading import normalise_rows
 from pipeline.models.sparse import Bm25Encoder, term_id, tokenize
+from pipeline.models.term_counts import UNREADABLE, TermCounts, pack, save_npz, unpack
 from pipeline.protocols import Embedder
 from pipeline.types import SparseVector
 
 log = logging.getLogger(__name__)
 
-# what a damaged file raises
-UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)
-MIN_DOC_FREQ = 2
-MAX_WORD = 40
-MAX_TERMS = 50_000
 BATCH = 256
-
-
-class TermCounts:
-    """How many evidence each corpus word occurs in, and every stem the corpus's evidence carries; counted as
-    ingest writes evidence and kept beside the vocabulary (``<vocabulary>.counts.npz``). Counts only grow: a
-    page deleted or rewritten keeps its old words counted, which only makes a word a candidate a little
-    early."""
-
-    def __init__(self, df: Counter[str] | None = None, stems: set[str] | None = None) -> None:
-        self.df: Counter[str] = df if df is not None else Counter()
-        self.stems: set[str] = stems if stems is not None else set()
-        self.added = 0  # evidence counted since loading
-
-    def add(self, texts: Iterable[str], sparse: Bm25Encoder) -> None:
-        """Count ``texts``' words. Only what expansion can use is kept: alphabetic words of 3 to ``MAX_WORD``
-        letters (query words with digits are never expanded), so ids, numbers and hashes cost no memory."""
-        for text in texts:
-            self.added += 1
-            self.df.update({t for t in tokenize(text) if 3 <= len(t) <= MAX_WORD and t.isalpha()})
-            self.stems.update(s for s in sparse.document_terms(text) if len(s) <= MAX_WORD and s.isalpha())
-
-    def candidates(self, stopwords: frozenset[str]) -> list[str]:
-        """The words a query word may be expanded to, most frequent first."""
-        return [w for w, c in self.df.most_common() if c >= MIN_DOC_FREQ and len(w) >= 3 and w.isalpha()
-                and w not in stopwords][:MAX_TERMS]
-
-    @staticmethod
-    def path_for(vocabulary: Path) -> Path:
-        return vocabulary.with_name(vocabulary.stem + ".counts.npz")
-
-    @classmethod
-    def load(cls, vocabulary: Path) -> TermCounts:
-        """The counts kept beside ``vocabulary`` (empty when there are none or they cannot be read)."""
-        try:
-            with np.load(cls.path_for(vocabulary)) as data:
-                df = Counter(dict(zip(_unpack(data["words"]), (int(c) for c in data["counts"]), strict=True)))
-                return cls(df, set(_unpack(data["stems"])))
-        except UNREADABLE as exc:
-            if not isinstance(exc, FileNotFoundError):
-                log.warning(
-                    "vocabulary counts at %s unreadable (%s): counting afresh", cls.path_for(vocabulary), exc
-                )
-            return cls()
-
-    def save(self, vocabulary: Path) -> None:
-        words = list(self.df)
-        _save_npz(
-            self.path_for(vocabulary),
-            words=_pack(words),
-            counts=np.array([self.df[w] for w in words], dtype=np.int64),
-            stems=_pack(sorted(self.stems)),
-        )
-
-
-def _pack(words: Sequence[str]) -> np.ndarray:
-    """Words as one UTF-8 byte array (newline-separated; tokens never hold a newline): no pickled objects."""
-    return np.frombuffer("\n".join(words).encode("utf-8"), dtype=np.uint8)
-
-
-def _unpack(data: np.ndarray) -> list[str]:
-    text = data.tobytes().decode("utf-8")
-    return text.split("\n") if text else []
-
-
-def _save_npz(path: Path, **arrays: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
-    tmp.replace(path)  # readers see the old file or the new one, never half of one
 
 
 @dataclass(frozen=True)
@@ -116,14 +40,14 @@ class Vocabulary:
     embedder: str
 
     def save(self, path: Path) -> None:
-        _save_npz(path, terms=_pack(self.terms), vectors=self.vectors, stems=_pack(sorted(self.stems)),
-                  embedder=_pack([self.embedder]))
+        save_npz(path, terms=pack(self.terms), vectors=self.vectors, stems=pack(sorted(self.stems)),
+                  embedder=pack([self.embedder]))
 
     @classmethod
     def load(cls, path: Path) -> Vocabulary:
         with np.load(path) as data:  # no pickled objects: a tampered file cannot run code
-            return cls(tuple(_unpack(data["terms"])), np.asarray(data["vectors"], dtype=np.float16),
-                       frozenset(_unpack(data["stems"])), _unpack(data["embedder"])[0])
+            return cls(tuple(unpack(data["terms"])), np.asarray(data["vectors"], dtype=np.float16),
+                       frozenset(unpack(data["stems"])), unpack(data["embedder"])[0])
 
 
 def update_vocabulary(path: Path, counts: TermCounts, sparse: Bm25Encoder, embedder: Embedder) -> Vocabulary:

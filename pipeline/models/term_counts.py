@@ -1,0 +1,191 @@
+"""The corpus's word counts behind the keyword-expansion vocabulary, kept current as pages change.
+
+``TermCounts`` holds how many evidence each corpus word occurs in (``df``) and each stem the evidence
+carries (``stems``, counted the same way), kept beside the vocabulary as ``<vocabulary>.counts.npz``. What
+each page contributed is kept too, in ``<vocabulary>.pages.sqlite`` (one compressed row per page): a page
+rewritten or deleted takes its old words out again, so a word no page uses any more leaves the vocabulary and
+a query word only some deleted page used counts as unknown again. Only the pages that changed are read or
+written per cycle; the counts file is one row per distinct word.
+
+Counts kept by an earlier release (no per-page rows) are counted afresh: the next ingest or sync reads every
+unchanged page once, parsed but not embedded (``pipeline.ingest.run.VocabularyRun``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.models.sparse import Bm25Encoder, tokenize
+
+log = logging.getLogger(__name__)
+
+# what a damaged file raises
+UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile, sqlite3.Error,
+              zlib.error)
+MIN_DOC_FREQ = 2
+MAX_WORD = 40
+MAX_TERMS = 50_000
+Contribution = tuple[Counter[str], Counter[str]]  # one page's (words, stems), each by evidence count
+
+
+class TermCounts:
+    """Word and stem counts of the indexed evidence, and what each page contributed (``set_page``,
+    ``forget``); ``save`` writes both."""
+
+    def __init__(self, df: Counter[str] | None = None, stems: Counter[str] | None = None,
+                 pages: Path | None = None) -> None:
+        self.df: Counter[str] = df if df is not None else Counter()
+        self.stems: Counter[str] = stems if stems is not None else Counter()
+        self.pages_path = pages
+        self.added = 0  # evidence counted since loading
+        self._db: sqlite3.Connection | None = None
+        self._changed: dict[str, Contribution | None] = {}  # page id -> its words now (None: gone)
+
+    @staticmethod
+    def contribution(texts: Iterable[str], sparse: Bm25Encoder) -> Contribution:
+        """The words of ``texts`` expansion can use (alphabetic, 3 to ``MAX_WORD`` letters: ids, numbers and
+        hashes cost no memory) and their stems, each counted once per text."""
+        words: Counter[str] = Counter()
+        stems: Counter[str] = Counter()
+        for text in texts:
+            words.update({t for t in tokenize(text) if 3 <= len(t) <= MAX_WORD and t.isalpha()})
+            stems.update({s for s in sparse.document_terms(text) if len(s) <= MAX_WORD and s.isalpha()})
+        return words, stems
+
+    def set_page(self, page_id: str, texts: Sequence[str], sparse: Bm25Encoder) -> None:
+        """``page_id``'s evidence is now ``texts``: its earlier words out, these in."""
+        self._take_out(page_id)
+        words, stems = self.contribution(texts, sparse)
+        self.df.update(words)
+        self.stems.update(stems)
+        self._changed[page_id] = (words, stems)
+        self.added += len(texts)
+
+    def forget(self, page_ids: Iterable[str]) -> None:
+        """The pages left the index: their words out."""
+        for page_id in page_ids:
+            self._take_out(page_id)
+            self._changed[page_id] = None
+            self.added += 1
+
+    def _take_out(self, page_id: str) -> None:
+        old = self._changed[page_id] if page_id in self._changed else self._stored(page_id)
+        if old is None:
+            return
+        for counts, minus in ((self.df, old[0]), (self.stems, old[1])):
+            counts.subtract(minus)
+            for word in minus:
+                if counts[word] <= 0:
+                    del counts[word]
+
+    def _stored(self, page_id: str) -> Contribution | None:
+        if self.pages_path is None or (self._db is None and not self.pages_path.exists()):
+            return None
+        row = self._rows().execute("SELECT terms FROM pages WHERE id = ?", (page_id,)).fetchone()
+        return None if row is None else _decode(row[0])
+
+    def _rows(self) -> sqlite3.Connection:
+        if self._db is None:
+            assert self.pages_path is not None
+            self.pages_path.parent.mkdir(parents=True, exist_ok=True)
+            # used from one worker thread at a time (the ingest awaits each call)
+            self._db = sqlite3.connect(self.pages_path, timeout=30.0, check_same_thread=False)
+            self._db.execute("CREATE TABLE IF NOT EXISTS pages (id TEXT PRIMARY KEY, terms BLOB NOT NULL)")
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def candidates(self, stopwords: frozenset[str]) -> list[str]:
+        """The words a query word may be expanded to, most frequent first."""
+        return [w for w, c in self.df.most_common() if c >= MIN_DOC_FREQ and len(w) >= 3 and w.isalpha()
+                and w not in stopwords][:MAX_TERMS]
+
+    @staticmethod
+    def path_for(vocabulary: Path) -> Path:
+        return vocabulary.with_name(vocabulary.stem + ".counts.npz")
+
+    @staticmethod
+    def pages_for(vocabulary: Path) -> Path:
+        return vocabulary.with_name(vocabulary.stem + ".pages.sqlite")
+
+    @classmethod
+    def load(cls, vocabulary: Path) -> TermCounts:
+        """The counts kept beside ``vocabulary``; empty (to be counted afresh) when there are none, they are
+        unreadable or they were kept without per-page rows."""
+        pages = cls.pages_for(vocabulary)
+        try:
+            with np.load(cls.path_for(vocabulary)) as data:
+                df = Counter(dict(zip(unpack(data["words"]), (int(c) for c in data["counts"]), strict=True)))
+                stems = Counter(dict(zip(unpack(data["stems"]), (int(c) for c in data["stem_counts"]),
+                                         strict=True)))
+            if not pages.exists():
+                raise KeyError("no per-page rows")
+            return cls(df, stems, pages)
+        except UNREADABLE as exc:
+            if not isinstance(exc, FileNotFoundError):
+                log.warning("vocabulary counts at %s unreadable or of an earlier release (%s): counting "
+                            "afresh", cls.path_for(vocabulary), exc)
+            pages.unlink(missing_ok=True)
+            return cls(pages=pages)
+
+    def save(self, vocabulary: Path) -> None:
+        """The changed pages' rows, then the counts (each written whole or not at all)."""
+        self.pages_path = self.pages_path or self.pages_for(vocabulary)
+        db = self._rows()
+        try:
+            with db:
+                db.executemany("DELETE FROM pages WHERE id = ?",
+                               [(k,) for k, v in self._changed.items() if v is None])
+                db.executemany("INSERT OR REPLACE INTO pages VALUES (?, ?)",
+                               [(k, _encode(v)) for k, v in self._changed.items() if v is not None])
+        finally:
+            self.close()
+        self._changed.clear()
+        words, stems = list(self.df), list(self.stems)
+        save_npz(self.path_for(vocabulary), words=pack(words),
+                 counts=np.array([self.df[w] for w in words], dtype=np.int64),
+                 stems=pack(stems), stem_counts=np.array([self.stems[s] for s in stems], dtype=np.int64))
+
+
+def _encode(contribution: Contribution) -> bytes:
+    words, stems = contribution
+    text = "\n".join(f"{w}\t{c}" for w, c in words.items()) + "\0" + "\n".join(
+        f"{s}\t{c}" for s, c in stems.items())
+    return zlib.compress(text.encode("utf-8"))
+
+
+def _decode(blob: bytes) -> Contribution:
+    words, stems = zlib.decompress(blob).decode("utf-8").split("\0")
+    return _counter(words), _counter(stems)
+
+
+def _counter(text: str) -> Counter[str]:
+    return Counter({w: int(c) for w, c in (line.split("\t") for line in text.split("\n") if line)})
+
+
+def pack(words: Sequence[str]) -> np.ndarray:
+    """Words as one UTF-8 byte array (newline-separated; tokens never hold a newline): no pickled objects."""
+    return np.frombuffer("\n".join(words).encode("utf-8"), dtype=np.uint8)
+
+
+def unpack(data: np.ndarray) -> list[str]:
+    text = data.tobytes().decode("utf-8")
+    return text.split("\n") if text else []
+
+
+def save_npz(path: Path, **arrays: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
+    tmp.replace(path)  # readers see the old file or the new one, never half of one
