@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: install demo test test-fast lint
+.PHONY: install demo test test-fast lint image image-smoke
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
@@ -35,3 +35,11 @@ test: lint
 test-fast: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/pytest -m "not slow" -x
+
+# The container (deploy/Dockerfile) built and smoke-tested with buildah: needs root and a few minutes, so not
+# part of `make test`. See deploy/image.sh for the base image and where torch's CPU wheel comes from.
+image:
+	bash deploy/image.sh
+
+image-smoke:
+	bash deploy/smoke.sh
