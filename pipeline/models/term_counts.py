@@ -33,6 +33,7 @@ UNREADABLE = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZi
 MIN_DOC_FREQ = 2
 MAX_WORD = 40
 MAX_TERMS = 50_000
+SPILL_PAGES = 256  # changed pages held as counters before their rows go to the database
 Contribution = tuple[Counter[str], Counter[str]]  # one page's (words, stems), each by evidence count
 
 
@@ -68,6 +69,7 @@ class TermCounts:
         self.stems.update(stems)
         self._changed[page_id] = (words, stems)
         self.added += len(texts)
+        self._spill()
 
     def forget(self, page_ids: Iterable[str]) -> None:
         """The pages left the index: their words out."""
@@ -75,6 +77,7 @@ class TermCounts:
             self._take_out(page_id)
             self._changed[page_id] = None
             self.added += 1
+        self._spill()
 
     def _take_out(self, page_id: str) -> None:
         old = self._changed[page_id] if page_id in self._changed else self._stored(page_id)
@@ -85,6 +88,19 @@ class TermCounts:
             for word in minus:
                 if counts[word] <= 0:
                     del counts[word]
+
+    def _spill(self, at: int = SPILL_PAGES) -> None:
+        """Move the changed pages' rows into the database's open transaction once ``at`` are pending: memory
+        stays bounded (44 KB a page held as counters: 2.2 GB for a cold sync of 50,000 pages), and nothing is
+        committed before ``save`` writes the counts they belong to."""
+        if len(self._changed) < at or self.pages_path is None:
+            return
+        db = self._rows()
+        db.executemany("DELETE FROM pages WHERE id = ?",
+                       [(k,) for k, v in self._changed.items() if v is None])
+        db.executemany("INSERT OR REPLACE INTO pages VALUES (?, ?)",
+                       [(k, _encode(v)) for k, v in self._changed.items() if v is not None])
+        self._changed.clear()
 
     def _stored(self, page_id: str) -> Contribution | None:
         if self.pages_path is None or (self._db is None and not self.pages_path.exists()):
@@ -102,6 +118,7 @@ class TermCounts:
         return self._db
 
     def close(self) -> None:
+        """Close the per-page rows' database; what was not saved is rolled back."""
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -142,16 +159,11 @@ class TermCounts:
     def save(self, vocabulary: Path) -> None:
         """The changed pages' rows, then the counts (each written whole or not at all)."""
         self.pages_path = self.pages_path or self.pages_for(vocabulary)
-        db = self._rows()
         try:
-            with db:
-                db.executemany("DELETE FROM pages WHERE id = ?",
-                               [(k,) for k, v in self._changed.items() if v is None])
-                db.executemany("INSERT OR REPLACE INTO pages VALUES (?, ?)",
-                               [(k, _encode(v)) for k, v in self._changed.items() if v is not None])
+            self._spill(at=0)
+            self._rows().commit()
         finally:
             self.close()
-        self._changed.clear()
         words, stems = list(self.df), list(self.stems)
         save_npz(self.path_for(vocabulary), words=pack(words),
                  counts=np.array([self.df[w] for w in words], dtype=np.int64),
