@@ -369,3 +369,30 @@ def test_unreadable_earlier_cache_is_dropped_not_fatal(tmp_path: Path) -> None:
     with CachedEmbedder(SeededEmbedder(), tmp_path) as cached:
         assert cached.embed_documents(["fresh"]).shape == (1, 384)
     assert not (tmp_path / "embeddings.sqlite").exists()
+
+
+def test_earlier_cache_that_cannot_be_read_now_is_kept_for_later(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a damaged file is deleted: a busy (or full) one is carried over at a later open."""
+    old_path = tmp_path / "embeddings.sqlite"
+    old = sqlite3.connect(old_path)
+    old.execute("CREATE TABLE vectors (model TEXT NOT NULL, max_tokens INTEGER NOT NULL, side TEXT NOT NULL, "
+                "sha1 BLOB NOT NULL, vec BLOB NOT NULL)")
+    old.commit()
+    old.execute("PRAGMA locking_mode=EXCLUSIVE")
+    old.execute("BEGIN EXCLUSIVE")
+    old.execute("INSERT INTO vectors VALUES ('seeded-384', 0, 'doc', x'00', x'00')")
+    real_connect = sqlite3.connect
+
+    def quick(*args: object, **kwargs: object) -> sqlite3.Connection:
+        kwargs["timeout"] = 0.2  # the lock is not given up: no need to wait 30 s for it
+        return real_connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite3, "connect", quick)
+    try:
+        with CachedEmbedder(SeededEmbedder(), tmp_path) as cached:
+            assert cached.embed_documents(["x"]).shape == (1, 384)
+    finally:
+        old.rollback()
+        old.close()
+    assert old_path.exists()

@@ -3,6 +3,7 @@ it."""
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from pipeline.answer.settings import RetrievalSettings
 from pipeline.factory import drop_index, make_expander_from, vocabulary_path
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest.run import ingest_pages
+from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.models.vocabulary import KeywordExpander, TermCounts, Vocabulary
 from pipeline.store import Store
@@ -315,17 +317,71 @@ def test_changed_pages_spill_to_disk_and_commit_only_with_the_counts(tmp_path: P
     open transaction, and only ``save`` commits them, with the counts they belong to."""
     path, sparse = tmp_path / "vocab.npz", Bm25Encoder()
     counts = TermCounts.load(path)
-    for i in range(600):
-        counts.set_page(f"p{i}", [f"alpha beta word{chr(97 + i % 26)}"], sparse)
-    assert len(counts._changed) < 256  # spilled
-    counts.set_page("p1", ["gamma"], sparse)  # a spilled page rewritten: its old words come out
-    assert counts.df["alpha"] == 599 and counts.df["gamma"] == 1
-    counts.close()  # not saved: nothing of it is kept
-    assert not TermCounts.load(path).df
-    counts = TermCounts.load(path)
-    for i in range(600):
+    for i in range(300):
         counts.set_page(f"p{i}", ["alpha"], sparse)
     counts.save(path)
-    again = TermCounts.load(path)
-    again.forget([f"p{i}" for i in range(300)])
-    assert again.df["alpha"] == 300
+    counts = TermCounts.load(path)
+    for i in range(600):
+        counts.set_page(f"p{i}", [f"beta word{chr(97 + i % 26)}"], sparse)
+    assert len(counts._changed) < 256  # spilled
+    counts.set_page("p1", ["gamma"], sparse)  # a spilled page rewritten: its old words come out
+    assert counts.df["beta"] == 599 and counts.df["gamma"] == 1 and "alpha" not in counts.df
+    counts.close()  # not saved: the spilled rows are rolled back with the rest
+    kept = TermCounts.load(path)
+    assert kept.df["alpha"] == 300 and "beta" not in kept.df
+    kept.forget([f"p{i}" for i in range(100)])  # the rows kept are the saved ones: alpha comes out
+    assert kept.df["alpha"] == 200
+
+
+def test_counts_and_rows_of_different_saves_are_counted_afresh(tmp_path: Path) -> None:
+    """A crash between committing the rows and moving the counts file into place leaves them apart."""
+    path, sparse = tmp_path / "vocab.npz", Bm25Encoder()
+    counts = TermCounts.load(path)
+    counts.set_page("a", ["alpha beta"], sparse)
+    counts.save(path)
+    older = TermCounts.path_for(path).read_bytes()
+    counts = TermCounts.load(path)
+    counts.set_page("a", ["gamma"], sparse)
+    counts.save(path)
+    TermCounts.path_for(path).write_bytes(older)  # the rows are of the second save, the counts of the first
+    assert not TermCounts.load(path).df
+
+
+async def test_damaged_per_page_rows_never_fail_the_ingest(index: EdgeIndex, tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)
+    TermCounts.pages_for(path).write_bytes(b"not a database" * 200)
+    await _ingest(index, PAGES, path)  # counted afresh from the unchanged pages
+    assert TermCounts.load(path).df["rollback"] == 2
+
+
+async def test_counting_that_fails_mid_run_is_dropped_not_fatal(index: EdgeIndex, tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    await _ingest(index, PAGES, path)
+    pages = TermCounts.pages_for(path)
+    pages.unlink()
+    pages.mkdir()  # cannot be opened as a database, nor deleted as a file
+    report = await ingest_pages([*PAGES[:2], Page(id="9", title="New", url="https://w/9", space="OPS",
+                                                  body="<p>Fresh words here.</p>")],
+                                index=index, embedder=TrigramEmbedder(), sparse=Bm25Encoder(),
+                                options=ingest_options(), vocabulary=path)
+    assert report.added == 1
+    assert any(where == "vocabulary" for where, _ in report.warnings)
+    assert not TermCounts.path_for(path).exists()  # the next run counts afresh
+    pages.rmdir()
+    await _ingest(index, PAGES[:2], path)
+    assert TermCounts.load(path).df["rollback"] == 2
+
+
+async def test_two_runs_on_one_vocabulary_take_turns(tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    first = await VocabularyRun.start(path, Bm25Encoder(), None)
+    assert first is not None
+    second = asyncio.create_task(VocabularyRun.start(path, Bm25Encoder(), None))
+    await asyncio.sleep(0.3)
+    assert not second.done()  # waits while the first holds the counts
+    await first.count([("a", ["alpha"])])
+    await first.finish(TrigramEmbedder(), [])
+    run = await asyncio.wait_for(second, 5)
+    assert run is not None and run.counts.df["alpha"] == 1  # sees what the first saved
+    run.release()

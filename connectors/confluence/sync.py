@@ -36,7 +36,8 @@ from connectors.confluence.state import load_known, save_known
 from connectors.confluence.sync_extras import extra_items, list_extras
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
-from pipeline.ingest.run import VocabularyRun, ingest_pages
+from pipeline.ingest.run import ingest_pages
+from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder, SyncStore
 from pipeline.types import Page
 

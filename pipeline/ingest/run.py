@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
@@ -32,8 +31,7 @@ from pipeline.ingest.evidence import build_evidence
 from pipeline.ingest.options import IngestOptions
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.storage import parse_page
-from pipeline.models.sparse import Bm25Encoder
-from pipeline.models.vocabulary import TermCounts, update_vocabulary
+from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.types import Evidence, IndexPoint, Page, SparseVector
 
@@ -161,9 +159,15 @@ async def ingest_pages(
         return await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress, words=vocabulary)
     words = await VocabularyRun.start(vocabulary, sparse, count_unchanged)
-    report = await _ingest(
-        pages, index=index, embedder=embedder, sparse=sparse, options=options, progress=progress, words=words
-    )
+    try:
+        report = await _ingest(
+            pages, index=index, embedder=embedder, sparse=sparse, options=options, progress=progress,
+            words=words,
+        )
+    except BaseException:
+        if words is not None:
+            words.release()  # nothing saved: the counts stay as they were
+        raise
     if words is not None:
         await words.finish(embedder, report.warnings)
     report.seconds = time.perf_counter() - t0
@@ -189,7 +193,7 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
             return
         batch, pending, pending_n = pending, [], 0
         await _embed_and_write(batch, index=index, embedder=embedder, sparse=sparse, options=options,
-                               report=report, kinds=kinds, words=words.counts if words else None)
+                               report=report, kinds=kinds, words=words)
         if bar is not None:
             bar.update(sum(len(p.evidence) for p in batch))
     async for page in _aiter(pages):
@@ -230,7 +234,9 @@ async def _unchanged(page: Page, report: IngestReport, access: dict[str, PageAcc
     if page.access is not None:
         access[page.id] = page.access
     if words is not None and words.bootstrap:
-        await asyncio.to_thread(words.count_page, page, options)
+        result, _, _ = await asyncio.to_thread(_split_isolated, page, options)
+        if result is not None:
+            await words.count([(page.id, [ev.text for ev in result.evidence])])
 
 
 async def _split_reported(page: Page, options: IngestOptions, report: IngestReport) -> PageEvidence | None:
@@ -244,54 +250,6 @@ async def _split_reported(page: Page, options: IngestOptions, report: IngestRepo
     report.partial.extend((page.id, why) for why in result.lost)
     report.warnings.extend((page.id, why) for why in result.recovered)
     return result
-
-
-@dataclass
-class VocabularyRun:
-    """The keyword-expansion vocabulary kept up to date by one ingest run or one whole sync (its word counts
-    loaded once at ``start``, written once at ``finish``): the words of the evidence written are counted (BM25
-    only); while no counts exist yet, unchanged pages are parsed, not embedded, to count theirs
-    (``count_unchanged``; by default while no readable counts exist)."""
-
-    path: Path
-    counts: TermCounts
-    sparse: Bm25Encoder
-    bootstrap: bool  # no counts were kept yet: unchanged pages are parsed (not embedded) to count their words
-    existed: bool
-
-    @classmethod
-    async def start(
-        cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None
-    ) -> VocabularyRun | None:
-        if path is None or not isinstance(sparse, Bm25Encoder):
-            return None
-
-        def load() -> VocabularyRun:
-            # empty when there are none yet, or they are unreadable: count afresh
-            counts = TermCounts.load(path)
-            return cls(path, counts, sparse, not counts.df if bootstrap is None else bootstrap, path.exists())
-
-        return await asyncio.to_thread(load)
-
-    def count_page(self, page: Page, options: IngestOptions) -> None:
-        result, _, _ = _split_isolated(page, options)
-        if result is not None:
-            self.counts.set_page(page.id, [ev.text for ev in result.evidence], self.sparse)
-
-    async def forget(self, page_ids: Sequence[str]) -> None:
-        """The pages left the index: their words leave the counts."""
-        await asyncio.to_thread(self.counts.forget, page_ids)
-
-    async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]]) -> None:
-        """Write the vocabulary when words were counted (or there is none yet); a failure is a warning
-        (appended to ``warnings``): search works without expansion."""
-        if not (self.counts.added or not self.existed):
-            return
-        try:
-            await asyncio.to_thread(update_vocabulary, self.path, self.counts, self.sparse, embedder)
-        except (OSError, EvidentError, ValueError, RuntimeError, sqlite3.Error) as exc:
-            self.counts.close()
-            warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
 
 
 def _progress_bar(enabled: bool) -> Any:
@@ -312,11 +270,11 @@ async def _embed_and_write(
     options: IngestOptions,
     report: IngestReport,
     kinds: Counter[str],
-    words: TermCounts | None = None,
+    words: VocabularyRun | None = None,
 ) -> None:
     encoded = await _encode(batch, embedder=embedder, sparse=sparse, options=options)
-    if words is not None and encoded is not None and isinstance(sparse, Bm25Encoder):
-        await asyncio.to_thread(_count_batch, words, batch, sparse)
+    if words is not None and encoded is not None:
+        await words.count([(item.page.id, [ev.text for ev in item.evidence]) for item in batch])
     if encoded is None:  # the batch failed as a whole: find the page(s) at fault one by one
         for item in batch:
             single = await _encode([item], embedder=embedder, sparse=sparse, options=options, report=report)
@@ -330,11 +288,6 @@ async def _embed_and_write(
         await _write(item, texts[start:end], dense[start:end], sparse_vecs[start:end], index=index,
                      report=report, kinds=kinds)
         start = end
-
-
-def _count_batch(words: TermCounts, batch: Sequence[_Pending], sparse: Bm25Encoder) -> None:
-    for item in batch:
-        words.set_page(item.page.id, [ev.text for ev in item.evidence], sparse)
 
 
 async def _encode(

@@ -83,8 +83,12 @@ class CachedEmbedder:
                                      "SELECT model, max_tokens, side, sha1, vec FROM old.vectors")
             finally:
                 self._db.execute("DETACH DATABASE old")
-        except sqlite3.Error as exc:  # a cache: what cannot be read is embedded again
-            log.warning("embedding cache %s not carried over (%s): deleted", old, exc)
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+                # busy, full, unreadable now: kept, and carried over at a later open
+                log.warning("embedding cache %s not carried over yet (%s)", old, exc)
+                return
+            log.warning("embedding cache %s is damaged (%s): deleted", old, exc)  # embedded again as needed
         for leftover in (old, old.with_name(old.name + "-wal"), old.with_name(old.name + "-shm")):
             leftover.unlink(missing_ok=True)
 

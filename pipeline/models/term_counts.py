@@ -13,8 +13,11 @@ unchanged page once, parsed but not embedded (``pipeline.ingest.run.VocabularyRu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
+import threading
+import uuid
 import zipfile
 import zlib
 from collections import Counter
@@ -41,13 +44,15 @@ class TermCounts:
     """Word and stem counts of the indexed evidence, and what each page contributed (``set_page``,
     ``forget``); ``save`` writes both."""
 
-    def __init__(self, df: Counter[str] | None = None, stems: Counter[str] | None = None,
-                 pages: Path | None = None) -> None:
+    def __init__(self, pages: Path, df: Counter[str] | None = None,
+                 stems: Counter[str] | None = None) -> None:
         self.df: Counter[str] = df if df is not None else Counter()
         self.stems: Counter[str] = stems if stems is not None else Counter()
         self.pages_path = pages
         self.added = 0  # evidence counted since loading
         self._db: sqlite3.Connection | None = None
+        # a cancelled run's counting thread may still run while the run closes or saves
+        self._lock = threading.RLock()
         self._changed: dict[str, Contribution | None] = {}  # page id -> its words now (None: gone)
 
     @staticmethod
@@ -63,21 +68,23 @@ class TermCounts:
 
     def set_page(self, page_id: str, texts: Sequence[str], sparse: Bm25Encoder) -> None:
         """``page_id``'s evidence is now ``texts``: its earlier words out, these in."""
-        self._take_out(page_id)
         words, stems = self.contribution(texts, sparse)
-        self.df.update(words)
-        self.stems.update(stems)
-        self._changed[page_id] = (words, stems)
-        self.added += len(texts)
-        self._spill()
+        with self._lock:
+            self._take_out(page_id)
+            self.df.update(words)
+            self.stems.update(stems)
+            self._changed[page_id] = (words, stems)
+            self.added += len(texts)
+            self._spill()
 
     def forget(self, page_ids: Iterable[str]) -> None:
         """The pages left the index: their words out."""
-        for page_id in page_ids:
-            self._take_out(page_id)
-            self._changed[page_id] = None
-            self.added += 1
-        self._spill()
+        with self._lock:
+            for page_id in page_ids:
+                self._take_out(page_id)
+                self._changed[page_id] = None
+                self.added += 1
+            self._spill()
 
     def _take_out(self, page_id: str) -> None:
         old = self._changed[page_id] if page_id in self._changed else self._stored(page_id)
@@ -93,7 +100,7 @@ class TermCounts:
         """Move the changed pages' rows into the database's open transaction once ``at`` are pending: memory
         stays bounded (44 KB a page held as counters: 2.2 GB for a cold sync of 50,000 pages), and nothing is
         committed before ``save`` writes the counts they belong to."""
-        if len(self._changed) < at or self.pages_path is None:
+        if len(self._changed) < at:
             return
         db = self._rows()
         db.executemany("DELETE FROM pages WHERE id = ?",
@@ -103,25 +110,25 @@ class TermCounts:
         self._changed.clear()
 
     def _stored(self, page_id: str) -> Contribution | None:
-        if self.pages_path is None or (self._db is None and not self.pages_path.exists()):
+        if self._db is None and not self.pages_path.exists():
             return None
         row = self._rows().execute("SELECT terms FROM pages WHERE id = ?", (page_id,)).fetchone()
         return None if row is None else _decode(row[0])
 
     def _rows(self) -> sqlite3.Connection:
         if self._db is None:
-            assert self.pages_path is not None
             self.pages_path.parent.mkdir(parents=True, exist_ok=True)
             # used from one worker thread at a time (the ingest awaits each call)
             self._db = sqlite3.connect(self.pages_path, timeout=30.0, check_same_thread=False)
-            self._db.execute("CREATE TABLE IF NOT EXISTS pages (id TEXT PRIMARY KEY, terms BLOB NOT NULL)")
+            self._db.executescript(_SCHEMA)
         return self._db
 
     def close(self) -> None:
         """Close the per-page rows' database; what was not saved is rolled back."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def candidates(self, stopwords: frozenset[str]) -> list[str]:
         """The words a query word may be expanded to, most frequent first."""
@@ -139,35 +146,68 @@ class TermCounts:
     @classmethod
     def load(cls, vocabulary: Path) -> TermCounts:
         """The counts kept beside ``vocabulary``; empty (to be counted afresh) when there are none, they are
-        unreadable or they were kept without per-page rows."""
+        unreadable, of an earlier release (no per-page rows) or of another save than the rows are."""
         pages = cls.pages_for(vocabulary)
         try:
             with np.load(cls.path_for(vocabulary)) as data:
                 df = Counter(dict(zip(unpack(data["words"]), (int(c) for c in data["counts"]), strict=True)))
                 stems = Counter(dict(zip(unpack(data["stems"]), (int(c) for c in data["stem_counts"]),
                                          strict=True)))
-            if not pages.exists():
-                raise KeyError("no per-page rows")
-            return cls(df, stems, pages)
+                generation = unpack(data["generation"])[0]
+            if generation != _generation(pages):
+                raise KeyError("the per-page rows are of another save than the counts")
+            return cls(pages, df, stems)
         except UNREADABLE as exc:
             if not isinstance(exc, FileNotFoundError):
                 log.warning("vocabulary counts at %s unreadable or of an earlier release (%s): counting "
                             "afresh", cls.path_for(vocabulary), exc)
-            pages.unlink(missing_ok=True)
-            return cls(pages=pages)
+            for leftover in (pages, pages.with_name(pages.name + "-journal")):
+                with contextlib.suppress(OSError):  # what cannot go fails the run's counting, not the run
+                    leftover.unlink(missing_ok=True)
+            return cls(pages)
 
     def save(self, vocabulary: Path) -> None:
-        """The changed pages' rows, then the counts (each written whole or not at all)."""
-        self.pages_path = self.pages_path or self.pages_for(vocabulary)
-        try:
-            self._spill(at=0)
-            self._rows().commit()
-        finally:
-            self.close()
+        """The changed pages' rows and the counts, as one generation: the counts are written to a temporary
+        file, the rows committed with the generation's id, then the counts file moved into place. A crash
+        between leaves counts and rows of different generations, which ``load`` counts afresh."""
+        generation = uuid.uuid4().hex
         words, stems = list(self.df), list(self.stems)
-        save_npz(self.path_for(vocabulary), words=pack(words),
-                 counts=np.array([self.df[w] for w in words], dtype=np.int64),
-                 stems=pack(stems), stem_counts=np.array([self.stems[s] for s in stems], dtype=np.int64))
+        final = self.path_for(vocabulary)
+        tmp = final.with_name(final.name + ".tmp.npz")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(tmp, words=pack(words),  # type: ignore[arg-type]
+                            counts=np.array([self.df[w] for w in words], dtype=np.int64),
+                            stems=pack(stems),
+                            stem_counts=np.array([self.stems[s] for s in stems], dtype=np.int64),
+                            generation=pack([generation]))
+        with self._lock:
+            try:
+                self._spill(at=0)
+                db = self._rows()
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (generation,))
+                db.commit()
+            finally:
+                self.close()
+        tmp.replace(final)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pages (id TEXT PRIMARY KEY, terms BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def _generation(pages: Path) -> str | None:
+    """The generation id committed with the per-page rows (None without the file)."""
+    if not pages.exists():
+        return None
+    db = sqlite3.connect(f"file:{pages}?mode=ro", uri=True, timeout=30.0)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        db.execute("SELECT count(*) FROM pages").fetchone()  # a damaged file fails here, not mid-run
+    finally:
+        db.close()
+    return None if row is None else str(row[0])
 
 
 def _encode(contribution: Contribution) -> bytes:

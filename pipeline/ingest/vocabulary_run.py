@@ -1,0 +1,123 @@
+"""One run's hold on the keyword-expansion vocabulary: its word counts loaded at ``start``, changed as pages
+are written, rewritten and deleted, saved with the vocabulary at ``finish``.
+
+One run at a time per vocabulary: ``start`` takes an exclusive lock on ``<vocabulary>.lock`` (waiting, with a
+log line, while another process's run holds it; serve's sync cycle and a CLI ingest take turns), so two runs
+never load the same counts and overwrite each other's. Counting never fails the run: a failure there (a
+damaged or full per-page database, say) turns counting off for the rest of it and deletes the counts, so the
+next run counts afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import sqlite3
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import EvidentError
+from pipeline.models.sparse import Bm25Encoder
+from pipeline.models.term_counts import TermCounts
+from pipeline.models.vocabulary import update_vocabulary
+from pipeline.protocols import Embedder, SparseEncoder
+
+log = logging.getLogger(__name__)
+
+COUNTING_FAILS = (sqlite3.Error, zlib.error, ValueError, OSError)
+
+
+def _lock(path: Path) -> int:
+    """An exclusive lock on ``<vocabulary>.lock`` (blocking), as an open descriptor."""
+    lock = path.with_name(path.stem + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.info("waiting for another run's keyword vocabulary (%s)", lock)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+@dataclass
+class VocabularyRun:
+    """The keyword-expansion vocabulary kept up to date by one ingest run or one whole sync: the words of the
+    evidence written are counted (BM25 only); while no counts exist yet, unchanged pages are parsed, not
+    embedded, to count theirs (``bootstrap``; by default while no readable counts exist)."""
+
+    path: Path
+    counts: TermCounts
+    sparse: Bm25Encoder
+    bootstrap: bool  # no counts were kept yet: unchanged pages are parsed (not embedded) to count their words
+    existed: bool
+    lock_fd: int
+    failed: str | None = None  # why counting stopped in this run
+
+    @classmethod
+    async def start(
+        cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None
+    ) -> VocabularyRun | None:
+        if path is None or not isinstance(sparse, Bm25Encoder):
+            return None
+
+        def load() -> VocabularyRun:
+            fd = _lock(path)
+            # empty when there are none yet, or they are unreadable: count afresh
+            counts = TermCounts.load(path)
+            return cls(path, counts, sparse, not counts.df if bootstrap is None else bootstrap, path.exists(),
+                       fd)
+
+        return await asyncio.to_thread(load)
+
+    async def count(self, pages: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """(page id, its evidence texts) for pages just written."""
+        await self._counting(self._set_pages, pages)
+
+    def _set_pages(self, pages: Sequence[tuple[str, Sequence[str]]]) -> None:
+        for page_id, texts in pages:
+            self.counts.set_page(page_id, texts, self.sparse)
+
+    async def forget(self, page_ids: Sequence[str]) -> None:
+        """The pages left the index: their words leave the counts."""
+        await self._counting(self.counts.forget, page_ids)
+
+    async def _counting(self, work: object, arg: object) -> None:
+        if self.failed is not None:
+            return
+        try:
+            await asyncio.to_thread(work, arg)  # type: ignore[arg-type]
+        except COUNTING_FAILS as exc:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("keyword vocabulary: counting stopped (%s); the next run counts afresh", self.failed)
+
+    async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]]) -> None:
+        """Write the vocabulary when words were counted (or there is none yet), then let the next run have it;
+        a failure is a warning (appended to ``warnings``): search works without expansion, and the counts are
+        deleted so that the next run counts afresh."""
+        try:
+            if self.failed is not None:
+                await asyncio.to_thread(self._discard)
+                warnings.append(("vocabulary", f"keyword-expansion counts dropped: {self.failed}"))
+            elif self.counts.added or not self.existed:
+                await asyncio.to_thread(update_vocabulary, self.path, self.counts, self.sparse, embedder)
+        except (*COUNTING_FAILS, EvidentError, RuntimeError) as exc:
+            await asyncio.to_thread(self._discard)
+            warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
+        finally:
+            self.release()
+
+    def _discard(self) -> None:
+        self.counts.close()  # what was not saved is rolled back
+        TermCounts.path_for(self.path).unlink(missing_ok=True)
+
+    def release(self) -> None:
+        """Close the counts (unsaved changes are rolled back) and let the next run have the vocabulary."""
+        self.counts.close()
+        with contextlib.suppress(OSError):
+            os.close(self.lock_fd)
