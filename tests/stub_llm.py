@@ -66,7 +66,9 @@ class StubLLMServer:
         echo_logprobs: bool = True,
         hide_special_tokens: bool = False,
         stream_delay: float = 0.0,
+        port: int = 0,
     ) -> None:
+        self.port = port  # 0: any free one
         self.responder = responder
         self.replies: deque[str] = deque(replies)
         self.default_reply = default_reply
@@ -92,7 +94,6 @@ class StubLLMServer:
         self._ids = itertools.count(1)
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
-        self.port = 0
 
     # ------------------------------------------------------------ control
 
@@ -114,7 +115,7 @@ class StubLLMServer:
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         server = site._server
         assert server is not None

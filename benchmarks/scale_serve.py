@@ -1,0 +1,198 @@
+"""The serving phase of ``wiki_scale.py``: `evident serve` (Slack's HTTP transport against the fake Slack
+Web API in this process) answering a steady stream of questions while its own sync cycles pick up edits made
+on the site just before each cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+import socket
+import statistics
+import sys
+import time
+from typing import Any
+
+import aiohttp
+from fake_slack import SIGNING_SECRET, EventSender, FakeSlack
+from scale_procs import Proc, RssSampler
+
+TAGS = re.compile(r"<[^>]+>|&[a-z]+;")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def questions_from(sample: list[dict[str, str]], seed: int) -> list[str]:
+    """Eight consecutive words of a sampled page's text (what someone half-remembers of it)."""
+    rng, out = random.Random(seed), []
+    for page in sample:
+        words = TAGS.sub(" ", page["body"]).split()
+        if len(words) > 20:
+            start = rng.randrange(0, len(words) - 10)
+            out.append(" ".join(words[start:start + 8]).strip(".") + "?")
+    return out
+
+
+class ServeRun:
+    def __init__(self, env: dict[str, str], site_conn: Any, sampler: RssSampler, *, interval: int,
+                 rate: float, share: float, seed: int) -> None:
+        self.env, self.site, self.sampler = env, site_conn, sampler
+        self.interval, self.rate, self.share, self.seed = interval, rate, share, seed
+        self.sent: dict[str, float] = {}  # question ts -> when it was sent
+        self.probes: list[tuple[float, float]] = []  # (when, /healthz response seconds)
+        self.missed: list[dict[str, str]] = []  # edits never seen in an answer
+        self.inflight: set[asyncio.Task[int]] = set()
+
+    def _site(self, command: str, arg: Any = None) -> Any:
+        self.site.send((command, arg))
+        return self.site.recv()
+
+    async def run(self, sample: list[dict[str, str]], cycles: int) -> dict[str, Any]:
+        self.slack = await FakeSlack().start()
+        port = free_port()
+        env = {**self.env, "SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+               "EVIDENT_SLACK_TRANSPORT": "http", "EVIDENT_HTTP_PORT": str(port),
+               "EVIDENT_SLACK_API_URL": self.slack.base_url, "EVIDENT_SLACK_STREAM": "false",
+               "EVIDENT_USER_RATE_PER_MIN": "100000", "EVIDENT_SYNC_INTERVAL_S": str(self.interval)}
+        proc = self.proc = Proc("serve", [sys.executable, "-m", "evident", "serve"], env)
+        self.sampler.watch("serve", proc.popen.pid)
+        self.url = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession() as http, EventSender(self.url + "/slack/events") as send:
+                self.http, self.send = http, send
+                started = time.monotonic()
+                await self._until_ready()
+                ready_s = time.monotonic() - started
+                t_end = await self._sync_line(after=0.0, within_s=1800)
+                out = await self._measure(proc, questions_from(sample, self.seed), cycles, t_end)
+                out["ready_s"] = round(ready_s, 1)
+                return out
+        finally:
+            proc.popen.terminate()
+            proc.wait(120)
+            await self.slack.stop()
+            self.proc_tail = proc.tail(20)
+
+    async def _until_ready(self) -> None:
+        for _ in range(3600):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with self.http.get(self.url + "/readyz") as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.5)
+        raise RuntimeError("serve never became ready")
+
+    async def _sync_line(self, *, after: float, within_s: float) -> float:
+        """When serve logged the end of a sync cycle (``sync: …``) after ``after``."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            done = [t for t, line in self.proc.matching("sync: ") if t > after and " sync: " in f" {line}"]
+            if done:
+                return done[0]
+            await asyncio.sleep(0.2)
+        raise RuntimeError("no sync cycle ended in time")
+
+    async def _measure(self, proc: Proc, questions: list[str], cycles: int, t_end: float) -> dict[str, Any]:
+        tasks = [asyncio.create_task(self._probe()), asyncio.create_task(self._ask(questions))]
+        windows: list[tuple[float, float]] = []
+        idle: list[tuple[float, float]] = []
+        results, to_answer = [], []
+        for k in range(cycles):
+            idle.append((t_end + 2, t_end + self.interval - 8))
+            await asyncio.sleep(max(0.0, t_end + self.interval - 6 - time.monotonic()))
+            before = await asyncio.to_thread(self._site, "stats")
+            edited = await asyncio.to_thread(self._site, "edit", {"share": self.share, "seed": self.seed + k})
+            t_edit = time.monotonic()
+            markers = [asyncio.create_task(self._until_answered(e, t_edit)) for e in edited[:3]]
+            t_line = await self._sync_line(after=t_edit, within_s=3600)
+            after = await asyncio.to_thread(self._site, "stats")
+            windows.append((t_edit + 6, t_line))
+            results.append({"edited": len(edited), "seconds": round(t_line - t_edit - 6, 1),
+                            "requests": after.get("requests", 0) - before.get("requests", 0),
+                            "with bodies": after.get("with bodies", 0) - before.get("with bodies", 0)})
+            to_answer += await asyncio.gather(*markers)
+            t_end = t_line
+        for task in tasks:
+            task.cancel()
+        await asyncio.sleep(5)  # answers still in flight
+        return self._summary(windows, idle, results, to_answer)
+
+    async def _probe(self) -> None:
+        while True:
+            t = time.monotonic()
+            with contextlib.suppress(aiohttp.ClientError):
+                async with self.http.get(self.url + "/healthz") as r:
+                    await r.read()
+                self.probes.append((t, time.monotonic() - t))
+            await asyncio.sleep(0.05)
+
+    async def _ask(self, questions: list[str]) -> None:
+        for n in range(10**9):
+            ev = self.send.mention(questions[n % len(questions)], channel=f"C{n % 20}", user=f"U{n % 50}")
+            self.sent[ev["ts"]] = time.monotonic()
+            self.inflight.add(task := asyncio.create_task(self.send.event(ev)))
+            task.add_done_callback(self.inflight.discard)
+            await asyncio.sleep(1 / self.rate)
+
+    def _answers(self) -> dict[str, tuple[float, str]]:
+        """Question ts -> (when its answer replaced the placeholder, the answer's text)."""
+        thread_of = {ts: m.get("thread_ts") for (_, ts), m in self.slack.messages.items()}
+        out: dict[str, tuple[float, str]] = {}
+        for c in self.slack.calls:
+            if c.method == "chat.update":
+                thread = thread_of.get(c.args.get("ts", ""))
+                if thread in self.sent and thread not in out:
+                    out[thread] = (c.at, str(c.args.get("text", "")))
+        return out
+
+    async def _until_answered(self, edited: dict[str, str], t_edit: float) -> float | None:
+        """Seconds from the edit to the first answer showing the edit's new text (asked every 5 s)."""
+        question = f"Which page names the rotation code word {edited['word']}?"  # only the new version has it
+        last = ""
+        while time.monotonic() - t_edit < 2 * self.interval + 300:
+            ev = self.send.mention(question, channel="CMARK", user="UMARK")
+            self.sent[ev["ts"]] = time.monotonic()
+            await self.send.event(ev)
+            for _ in range(120):
+                got = self._answers().get(ev["ts"])
+                if got is not None:
+                    if edited["word"] in got[1]:
+                        return round(got[0] - t_edit, 1)
+                    last = got[1]
+                    break
+                await asyncio.sleep(0.25)
+            await asyncio.sleep(5)
+        self.missed.append({"page": edited["id"], "question": question, "last answer": last[:300]})
+        return None
+
+    def _summary(self, windows: list[tuple[float, float]], idle: list[tuple[float, float]],
+                 cycles: list[dict[str, Any]], to_answer: list[float | None]) -> dict[str, Any]:
+        answers = self._answers()
+        lat: dict[str, list[float]] = {"idle": [], "sync": []}
+        for ts, sent in self.sent.items():
+            if ts in answers:
+                where = "sync" if any(a <= sent <= b for a, b in windows) else \
+                    "idle" if any(a <= sent <= b for a, b in idle) else None
+                if where:
+                    lat[where].append(answers[ts][0] - sent)
+        idle_probe = [d for t, d in self.probes if any(a <= t <= b for a, b in idle)]
+        base = statistics.median(idle_probe) if idle_probe else 0.0
+        stalls = [d - base for _, d in self.probes]
+        return {
+            **{k: {"n": len(v), "p50": _pct(v, 50), "p99": _pct(v, 99)} for k, v in lat.items()},
+            "asked": len(self.sent), "answered": len(answers), "cycles": cycles,
+            "edit_to_answer_s": to_answer,
+            "missed": self.missed,
+            "stalls": {"probes": len(stalls), "max_ms": max(stalls, default=0) * 1000,
+                       "over_100ms": sum(s > 0.1 for s in stalls), "idle_median_ms": base * 1000},
+        }
+
+
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return round(s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))], 3) if s else float("nan")

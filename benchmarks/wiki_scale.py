@@ -1,0 +1,141 @@
+"""The whole path at wiki scale: a generated Confluence site, a cold `evident sync`, a no-change sync, then
+`evident serve` answering a steady stream of Slack questions while its own sync cycles pick up edits.
+
+    python benchmarks/wiki_scale.py [--pages 50000] [--spaces 50] [--interval 120] [--cycles 2]
+                                    [--share 0.01] [--rate 1.0] [--json out.json]
+
+Processes, as in production: the site (``wiki_site.py``: pages, page trees, tables, lists, macros,
+includes, attachments, comments, edit histories; Confluence Cloud REST v2 + v1 CQL) and an OpenAI-compatible
+embeddings stand-in (384-d, so the index has the default model's size; the run measures the pipeline, not a
+model) each run in a child process; `evident sync` and `evident serve` are the real CLI in subprocesses,
+with Slack's HTTP transport against the test suite's fake Slack Web API in this process.
+
+Reports: cold sync wall and requests per page; peak RSS of every process (polled every 0.25 s, with their
+children: the index worker); disk; the keyword vocabulary's size; a no-change cycle's requests, bodies and
+seconds; per edit cycle (``--share`` of the pages edited just before serve's next cycle) requests, bodies and
+seconds; edit-to-answer latency (a question about an edited page asked every 5 s until the answer has the
+new text); answer latency (question to answer in Slack) idle against during a sync; event-loop stalls (a
+``/healthz`` request every 50 ms; the response time over its idle median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale_procs import EmbedServer, Proc, RssSampler, disk_mib, vocabulary_size
+from scale_serve import ServeRun
+from wiki_site import serve_site
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))] if s else float("nan")
+
+
+def env_for(site: dict[str, Any], embed_url: str, data: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVIDENT_", "CONFLUENCE_", "SLACK_"))}
+    env.update({
+        "EVIDENT_DATA_DIR": str(data), "CONFLUENCE_URL": site["url"], "CONFLUENCE_USER": site["user"],
+        "CONFLUENCE_TOKEN": site["token"], "CONFLUENCE_SPACES": ",".join(site["spaces"]),
+        "CONFLUENCE_ATTACHMENTS": "true", "CONFLUENCE_COMMENTS": "true",
+        "EVIDENT_EMBEDDER": "openai:fake-embed", "EVIDENT_EMBED_BASE_URL": embed_url,
+        "EVIDENT_EMBED_API_KEY": "bench", "EVIDENT_LOG_FORMAT": "text",
+    })
+    return env
+
+
+def sync_once(name: str, env: dict[str, str], site_conn: Any, sampler: RssSampler) -> dict[str, Any]:
+    """One `evident sync` in a subprocess: wall, exit code, the site's requests and bodies during it."""
+    site_conn.send(("stats", None))
+    before = site_conn.recv()
+    proc = Proc(name, [sys.executable, "-m", "evident", "sync"], env)
+    sampler.watch(name, proc.popen.pid)
+    rc, wall = proc.wait()
+    site_conn.send(("stats", None))
+    after = site_conn.recv()
+    out = {"rc": rc, "wall_s": round(wall, 1), "tail": proc.tail(6)}
+    for key in ("requests", "with bodies"):
+        out[key] = after.get(key, 0) - before.get(key, 0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pages", type=int, default=50_000)
+    ap.add_argument("--spaces", type=int, default=50)
+    ap.add_argument("--interval", type=int, default=120, help="serve's EVIDENT_SYNC_INTERVAL_S")
+    ap.add_argument("--cycles", type=int, default=2, help="edit cycles while serving")
+    ap.add_argument("--share", type=float, default=0.01, help="share of the pages edited per cycle")
+    ap.add_argument("--rate", type=float, default=1.0, help="questions per second while serving")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--work", type=Path, help="keep the data here (default: a temporary directory)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    ctx = mp.get_context("spawn")
+    site_conn, child_conn = ctx.Pipe()
+    site_proc = ctx.Process(target=serve_site, args=(child_conn, args.pages, args.spaces, args.seed))
+    t0 = time.monotonic()
+    site_proc.start()
+    site = site_conn.recv()
+    print(f"site: {args.pages} pages in {args.spaces} spaces, {site['extras']}, "
+          f"{site['bodies_bytes'] / 2**20:.0f} MiB of storage format, up in {time.monotonic() - t0:.0f} s",
+          flush=True)
+    results: dict[str, Any] = {"pages": args.pages, "spaces": args.spaces, "site": site["extras"]}
+    with tempfile.TemporaryDirectory() as tmp, EmbedServer(ctx) as embed, RssSampler() as sampler:
+        work = args.work or Path(tmp)
+        env = env_for(site, embed.url, work / "data")
+        cold = sync_once("sync (cold)", env, site_conn, sampler)
+        cold["requests per page"] = round(cold["requests"] / args.pages, 3)
+        print("cold sync:", json.dumps(cold), flush=True)
+        results["cold"] = cold
+        results["disk_mib"] = disk_mib(work / "data")
+        results["vocabulary"] = vocabulary_size(work / "data")
+        print(f"disk {results['disk_mib']} MiB, vocabulary {results['vocabulary']}", flush=True)
+        quiet = sync_once("sync (no change)", env, site_conn, sampler)
+        print("no-change sync:", json.dumps(quiet), flush=True)
+        results["no_change"] = quiet
+        site_conn.send(("sample", args.seed))
+        sample = site_conn.recv()
+        serve = ServeRun(env, site_conn, sampler, interval=args.interval, rate=args.rate, share=args.share,
+                         seed=args.seed)
+        results["serve"] = asyncio.run(serve.run(sample, cycles=args.cycles))
+        results["peak_rss_mib"] = sampler.peaks()
+        results["embedding"] = embed.stats()
+    site_conn.send(("stop", None))
+    site_conn.recv()
+    site_proc.join(10)
+    report(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+def report(r: dict[str, Any]) -> None:
+    s = r["serve"]
+    print(f"\npeak RSS (MiB): {r['peak_rss_mib']}")
+    print(f"answers idle p50/p99 {s['idle']['p50']:.3f}/{s['idle']['p99']:.3f} s (n={s['idle']['n']}), "
+          f"during sync {s['sync']['p50']:.3f}/{s['sync']['p99']:.3f} s (n={s['sync']['n']}); "
+          f"answered {s['answered']}/{s['asked']}")
+    print(f"stalls: max {s['stalls']['max_ms']:.0f} ms, over 100 ms: {s['stalls']['over_100ms']} "
+          f"of {s['stalls']['probes']} probes")
+    for c in s["cycles"]:
+        print(f"edit cycle: {json.dumps(c)}")
+    print(f"edit to answer (s): {s['edit_to_answer_s']}")
+    _ = statistics
+
+
+if __name__ == "__main__":
+    main()
