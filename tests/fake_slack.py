@@ -635,6 +635,7 @@ class FakeEngine:
         self.streams = True  # False: the answer comes whole (as the extractive answerer's)
         self.asks: list[AskCall] = []
         self.explain_computations: list[int] = []
+        self.explain_fails_with: BaseException | None = None
         self.explain_scopes: list[AccessScope] = []
         self._explained: dict[int, ExplainResult] = {}
 
@@ -694,6 +695,8 @@ class FakeEngine:
 
     async def explain(self, turn_id: int, *, scope: AccessScope) -> ExplainResult:
         self.explain_scopes.append(scope)
+        if self.explain_fails_with is not None:
+            raise self.explain_fails_with
         if turn_id in self._explained:
             r = self._explained[turn_id]
             return ExplainResult(r.turn_id, r.text, cached=True, partial=r.partial, result=r.result)

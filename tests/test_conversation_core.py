@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from fake_people import StaticPeople
 from fake_slack import FakeEngine
 
@@ -109,4 +111,32 @@ async def test_default_scope_none_tells_the_user_and_asks_nothing(tmp_path: Path
     await core.answer(Question("U1", "deploy?", "C9", "test:c9"), surface)
     assert surface.shown[0] == ("say", NOT_CONNECTED)
     assert [(a.question, a.spaces) for a in engine.asks] == [("deploy?", ("ENG",))]
+    await store.close()
+
+
+async def test_an_explanation_that_meets_a_known_failure_says_why_in_one_log_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The LLM down: the asker hears that (not a generic sorry), the log gets one warning, not a traceback
+    at ERROR level (the soak's outage logged 8 of them), and a later request may try again."""
+    from bot.core.messages import EXPLAIN_FAILED
+    from pipeline.errors import UnreachableError
+    from pipeline.runtime.user_messages import user_message
+
+    store = await Store.open(tmp_path / "core.db")
+    engine = FakeEngine(store)
+    core = core_for(engine)
+    surface = RecordingSurface()
+    await core.answer(Question("U1", "How do I get VPN access?", "C1", "test:conv"), surface)
+    turn = await store.turn_by_message("test:conv", "msg-2")
+    assert turn is not None
+    down = UnreachableError("cannot reach LLM endpoint http://llm/v1", service="llm")
+    engine.explain_fails_with = down
+    with caplog.at_level(logging.WARNING):
+        await core.explain(turn, surface, ASKER)
+    said = [text for kind, text in surface.shown if kind == "say"]
+    assert said == [user_message(down)] and said != [EXPLAIN_FAILED]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    engine.explain_fails_with = None
+    await core.explain(turn, surface, ASKER)  # up again: explained
+    assert [kind for kind, _ in surface.shown].count("explanation") == 1
     await store.close()

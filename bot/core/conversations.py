@@ -25,7 +25,7 @@ from bot.core.ratelimit import UserRateLimiter
 from bot.core.scope import NOT_CONNECTED
 from bot.core.settings import ChatSettings
 from pipeline.access.scope import AccessScope
-from pipeline.errors import StoreError
+from pipeline.errors import EvidentError, StoreError
 from pipeline.turns import Turn
 from pipeline.types import Hit
 
@@ -258,6 +258,11 @@ class Conversations:
             return
         try:
             result = await self.engine.explain(turn_id, scope=await self.scope(asker))
+        except EvidentError as exc:  # a known failure (the LLM unreachable): one line; the user hears why
+            log.warning("explaining turn %s failed: %s: %s", turn_id, type(exc).__name__, exc)
+            self._explained.discard(str(turn_id))
+            await surface.say(user_message(exc))
+            return
         except Exception:  # the user asked for something: they must hear back
             log.exception("explaining turn %s failed", turn_id)
             self._explained.discard(str(turn_id))
