@@ -77,6 +77,7 @@ class ServeRun:
             proc.wait(120)
             await self.slack.stop()
             self.proc_tail = proc.tail(20)
+            self.log = [line for _, line in proc.lines]
 
     async def _until_ready(self) -> None:
         for _ in range(3600):

@@ -113,6 +113,8 @@ def main() -> None:
         serve = ServeRun(env, site_conn, sampler, interval=args.interval, rate=args.rate, share=args.share,
                          seed=args.seed)
         results["serve"] = asyncio.run(serve.run(sample, cycles=args.cycles))
+        if args.json:  # serve's whole log beside the figures
+            args.json.with_suffix(".log").write_text("\n".join(serve.log))
         results["peak_rss_mib"] = sampler.peaks()
         results["embedding"] = embed.stats()
     site_conn.send(("stop", None))
