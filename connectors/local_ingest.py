@@ -19,21 +19,9 @@ from pipeline.factory import drop_index, ingest_options, make_store, open_stack,
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
 from pipeline.ingest.vocabulary_run import VocabularyRun
-from pipeline.protocols import Embedder, Index, SourceConnector, SparseEncoder
+from pipeline.protocols import Index, SourceConnector
 from pipeline.store import Store
 from pipeline.types import Page
-
-
-async def _ingest_then(settings: ConnectorSettings, pages: AsyncIterator[Page], index: Index,
-                       embedder: Embedder, sparse: SparseEncoder, words: VocabularyRun | None, progress: bool,
-                       then: Callable[[Index], Awaitable[Sequence[str]]] | None) -> IngestReport:
-    report = await ingest_pages(pages, index=index, embedder=embedder, sparse=sparse,
-                                options=ingest_options(settings), progress=progress, vocabulary=words)
-    if then is not None:
-        gone = await then(index)
-        if words is not None:  # their words leave the vocabulary's counts
-            await words.forget(gone)
-    return report
 
 
 @dataclass
@@ -79,16 +67,15 @@ async def ingest_source(
         await drop_index(settings)
     embedder, sparse, index = await open_stack(settings)
     try:
-        words = await VocabularyRun.start(vocabulary_path(settings), sparse, None)
-        try:
-            report = await _ingest_then(settings, all_pages(), index, embedder, sparse, words, progress, then)
-        except BaseException:
-            if words is not None:  # nothing saved; the index changed, so the next run counts afresh
-                words.failed = "the run failed"
-                await words.finish(embedder, [])
-            raise
-        if words is not None:
-            await words.finish(embedder, report.warnings)
+        warnings: list[tuple[str, str]] = []
+        async with VocabularyRun.held(vocabulary_path(settings), sparse, None, embedder, warnings) as words:
+            report = await ingest_pages(all_pages(), index=index, embedder=embedder, sparse=sparse,
+                                        options=ingest_options(settings), progress=progress, vocabulary=words)
+            if then is not None:
+                gone = await then(index)
+                if words is not None:  # their words leave the vocabulary's counts
+                    await words.forget(gone)
+        report.warnings.extend(warnings)
         return report
     except InputError as exc:
         raise explained(exc) from exc

@@ -196,10 +196,10 @@ async def drop_index(settings: PipelineSettings, index_dir: Path | None = None) 
     """Delete the configured index (``--rebuild``), whatever embedder built it; it is created again on open.
     Its keyword-expansion vocabulary goes with it."""
     await make_index_from(settings, index_dir).drop()
-    from pipeline.models.vocabulary import TermCounts
+    from pipeline.models.term_counts import TermCounts
 
     path = _vocabulary_file(settings, index_dir)  # whether expansion is on now or not
-    for leftover in (path, TermCounts.path_for(path)):
+    for leftover in (path, TermCounts.path_for(path), TermCounts.pages_for(path)):
         await asyncio.to_thread(leftover.unlink, missing_ok=True)
 
 

@@ -172,8 +172,10 @@ async def test_settings_place_the_vocabulary_with_its_index_and_drop_removes_it(
     path.parent.mkdir(parents=True)
     path.write_bytes(b"x")
     TermCounts.path_for(path).write_bytes(b"x")
+    TermCounts.pages_for(path).write_bytes(b"x")
     await drop_index(settings)
     assert not path.exists() and not TermCounts.path_for(path).exists()
+    assert not TermCounts.pages_for(path).exists()
 
 
 async def test_sync_without_word_counts_reads_every_page_once_to_count_them(

@@ -125,15 +125,12 @@ async def sync_confluence(
     if not keys:
         raise ConfigError("no Confluence spaces to sync: set CONFLUENCE_SPACES")
     report = SyncReport()
-    words = await VocabularyRun.start(vocabulary, sparse, None)  # loaded once, saved once, for every space
-    full = full or (words is not None and words.bootstrap)
-    try:
+    # loaded once, saved once, for every space
+    async with VocabularyRun.held(vocabulary, sparse, None, embedder, report.warnings) as words:
+        full = full or (words is not None and words.bootstrap)
         await _sync_spaces(
             keys, _Cycle(source, index, embedder, sparse, store, options, full, progress, report, words)
         )
-    finally:
-        if words is not None:
-            await words.finish(embedder, report.warnings)
     report.api_calls = source.client.api_calls - calls0
     report.seconds = time.perf_counter() - t0
     return report

@@ -158,18 +158,11 @@ async def ingest_pages(
     if isinstance(vocabulary, VocabularyRun):
         return await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
                              progress=progress, words=vocabulary)
-    words = await VocabularyRun.start(vocabulary, sparse, count_unchanged)
-    try:
-        report = await _ingest(
-            pages, index=index, embedder=embedder, sparse=sparse, options=options, progress=progress,
-            words=words,
-        )
-    except BaseException:
-        if words is not None:
-            words.release()  # nothing saved: the counts stay as they were
-        raise
-    if words is not None:
-        await words.finish(embedder, report.warnings)
+    warnings: list[tuple[str, str]] = []
+    async with VocabularyRun.held(vocabulary, sparse, count_unchanged, embedder, warnings) as words:
+        report = await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
+                               progress=progress, words=words)
+    report.warnings.extend(warnings)
     report.seconds = time.perf_counter() - t0
     return report
 

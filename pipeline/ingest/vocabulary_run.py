@@ -17,9 +17,10 @@ import logging
 import os
 import sqlite3
 import zlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pipeline.errors import EvidentError
 from pipeline.models.sparse import Bm25Encoder
@@ -28,6 +29,7 @@ from pipeline.models.vocabulary import update_vocabulary
 from pipeline.protocols import Embedder, SparseEncoder
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 COUNTING_FAILS = (sqlite3.Error, zlib.error, ValueError, OSError)
 
@@ -75,6 +77,19 @@ class VocabularyRun:
 
         return await asyncio.to_thread(load)
 
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def held(cls, path: Path | None, sparse: SparseEncoder, bootstrap: bool | None, embedder: Embedder,
+                   warnings: list[tuple[str, str]]) -> AsyncIterator[VocabularyRun | None]:
+        """``start`` … ``finish``, also when the run fails or is cancelled: what was counted belongs to pages
+        already written, so it is saved either way."""
+        run = await cls.start(path, sparse, bootstrap)
+        try:
+            yield run
+        finally:
+            if run is not None:
+                await run.finish(embedder, warnings)
+
     async def count(self, pages: Sequence[tuple[str, Sequence[str]]]) -> None:
         """(page id, its evidence texts) for pages just written."""
         await self._counting(self._set_pages, pages)
@@ -87,11 +102,11 @@ class VocabularyRun:
         """The pages left the index: their words leave the counts."""
         await self._counting(self.counts.forget, page_ids)
 
-    async def _counting(self, work: object, arg: object) -> None:
+    async def _counting(self, work: Callable[[_T], None], arg: _T) -> None:
         if self.failed is not None:
             return
         try:
-            await asyncio.to_thread(work, arg)  # type: ignore[arg-type]
+            await asyncio.to_thread(work, arg)
         except COUNTING_FAILS as exc:
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("keyword vocabulary: counting stopped (%s); the next run counts afresh", self.failed)

@@ -8,7 +8,7 @@ a query word only some deleted page used counts as unknown again. Only the pages
 written per cycle; the counts file is one row per distinct word.
 
 Counts kept by an earlier release (no per-page rows) are counted afresh: the next ingest or sync reads every
-unchanged page once, parsed but not embedded (``pipeline.ingest.run.VocabularyRun``).
+unchanged page once, parsed but not embedded (``pipeline.ingest.vocabulary_run``).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class TermCounts:
     def _rows(self) -> sqlite3.Connection:
         if self._db is None:
             self.pages_path.parent.mkdir(parents=True, exist_ok=True)
-            # used from one worker thread at a time (the ingest awaits each call)
+            # one thread at a time: the callers hold ``_lock``
             self._db = sqlite3.connect(self.pages_path, timeout=30.0, check_same_thread=False)
             self._db.executescript(_SCHEMA)
         return self._db
@@ -173,13 +173,11 @@ class TermCounts:
         generation = uuid.uuid4().hex
         words, stems = list(self.df), list(self.stems)
         final = self.path_for(vocabulary)
-        tmp = final.with_name(final.name + ".tmp.npz")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(tmp, words=pack(words),  # type: ignore[arg-type]
-                            counts=np.array([self.df[w] for w in words], dtype=np.int64),
-                            stems=pack(stems),
-                            stem_counts=np.array([self.stems[s] for s in stems], dtype=np.int64),
-                            generation=pack([generation]))
+        tmp = write_npz(final, words=pack(words),
+                        counts=np.array([self.df[w] for w in words], dtype=np.int64),
+                        stems=pack(stems),
+                        stem_counts=np.array([self.stems[s] for s in stems], dtype=np.int64),
+                        generation=pack([generation]))
         with self._lock:
             try:
                 self._spill(at=0)
@@ -236,8 +234,13 @@ def unpack(data: np.ndarray) -> list[str]:
     return text.split("\n") if text else []
 
 
-def save_npz(path: Path, **arrays: np.ndarray) -> None:
+def write_npz(path: Path, **arrays: np.ndarray) -> Path:
+    """``arrays`` written beside ``path`` in a temporary file (returned), to be moved into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
-    tmp.replace(path)  # readers see the old file or the new one, never half of one
+    return tmp
+
+
+def save_npz(path: Path, **arrays: np.ndarray) -> None:
+    write_npz(path, **arrays).replace(path)  # readers see the old file or the new one, never half of one
