@@ -65,6 +65,16 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def descendants(pid: int, kids: dict[int, list[int]] | None = None) -> list[int]:
+    """Every process below ``pid`` (children, their children …)."""
+    kids, out, todo = kids if kids is not None else _children(), [], [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def _rss_mib(pid: int) -> tuple[str, float] | None:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -100,15 +110,11 @@ class RssSampler:
         while not self._stop.wait(0.25):
             kids = _children()
             for name, root in list(self.watched.items()):
-                todo, seen = [root], 0
-                while todo:
-                    pid = todo.pop()
+                for pid in [root, *descendants(root, kids)]:
                     found = _rss_mib(pid)
                     if found is not None:
                         key = name if pid == root else f"{name} > {found[0]}"
                         self.peak[key] = max(self.peak.get(key, 0.0), found[1])
-                    todo.extend(kids.get(pid, []))
-                    seen += 1
 
     def peaks(self) -> dict[str, float]:
         return {k: round(v) for k, v in sorted(self.peak.items())}

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp
 from fake_slack import SIGNING_SECRET, EventSender, FakeSlack
-from scale_procs import EmbedServer, Proc, RssSampler, _children
+from scale_procs import EmbedServer, Proc, RssSampler, descendants
 from scale_serve import free_port, questions_from
 from stub_llm import StubLLMServer
 from wiki_scale import env_for, sync_once
@@ -68,19 +68,10 @@ def llm_main(conn: Connection, port: int) -> None:
     asyncio.run(main())
 
 
-def _descendants(pid: int) -> list[int]:
-    kids, out, todo = _children(), [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def proc_facts(pid: int) -> dict[str, float]:
     """RSS (MiB, with its descendants: the index worker), open files and threads of ``pid``."""
     out = {"rss_mib": 0.0, "fds": 0.0, "threads": 0.0}
-    for p in [pid, *_descendants(pid)]:
+    for p in [pid, *descendants(pid)]:
         try:
             status = Path(f"/proc/{p}/status").read_text().splitlines()
             out["fds"] += len(os.listdir(f"/proc/{p}/fd"))
@@ -161,7 +152,7 @@ class Soak:
         await asyncio.sleep(30)  # answers in flight
 
     def _kill_worker(self) -> bool:
-        for child in _descendants(self.proc.popen.pid):
+        for child in descendants(self.proc.popen.pid):
             if b"edge_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
                 os.kill(int(child), signal.SIGKILL)
                 print(f"killed the index worker {child}", flush=True)

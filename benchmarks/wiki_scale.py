@@ -25,7 +25,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -39,11 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_procs import EmbedServer, Proc, RssSampler, disk_mib, vocabulary_size
 from scale_serve import ServeRun
 from wiki_site import serve_site
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))] if s else float("nan")
 
 
 def env_for(site: dict[str, Any], embed_url: str, data: Path) -> dict[str, str]:
@@ -136,7 +130,6 @@ def report(r: dict[str, Any]) -> None:
     for c in s["cycles"]:
         print(f"edit cycle: {json.dumps(c)}")
     print(f"edit to answer (s): {s['edit_to_answer_s']}")
-    _ = statistics
 
 
 if __name__ == "__main__":

@@ -238,8 +238,9 @@ def serve_site(conn: Connection, pages: int, spaces: int, seed: int) -> None:
                 conn.send(edited)
             elif command == "sample":
                 rng = random.Random(arg)
+                population = [p for p in generated if p.kind == "page"]
                 conn.send([{"id": p.id, "title": p.title, "body": p.body}
-                           for p in rng.sample([p for p in generated if p.kind == "page"], 200)])
+                           for p in rng.sample(population, min(200, len(population)))])
             else:
                 await site.close()
                 conn.send("stopped")
