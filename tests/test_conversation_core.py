@@ -14,6 +14,7 @@ from bot.core.conversations import Conversations, Question
 from bot.core.scope import NOT_CONNECTED
 from evident.settings import Settings
 from pipeline.store import Store
+from pipeline.turns import Turn
 
 ASKER = Asker("U1", "C1", shared_in="C1")
 
@@ -64,13 +65,18 @@ class RecordingSurface:
         self.shown.append(("explanation", result))
 
 
+async def _answer(core: Conversations, store: Store, question: str) -> tuple[RecordingSurface, Turn | None]:
+    """``question`` answered in test:conv; the surface it was answered on and its stored turn."""
+    surface = RecordingSurface()
+    await core.answer(Question("U1", question, "C1", "test:conv"), surface)
+    return surface, await store.turn_by_message("test:conv", "msg-2")
+
+
 async def test_an_answer_is_explained_once_even_across_a_restart(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "core.db")
     engine = FakeEngine(store)
     core = core_for(engine)
-    surface = RecordingSurface()
-    await core.answer(Question("U1", "How do I get VPN access?", "C1", "test:conv"), surface)
-    turn = await store.turn_by_message("test:conv", "msg-2")
+    surface, turn = await _answer(core, store, "How do I get VPN access?")
     assert turn is not None and turn.explained_at is None
     await core.explain(turn, surface, ASKER)
     restarted = core_for(FakeEngine(store))  # nothing in memory
@@ -91,9 +97,7 @@ async def test_an_out_of_scope_answer_has_nothing_to_explain(tmp_path: Path) -> 
         store, answer_for=lambda q: Answer(text=OUT_OF_SCOPE, out_of_scope=True, extractive=True)
     )
     core = core_for(engine)
-    surface = RecordingSurface()
-    await core.answer(Question("U1", "How do I bake bread?", "C1", "test:conv"), surface)
-    turn = await store.turn_by_message("test:conv", "msg-2")
+    surface, turn = await _answer(core, store, "How do I bake bread?")
     assert turn is not None and turn.out_of_scope
     await core.explain(turn, surface, ASKER)
     await core.explain(turn, surface, ASKER)  # asked twice: told once
@@ -125,9 +129,7 @@ async def test_an_explanation_that_meets_a_known_failure_says_why_in_one_log_lin
     store = await Store.open(tmp_path / "core.db")
     engine = FakeEngine(store)
     core = core_for(engine)
-    surface = RecordingSurface()
-    await core.answer(Question("U1", "How do I get VPN access?", "C1", "test:conv"), surface)
-    turn = await store.turn_by_message("test:conv", "msg-2")
+    surface, turn = await _answer(core, store, "How do I get VPN access?")
     assert turn is not None
     down = UnreachableError("cannot reach LLM endpoint http://llm/v1", service="llm")
     engine.explain_fails_with = down
