@@ -15,7 +15,11 @@ children: the index worker); disk; the keyword vocabulary's size; a no-change cy
 seconds; per edit cycle (``--share`` of the pages edited just before serve's next cycle) requests, bodies and
 seconds; edit-to-answer latency (a question about an edited page asked every 5 s until the answer has the
 new text); answer latency (question to answer in Slack) idle against during a sync; event-loop stalls (a
-``/healthz`` request every 50 ms; the response time over its idle median).
+``/healthz`` request every 50 ms, the response time over its idle median, which also counts this process's
+own loop and the machine's scheduling; and serve's own ``event loop blocked`` warnings, which name where).
+
+``--reuse --work DIR`` starts from an earlier run's data: the first sync brings it back to the generated site
+(undoing that run's edits) instead of a cold sync.
 """
 
 from __future__ import annotations
@@ -77,8 +81,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1.0, help="questions per second while serving")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--work", type=Path, help="keep the data here (default: a temporary directory)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="--work already holds a cold sync of this site: sync it back to the generated "
+                         "site (undoing the last run's edits) instead of a cold sync")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.reuse and not (args.work and (args.work / "data" / "index").is_dir()):
+        ap.error("--reuse needs --work with an index from an earlier run")
     ctx = mp.get_context("spawn")
     site_conn, child_conn = ctx.Pipe()
     site_proc = ctx.Process(target=serve_site, args=(child_conn, args.pages, args.spaces, args.seed))
@@ -92,10 +101,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, EmbedServer(ctx) as embed, RssSampler() as sampler:
         work = args.work or Path(tmp)
         env = env_for(site, embed.url, work / "data")
-        cold = sync_once("sync (cold)", env, site_conn, sampler)
+        name = "resync" if args.reuse else "cold"
+        cold = sync_once(f"sync ({name})", env, site_conn, sampler)
         cold["requests per page"] = round(cold["requests"] / args.pages, 3)
-        print("cold sync:", json.dumps(cold), flush=True)
-        results["cold"] = cold
+        print(f"{name} sync:", json.dumps(cold), flush=True)
+        results[name] = cold
         results["disk_mib"] = disk_mib(work / "data")
         results["vocabulary"] = vocabulary_size(work / "data")
         print(f"disk {results['disk_mib']} MiB, vocabulary {results['vocabulary']}", flush=True)
@@ -107,6 +117,7 @@ def main() -> None:
         serve = ServeRun(env, site_conn, sampler, interval=args.interval, rate=args.rate, share=args.share,
                          seed=args.seed)
         results["serve"] = asyncio.run(serve.run(sample, cycles=args.cycles))
+        results["serve"]["loop_blocked"] = [line for line in serve.log if "event loop blocked" in line]
         if args.json:  # serve's whole log beside the figures
             args.json.with_suffix(".log").write_text("\n".join(serve.log))
         results["peak_rss_mib"] = sampler.peaks()
@@ -126,7 +137,9 @@ def report(r: dict[str, Any]) -> None:
           f"during sync {s['sync']['p50']:.3f}/{s['sync']['p99']:.3f} s (n={s['sync']['n']}); "
           f"answered {s['answered']}/{s['asked']}")
     print(f"stalls: max {s['stalls']['max_ms']:.0f} ms, over 100 ms: {s['stalls']['over_100ms']} "
-          f"of {s['stalls']['probes']} probes")
+          f"of {s['stalls']['probes']} probes; serve's own loop watch (> 100 ms): {len(s['loop_blocked'])}")
+    for line in s["loop_blocked"][:20]:
+        print(f"  {line}")
     for c in s["cycles"]:
         print(f"edit cycle: {json.dumps(c)}")
     print(f"edit to answer (s): {s['edit_to_answer_s']}")

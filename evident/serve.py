@@ -23,7 +23,7 @@ from aiohttp import web
 from bot.core.health import Check, add_health_routes
 from bot.core.lifecycle import Stopped, stop_on_signals, until_stopped
 from bot.core.platform import Platform
-from evident.platforms import configured
+from evident.platforms import Registration, configured
 from evident.settings import Settings
 from pipeline.errors import (
     AuthError,
@@ -36,6 +36,7 @@ from pipeline.errors import (
     UnreachableError,
 )
 from pipeline.protocols import Index
+from pipeline.runtime.loop_watch import LoopWatch
 from pipeline.runtime.metrics import Metrics
 from pipeline.runtime.remote import UNLIMITED, CallOptions, RetryPolicy, call_with_retries
 
@@ -85,37 +86,50 @@ async def serve_forever(
     stop = stop or asyncio.Event()
     metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it
     with stop_on_signals(stop):
-        try:
-            engine = await start_engine(settings, metrics, stop)
-        except Stopped:
-            log.info("stopped during start-up")
-            return
-        try:
-            platforms = [r.build(settings, engine, metrics) for r in chosen]
-            sync_loop = SyncLoop(settings, engine) if settings.confluence.url else None
-            checks = engine_checks(engine)
-            routes = functools.partial(
-                add_health_routes, checks=checks, metrics=metrics,
-                last_sync_age=sync_loop.age if sync_loop else None,
-                max_sync_age_s=3 * settings.serve.sync_interval_s if sync_loop else None)
-            task = asyncio.create_task(sync_loop.run()) if sync_loop else None
+        async with _loop_watch(settings):
             try:
-                await serve_platforms(
-                    platforms,
-                    stop,
-                    port=settings.serve.http_port,
-                    host=host,
-                    routes=routes,
-                    checks=checks,
-                    drain_timeout_s=settings.chat.shutdown_timeout_s,
-                )
+                engine = await start_engine(settings, metrics, stop)
+            except Stopped:
+                log.info("stopped during start-up")
+                return
+            try:
+                await _serve_engine(settings, engine, chosen, stop, metrics, host)
             finally:
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        finally:
-            await engine.aclose()
+                await engine.aclose()
+
+
+def _loop_watch(settings: Settings) -> contextlib.AbstractAsyncContextManager[object]:
+    """Warnings naming where the event loop was blocked (``EVIDENT_LOOP_WATCH_MS``; 0: none)."""
+    ms = settings.serve.loop_watch_ms
+    return LoopWatch(ms / 1000).watching() if ms else contextlib.nullcontext()
+
+
+async def _serve_engine(settings: Settings, engine: Engine, chosen: Sequence[Registration],
+                        stop: asyncio.Event, metrics: Metrics, host: str) -> None:
+    """The platforms, the HTTP server and the sync loop around a started engine, until ``stop``."""
+    platforms = [r.build(settings, engine, metrics) for r in chosen]
+    sync_loop = SyncLoop(settings, engine) if settings.confluence.url else None
+    checks = engine_checks(engine)
+    routes = functools.partial(
+        add_health_routes, checks=checks, metrics=metrics,
+        last_sync_age=sync_loop.age if sync_loop else None,
+        max_sync_age_s=3 * settings.serve.sync_interval_s if sync_loop else None)
+    task = asyncio.create_task(sync_loop.run()) if sync_loop else None
+    try:
+        await serve_platforms(
+            platforms,
+            stop,
+            port=settings.serve.http_port,
+            host=host,
+            routes=routes,
+            checks=checks,
+            drain_timeout_s=settings.chat.shutdown_timeout_s,
+        )
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def start_engine(settings: Settings, metrics: Metrics, stop: asyncio.Event) -> Engine:

@@ -17,6 +17,10 @@ class ServeSettings(Area):
     sync_interval_s: int = setting(
         900, "EVIDENT_SYNC_INTERVAL_S", "Background sync period in `evident serve`.", ge=10
     )
+    loop_watch_ms: int = setting(
+        100, "EVIDENT_LOOP_WATCH_MS", "Log a warning, with where it was, whenever serve's event loop is "
+        "blocked longer than this. 0: off.", ge=0
+    )
 
 
 class Settings(ConnectorSettings):

@@ -8,7 +8,7 @@ the bot's process only pickles requests and results. ``evident serve`` uses it b
 (``EVIDENT_INDEX_PROCESS=auto``).
 
 - One request at a time, in order: the child is one ``EdgeIndex``. An optimize delays searches queued
-  behind it (bounded: segments are built as they fill), but never the event loop.
+  behind it, never the event loop; with ``build_quiet_s`` it waits for a quiet moment (``QuietBuilds``).
 - The child holds the directory's lease like any evident process, so CLI commands still get the index
   handed over between operations.
 - A crash of the child fails the call in flight with ``IndexError_``; the next call starts a new child
@@ -34,6 +34,7 @@ from pipeline.access.scope import AccessScope, PageAccess
 from pipeline.errors import EvidentError, IndexError_
 from pipeline.index.edge_layout import EdgeLayout
 from pipeline.index.lease import describe_process
+from pipeline.index.quiet_builds import QuietBuilds
 from pipeline.runtime.child import spawn_child, stop_child
 from pipeline.types import Evidence, Hit, IndexPoint, SearchRequest
 
@@ -62,7 +63,8 @@ class ProcessEdgeIndex:
     """``EdgeIndex(path, wait_s=..., command=..., layout=...)`` in a child process (see module docstring)."""
 
     def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None,
-                 layout: EdgeLayout | None = None) -> None:
+                 layout: EdgeLayout | None = None, build_quiet_s: float = 0.0,
+                 build_max_pending: int = 0) -> None:
         self._path = Path(path)
         # The lease names the bot's command, not the worker's ("evident serve (index worker)").
         self._spec = (
@@ -78,6 +80,8 @@ class ProcessEdgeIndex:
         self._open_kwargs: dict[str, Any] | None = None
         self.restarts = 0
         self.busy: tuple[str, float] | None = None  # the request in the worker now, since (monotonic)
+        self.builds = QuietBuilds(lambda: self._request("optimize"), quiet_s=build_quiet_s,
+                                  max_pending=build_max_pending)
 
     @property
     def path(self) -> Path:
@@ -95,22 +99,26 @@ class ProcessEdgeIndex:
         self._open_kwargs = kwargs
 
     async def close(self) -> None:
-        """Close the index and stop the child (idempotent)."""
+        """Close the index and stop the child (idempotent); a build still waiting for quiet is dropped."""
+        await self.builds.cancel()
         async with self._lock:
             self._open_kwargs = None
             await asyncio.to_thread(self._stop)
 
     async def drop(self) -> None:
+        await self.builds.cancel()
         await self._request("drop")
         self._open_kwargs = None
         async with self._lock:
             await asyncio.to_thread(self._stop)
 
     async def optimize(self) -> bool:
-        return bool(await self._request("optimize"))
+        """Build now, or once no request has come for ``build_quiet_s`` (then False; see ``QuietBuilds``)."""
+        return bool(await self.builds.request())
 
     async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
         await self._request("replace_page", (page_id, page_hash, list(points)))
+        self.builds.written(len(points))
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None:
         await self._request("delete_pages", (list(page_ids),))
@@ -173,6 +181,8 @@ class ProcessEdgeIndex:
     async def _request(
         self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
+        if op != "optimize":
+            self.builds.touch()
         async with self._lock:
             if self._conn is None and op != "open" and self._open_kwargs is not None:
                 await self._round_trip(("open", (), self._open_kwargs))  # a new child after a crash

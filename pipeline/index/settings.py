@@ -35,3 +35,17 @@ class IndexSettings(Area):
         "How long a command waits for the embedded index while another process uses it.",
         ge=0,
     )
+    index_build_quiet_s: float = setting(
+        20.0,
+        "EVIDENT_INDEX_BUILD_QUIET_S",
+        "In the index worker (serve): build the segments a sync filled once no request has come for this "
+        "many seconds, so searches never queue behind a build. 0: at the end of each sync.",
+        ge=0,
+    )
+    index_build_max_pending: int = setting(
+        20_000,
+        "EVIDENT_INDEX_BUILD_MAX_PENDING",
+        "In the index worker (serve): build at once when this many written points wait (they are searched "
+        "exhaustively until built).",
+        ge=0,
+    )

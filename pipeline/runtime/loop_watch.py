@@ -1,0 +1,96 @@
+"""A watch on the event loop: every time it is blocked for longer than a threshold, one warning naming where.
+
+A probe from outside (``GET /healthz`` every 50 ms) sees a slow answer but not why: the loop may have run
+a blocking call, a long stretch of pure Python, a garbage collection, or simply not been scheduled on a busy
+machine. ``LoopWatch`` runs a heartbeat on the loop and a thread beside it; when the heartbeat is late by
+more than ``threshold_s`` the thread takes the loop thread's stack at that moment, and when the loop runs
+again the heartbeat logs
+
+    event loop blocked 133 ms at bot/slack/handler.py:88 in _post < ...
+
+(the innermost frames, files relative to their package; no locals, so no page text or secrets). A block
+with no stack taken (shorter than the thread's poll) is logged without one. ``stalls`` counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections.abc import AsyncIterator
+from types import FrameType
+
+log = logging.getLogger("evident.loop")
+
+_FRAMES = 4  # innermost frames named in a warning
+
+
+def where(frame: FrameType | None) -> str:
+    """The innermost frames of a stack as ``path:line in function``, innermost first, ``<`` between."""
+    if frame is None:
+        return ""
+    stack = traceback.extract_stack(frame)[-_FRAMES:]
+    return " < ".join(f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(stack))
+
+
+def _short(path: str) -> str:
+    for marker in ("/site-packages/", "/lib/python3"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
+
+
+class LoopWatch:
+    """Warns on every block of the running loop over ``threshold_s`` (see module docstring)."""
+
+    def __init__(self, threshold_s: float) -> None:
+        self.threshold_s = threshold_s
+        self.interval_s = threshold_s / 4
+        self.stalls = 0
+        self.longest_s = 0.0
+        self._due = 0.0  # when the heartbeat should next run (monotonic)
+        self._stack: tuple[float, str] | None = None  # (the due time it was taken for, where)
+        self._stop = threading.Event()
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[LoopWatch]:
+        loop_thread = threading.get_ident()
+        self._due = time.monotonic() + self.interval_s
+        beat = asyncio.create_task(self._heartbeat())
+        thread = threading.Thread(target=self._watch, args=(loop_thread,), name="loop-watch", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            await asyncio.to_thread(thread.join, 5)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.0, self._due - time.monotonic()))
+            late = time.monotonic() - self._due
+            if late > self.threshold_s:
+                self._report(late)
+            self._due = time.monotonic() + self.interval_s
+
+    def _report(self, late: float) -> None:
+        self.stalls += 1
+        self.longest_s = max(self.longest_s, late)
+        taken = self._stack
+        at = f" at {taken[1]}" if taken is not None and taken[0] == self._due and taken[1] else ""
+        log.warning("event loop blocked %d ms%s", round(late * 1000), at)
+
+    def _watch(self, loop_thread: int) -> None:
+        """The thread: while the heartbeat is overdue by more than the threshold, the loop's stack, once."""
+        while not self._stop.wait(self.interval_s):
+            due = self._due
+            if time.monotonic() - due > self.threshold_s and (self._stack is None or self._stack[0] != due):
+                self._stack = (due, where(sys._current_frames().get(loop_thread)))

@@ -1,0 +1,54 @@
+"""The event-loop watch names where serve's loop was blocked (pipeline/runtime/loop_watch.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from evident.settings import Settings
+from pipeline.runtime.loop_watch import LoopWatch, where
+
+
+def _a_blocking_call(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+async def test_a_blocked_loop_is_one_warning_naming_the_blocking_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="evident.loop"):
+        async with LoopWatch(0.1).watching() as watch:
+            await asyncio.sleep(0.2)
+            _a_blocking_call(0.6)
+            await asyncio.sleep(0.2)
+    blocked = [r.getMessage() for r in caplog.records if "_a_blocking_call" in r.getMessage()]
+    assert len(blocked) == 1, caplog.text
+    ms = int(blocked[0].split("blocked ")[1].split(" ms")[0])
+    assert 500 <= ms < 5000
+    assert "test_loop_watch.py:" in blocked[0]
+    assert watch.stalls >= 1 and watch.longest_s >= 0.5
+
+
+async def test_a_loop_that_only_awaits_is_never_reported(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="evident.loop"):
+        async with LoopWatch(0.5).watching() as watch:
+            for _ in range(10):
+                await asyncio.sleep(0.05)
+    assert watch.stalls == 0 and not caplog.records
+
+
+def test_where_names_the_innermost_frames_first_without_locals() -> None:
+    secret = "xoxb-not-to-be-logged"  # noqa: F841 - a local the summary must not show
+    import sys
+
+    text = where(sys._getframe())
+    assert text.startswith("tests/test_loop_watch.py:") and "in test_where_names" in text
+    assert "xoxb" not in text and where(None) == ""
+
+
+def test_serve_watches_its_loop_at_100_ms_unless_turned_off() -> None:
+    assert Settings.load(env={}).serve.loop_watch_ms == 100
+    assert Settings.load(env={"EVIDENT_LOOP_WATCH_MS": "0"}).serve.loop_watch_ms == 0

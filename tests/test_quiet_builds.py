@@ -1,0 +1,101 @@
+"""Segment builds in serve's index worker wait for a quiet moment (pipeline/index/quiet_builds.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from evident.settings import Settings
+from pipeline.errors import IndexError_
+from pipeline.factory import make_index_from
+from pipeline.index.edge_worker import ProcessEdgeIndex
+from pipeline.index.quiet_builds import QuietBuilds
+from tests.index_contract import DIM, EMBEDDER, page_version
+
+
+async def _opened(tmp_path: Path, quiet_s: float, max_pending: int) -> ProcessEdgeIndex:
+    idx = ProcessEdgeIndex(tmp_path / "index", build_quiet_s=quiet_s, build_max_pending=max_pending)
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    return idx
+
+
+async def test_a_sync_s_build_waits_until_no_request_has_come_for_the_quiet_period(tmp_path: Path) -> None:
+    idx = await _opened(tmp_path, quiet_s=0.6, max_pending=1000)
+    try:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        assert await idx.optimize() is False  # scheduled, not run: the sync's call returns at once
+        assert idx.builds.scheduled and idx.builds.builds == 0 and idx.builds.pending == 3
+        for _ in range(6):  # questions keep coming: each one restarts the quiet period
+            assert await idx.count() == 3
+            await asyncio.sleep(0.2)
+        assert idx.builds.builds == 0
+        await asyncio.wait_for(idx.builds.settled(), 10)
+        assert idx.builds.builds == 1 and not idx.builds.scheduled and idx.builds.pending == 0
+        assert await idx.count() == 3
+    finally:
+        await idx.close()
+
+
+async def test_enough_waiting_points_build_at_once(tmp_path: Path) -> None:
+    idx = await _opened(tmp_path, quiet_s=60, max_pending=5)
+    try:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        assert await idx.optimize() is False
+        assert idx.builds.scheduled
+        await idx.replace_page("Q", "hash-q", page_version("Q", "q", 3))  # 6 waiting >= 5
+        await idx.optimize()
+        assert idx.builds.builds == 1 and not idx.builds.scheduled and idx.builds.pending == 0
+    finally:
+        await idx.close()
+
+
+async def test_no_quiet_period_builds_at_the_end_of_each_sync(tmp_path: Path) -> None:
+    idx = await _opened(tmp_path, quiet_s=0, max_pending=0)
+    try:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        await idx.optimize()
+        assert idx.builds.builds == 1 and not idx.builds.scheduled
+    finally:
+        await idx.close()
+
+
+async def test_closing_drops_a_build_still_waiting_and_does_not_wait_for_it(tmp_path: Path) -> None:
+    idx = await _opened(tmp_path, quiet_s=3600, max_pending=1000)
+    await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+    await idx.optimize()
+    assert idx.builds.scheduled
+    started = time.monotonic()
+    await idx.close()
+    assert time.monotonic() - started < 30 and not idx.builds.scheduled and idx.builds.builds == 0
+    assert idx.pid is None
+
+
+async def test_a_failed_deferred_build_is_one_warning_and_its_points_still_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def failing() -> bool:
+        raise IndexError_("the index worker died during optimize")
+
+    builds = QuietBuilds(failing, quiet_s=0.05, max_pending=100)
+    builds.written(7)
+    with caplog.at_level(logging.WARNING, logger="evident.index"):
+        assert await builds.request() is False
+        await asyncio.wait_for(builds.settled(), 10)
+    assert builds.pending == 7 and builds.builds == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "deferred segment build failed: the index worker died during optimize (the next sync builds again)"
+    ]
+
+
+def test_serve_s_index_worker_takes_its_build_schedule_from_settings(tmp_path: Path) -> None:
+    env = {"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_BUILD_QUIET_S": "7.5",
+           "EVIDENT_INDEX_BUILD_MAX_PENDING": "1234"}
+    index = make_index_from(Settings.load(env=env), serving=True)
+    assert isinstance(index, ProcessEdgeIndex)
+    assert (index.builds.quiet_s, index.builds.max_pending) == (7.5, 1234)
+    default = make_index_from(Settings.load(env={"EVIDENT_DATA_DIR": str(tmp_path)}), serving=True)
+    assert isinstance(default, ProcessEdgeIndex) and default.builds.quiet_s > 0
