@@ -10,11 +10,17 @@ from pathlib import Path
 import pytest
 
 from evident.settings import Settings
+from pipeline.access.scope import EVERYTHING
 from pipeline.errors import IndexError_
 from pipeline.factory import make_index_from
 from pipeline.index.edge_worker import ProcessEdgeIndex
 from pipeline.index.quiet_builds import QuietBuilds
-from tests.index_contract import DIM, EMBEDDER, page_version
+from pipeline.types import SearchRequest
+from tests.index_contract import DIM, EMBEDDER, QUERY_DENSE_T, QUERY_SPARSE, page_version
+
+
+def _question() -> SearchRequest:
+    return SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, scope=EVERYTHING)
 
 
 async def _opened(tmp_path: Path, quiet_s: float, max_pending: int) -> ProcessEdgeIndex:
@@ -30,12 +36,33 @@ async def test_a_sync_s_build_waits_until_no_request_has_come_for_the_quiet_peri
         assert await idx.optimize() is False  # scheduled, not run: the sync's call returns at once
         assert idx.builds.scheduled and idx.builds.builds == 0 and idx.builds.pending == 3
         for _ in range(6):  # questions keep coming: each one restarts the quiet period
-            assert await idx.count() == 3
+            assert await idx.search(_question()) != []
             await asyncio.sleep(0.2)
         assert idx.builds.builds == 0
         await asyncio.wait_for(idx.builds.settled(), 10)
         assert idx.builds.builds == 1 and not idx.builds.scheduled and idx.builds.pending == 0
         assert await idx.count() == 3
+    finally:
+        await idx.close()
+
+
+async def test_readiness_checks_do_not_postpone_a_build(tmp_path: Path) -> None:
+    idx = await _opened(tmp_path, quiet_s=0.5, max_pending=1000)
+    try:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        await idx.optimize()
+
+        async def probes() -> None:
+            while True:  # a readiness probe every 0.1 s, as an orchestrator might
+                await idx.ready()
+                await asyncio.sleep(0.1)
+
+        prober = asyncio.create_task(probes())
+        try:
+            await asyncio.wait_for(idx.builds.settled(), 10)
+        finally:
+            prober.cancel()
+        assert idx.builds.builds == 1
     finally:
         await idx.close()
 

@@ -181,7 +181,7 @@ class ProcessEdgeIndex:
     async def _request(
         self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
-        if op != "optimize":
+        if op in QUESTION_OPS:
             self.builds.touch()
         async with self._lock:
             if self._conn is None and op != "open" and self._open_kwargs is not None:
@@ -230,6 +230,8 @@ class ProcessEdgeIndex:
 
 
 MAINTENANCE_OPS = frozenset({"optimize", "replace_page", "delete_pages"})
+# what answering a question asks of the index: these postpone a deferred build (readiness counts do not)
+QUESTION_OPS = frozenset({"search", "get"})
 MAINTENANCE_GRACE_S = 1800.0
 
 
