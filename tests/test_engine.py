@@ -250,6 +250,49 @@ async def test_the_draft_style_hands_the_model_the_extractive_quote_to_rewrite(m
     assert all("Draft answer (quoted from the sources):" in u for u in prompts)
 
 
+@pytest.mark.parametrize(("question", "reply", "why"), [
+    ("What is Alice's todo from the RAG meeting in October?", OUT_OF_SCOPE, "the model's answer said less"),
+    ("What is Alice's todo from the RAG meeting in October?", "", "the language model returned an empty"),
+    ("Was ist Alices Aufgabe aus dem RAG-Meeting im Oktober?",  # the question, restated
+     "Was ist Alices Aufgabe aus dem RAG-Meeting im Oktober? [Source 1]", "the model's answer said less"),
+])
+async def test_a_draft_rewrite_that_drops_the_quote_gives_way_to_the_quote(
+    make: Make, question: str, reply: str, why: str
+) -> None:
+    async with StubLLMServer(default_reply=reply) as stub:
+        p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5),
+                       options=engine_options_for(answer_style="draft"))
+        r = await p.engine.ask("t:guard", question, scope=EVERYTHING)
+        prompt = _user(_answers(stub)[0])
+        draft = prompt.split("Draft answer (quoted from the sources): ", 1)[1].split("\n")[0]
+        # counterfactuals answer the same way: without the top source, that subset's own quote
+        without_top = await p.engine.generator.generate_from(question, r.answer.evidence[1:], 2, 80)
+    assert "[Source " in draft
+    # the quote, its sources cited as shown (numbered in citation order)
+    assert re.sub(r" ?\[\d+\]", "", r.answer.text) == re.sub(r" ?\[Source \d+\]", "", draft)
+    assert not r.answer.out_of_scope and r.answer.citations
+    warning = str(r.answer.trace.warning)
+    assert warning.startswith(why) and warning.endswith("; the quoted draft is shown")
+    assert len(without_top) == 2 and all(a != reply for a in without_top)
+
+
+def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
+    from pipeline.answer.draft_guard import keeps_draft
+
+    draft = "Alice prepares the evaluation todo list [Source 1]."
+    question = "What is Alice's todo?"
+    assert not keeps_draft("Alice prepares the evaluation list [Source 1].", question, draft)
+    assert not keeps_draft("Bob owns the budget review [Source 2].", question, draft)  # a correction
+    assert keeps_draft("Alice's todo [Source 1].", question, draft)
+    assert keeps_draft("", question, draft)
+    assert keeps_draft(OUT_OF_SCOPE, question, draft)  # the quote shares "alice" and "todo"
+    # a quote that shares one word with a question the wiki does not answer: "not found" stands
+    assert not keeps_draft(OUT_OF_SCOPE, "What is on the canteen menu on Friday?",
+                           "Deployments are frozen on Friday [Source 3].")
+    assert not keeps_draft("The desired information cannot be found in the retrieved pool of evidence.",
+                           question, "")  # no quote: the model's reply stands
+
+
 async def test_answer_stream_holds_the_reasoning_back_and_streams_the_answer() -> None:
     from pipeline.answer.prompts import answer_stream
 
@@ -290,8 +333,8 @@ async def test_out_of_scope_sentence_is_flagged(make: Make) -> None:
 
 
 async def test_empty_llm_answer_is_out_of_scope_with_a_warning(make: Make) -> None:
-    async with StubLLMServer(default_reply="") as stub:
-        p = await make(llm_url=stub.base_url)
+    async with StubLLMServer(default_reply="") as stub:  # (the draft style shows its quote instead: above)
+        p = await make(llm_url=stub.base_url, options=engine_options_for(answer_style="plain"))
         r = await p.engine.ask("t:e", "How do I roll back a deployment?", scope=EVERYTHING)
     assert r.error is None and r.answer.out_of_scope and r.answer.text == OUT_OF_SCOPE
     assert "empty" in str(r.answer.trace.warning)

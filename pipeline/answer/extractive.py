@@ -63,7 +63,7 @@ class _Candidate:
     text: str
 
 
-class _Terms:
+class Terms:
     """Lower-cased, stop-word-free, stemmed tokens (English Snowball stems also conflate most plurals)."""
 
     def __init__(self) -> None:
@@ -99,7 +99,7 @@ def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int 
     """Answer with up to ``max_sentences`` quoted units, each cited ``[n]`` (n = position in ``hits``)
     and mapped to per-page citations; the out-of-scope sentence when nothing overlaps the question (or, with
     ``similarity`` (unit -> cosine to the question), is at least ``MIN_SIMILARITY`` close)."""
-    terms = _Terms()
+    terms = Terms()
     q = terms(question)
     sims = similarity or {}
     if sims and not _cross_lingual(question, hits):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipeline.answer.budget import fit_evidence
 from pipeline.answer.citations import CitingStream, is_out_of_scope, parse_citations
+from pipeline.answer.draft_guard import keeps_draft
 from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.prompts import ANSWER_TEMPLATES, OUT_OF_SCOPE, PromptLibrary, answer_stream, final_answer
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
@@ -75,18 +76,26 @@ class Generator:
             ans.evidence = list(hits)
             return ans, ""
         kept, texts, dropped = self.fit(question, hits)
-        messages = self.messages(question, texts, await self.draft(question, kept))
+        draft = await self.draft(question, kept)
+        messages = self.messages(question, texts, draft)
         raw = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
         model = self.llm.model_for("answer")
+        kept_draft = keeps_draft(raw, question, draft)
+        warning = "the language model returned an empty answer" if not raw else (
+            "the model's answer said less than the quoted draft")
+        if kept_draft:  # the model dropped the quote: shown instead (replacing what was streamed)
+            raw = draft
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=model)
-            ans.trace.warning = "the language model returned an empty answer"
+            ans.trace.warning = warning
         else:
             text, citations = parse_citations(raw, kept)
             ans = Answer(text=text, citations=citations, out_of_scope=is_out_of_scope(raw), model=model)
         ans.evidence = kept
         ans.trace.raw_answer = raw
         ans.trace.dropped_for_budget = dropped
+        if kept_draft:
+            ans.trace.warning = f"{warning}; the quoted draft is shown"
         if trace:
             ans.trace.prompt = list(messages)
         return ans, "answer"
@@ -115,19 +124,22 @@ class Generator:
         return raw.strip()
 
     async def generate_from(self, question: str, hits: Sequence[Hit], m: int, max_tokens: int) -> list[str]:
-        """Counterfactual generator for attribution: same prompt shape, a subset of the evidence."""
+        """Counterfactual generator for attribution: the answer's prompt and guard, a subset of evidence."""
         if self.llm is None:
             return [(await extractive_answer_dense(question, hits, self.embedder)).text] * m
         if not hits:
             return [OUT_OF_SCOPE] * m
         kept, texts, _ = self.fit(question, hits)
-        messages = self.messages(question, texts, await self.draft(question, kept))
+        draft = await self.draft(question, kept)
+        messages = self.messages(question, texts, draft)
         temperature = 0.0 if m == 1 else 0.7
         if self.options.answer_style == "cot":  # the reasoning comes first: room for it, then the answer
             max_tokens += self.options.answer_max_tokens
         out = await self.complete(messages, role="counterfactual", max_tokens=max_tokens,
                                   temperature=temperature, n=m)
-        return [final_answer(text, self.options.answer_style) for text in out]
+        answers = [final_answer(text, self.options.answer_style) for text in out]
+        # the answer's own procedure: where the model dropped this subset's quote, the quote
+        return [draft if keeps_draft(a, question, draft) else a for a in answers]
 
     async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:
         """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""

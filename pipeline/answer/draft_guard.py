@@ -1,0 +1,36 @@
+"""The ``draft`` style's guard: a model's answer never says less than the quote it was given to rewrite.
+
+With the ``draft`` prompt the model starts from the extractive answer's quote. A small model sometimes drops
+it: Qwen2.5-0.5B in German restated the question or replied that the sources hold no answer where the quote
+had it (the answer contained the gold in 0.120 of the dev turns against 0.240 for the quote alone;
+BENCHMARKS.md, "Answers written from an extractive draft"). Both are recognisable without a judge: the reply
+adds fewer than two content words (stemmed, stop words and citation markers aside) to the question's own
+while the quote adds some; or it is empty or the out-of-scope sentence while the quote matches two of the
+question's content words (a quote that matches fewer, as for a question the wiki does not answer, leaves "not
+found" standing). Then the quote is the answer, as it would be without a model; any other
+rewrite, including one that corrects the quote from the sources, is kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pipeline.answer.citations import is_out_of_scope
+from pipeline.answer.extractive import Terms
+
+_MARKER = re.compile(r"\[(?:source\s*)?\d+\]", re.IGNORECASE)
+MIN_NEW_TERMS = 2  # content words an answer must add to the question's, and a quote must share with it
+
+
+def keeps_draft(answer: str, question: str, draft: str) -> bool:
+    """Whether ``draft`` should be shown instead of the model's ``answer`` (see module docstring)."""
+    if not draft.strip():
+        return False
+    terms = Terms()
+    asked = terms(_MARKER.sub(" ", question))
+    quoted = terms(_MARKER.sub(" ", draft))
+    if not answer.strip() or is_out_of_scope(answer):
+        # "not found" stands unless the quote matches two of the question's content words (all, if fewer)
+        return bool(asked) and len(asked & quoted) >= min(MIN_NEW_TERMS, len(asked))
+    added = terms(_MARKER.sub(" ", answer)) - asked
+    return len(added) < MIN_NEW_TERMS <= len(quoted - asked)
