@@ -6,9 +6,9 @@ machine. ``LoopWatch`` runs a heartbeat on the loop and a thread beside it; when
 more than ``threshold_s`` the thread takes the loop thread's stack at that moment, and when the loop runs
 again the heartbeat logs
 
-    event loop blocked 133 ms at bot/slack/handler.py:88 in _post < ...
+    event loop blocked 133 ms at slack/handler.py:88 in _post < ...
 
-(the innermost frames, files relative to their package; no locals, so no page text or secrets). A block
+(the innermost frames, each file as its last two path parts; no locals, so no page text or secrets). A block
 with no stack taken (shorter than the thread's poll) is logged without one. ``stalls`` counts them.
 """
 
@@ -38,11 +38,8 @@ def where(frame: FrameType | None) -> str:
 
 
 def _short(path: str) -> str:
-    for marker in ("/site-packages/", "/lib/python3"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:])
+    """A file as its last two path parts (``asyncio/events.py``, ``answer/engine.py``)."""
+    return "/".join(path.replace("\\", "/").split("/")[-2:])
 
 
 class LoopWatch:
