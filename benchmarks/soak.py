@@ -9,7 +9,8 @@ The load, ``--rate`` events a second: new questions (50 %), follow-ups in answer
 answer?" explanations (15 %) and feedback clicks (15 %). The LLM is the test suite's OpenAI-compatible stub
 (answers cite ``[Source 1]`` after 0.3-1.2 s), in a child process that is stopped for ``--llm-down-s``
 seconds at ``--llm-down-at`` minutes; the site and the embeddings stand-in are ``wiki_scale.py``'s. Every
-``--sample-s`` seconds: serve's RSS (with its children), open files and threads, from ``/proc``.
+``--sample-s`` seconds: serve's RSS (with its children), open files and threads, from ``/proc``; its event
+loop's live tasks and blocks over 100 ms, from its ``/metrics``.
 
 Reports: the samples' first (after ``--warmup`` minutes) and last values and the largest; turns asked and
 answered (a turn is lost when no answer or error reply replaced its placeholder); replies that are errors,
@@ -109,7 +110,7 @@ class Soak:
         url = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession() as http, EventSender(url + "/slack/events") as send:
-                self.send = send
+                self.send, self.http, self.url = send, http, url
                 for _ in range(1200):
                     try:
                         async with http.get(url + "/readyz") as r:
@@ -125,6 +126,17 @@ class Soak:
             await self.slack.stop()
         return self._report(rc)
 
+    async def _served_facts(self) -> dict[str, float]:
+        """From serve's /metrics: the event loop's live tasks and its blocks over 100 ms so far."""
+        wanted = {"evident_event_loop_tasks": "tasks", "evident_event_loop_blocks_total": "loop blocks"}
+        try:
+            async with self.http.get(self.url + "/metrics") as r:
+                text = await r.text()
+        except aiohttp.ClientError:
+            return {}
+        return {wanted[name]: float(value) for name, _, value in
+                (line.partition(" ") for line in text.splitlines()) if name in wanted}
+
     async def _load(self) -> None:
         start = time.monotonic()
         end = start + self.args.minutes * 60
@@ -134,7 +146,8 @@ class Soak:
             now = time.monotonic()
             minute = (now - start) / 60
             if now >= next_sample:
-                self.samples.append({"t_min": round(minute, 2), **proc_facts(self.proc.popen.pid)})
+                self.samples.append({"t_min": round(minute, 2), **proc_facts(self.proc.popen.pid),
+                                     **await self._served_facts()})
                 next_sample += self.args.sample_s
             if now >= next_edit:  # 1 % of the pages edited between two sync cycles
                 edits += 1
@@ -247,7 +260,8 @@ class Soak:
             "error log lines": len(self.proc.matching(" ERROR ")) + len(self.proc.matching("Traceback")),
             "serve exit code": rc,
             "first": warm[0] if warm else {}, "last": warm[-1] if warm else {},
-            "max": {k: max(s[k] for s in warm) for k in ("rss_mib", "fds", "threads")} if warm else {},
+            "max": {k: max(s.get(k, 0) for s in warm) for k in ("rss_mib", "fds", "threads", "tasks")}
+            if warm else {},
             "lost turns asked at (s)": self.lost_at,
             "outage (s)": [round(t - t0, 1) for t in self.outage] if self.outage else None,
             "samples": self.samples, "errors": [line for _, line in self.proc.matching(" ERROR ")][:20],

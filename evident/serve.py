@@ -86,7 +86,7 @@ async def serve_forever(
     stop = stop or asyncio.Event()
     metrics = Metrics()  # one registry: the engine counts into it, /metrics serves it
     with stop_on_signals(stop):
-        async with _loop_watch(settings):
+        async with _loop_watch(settings, metrics):
             try:
                 engine = await start_engine(settings, metrics, stop)
             except Stopped:
@@ -98,10 +98,12 @@ async def serve_forever(
                 await engine.aclose()
 
 
-def _loop_watch(settings: Settings) -> contextlib.AbstractAsyncContextManager[object]:
-    """Warnings naming where the event loop was blocked (``EVIDENT_LOOP_WATCH_MS``; 0: none)."""
+def _loop_watch(settings: Settings, metrics: Metrics) -> contextlib.AbstractAsyncContextManager[object]:
+    """Warnings naming where the event loop was blocked, counted (``EVIDENT_LOOP_WATCH_MS``; 0: none)."""
     ms = settings.serve.loop_watch_ms
-    return LoopWatch(ms / 1000).watching() if ms else contextlib.nullcontext()
+    if not ms:
+        return contextlib.nullcontext()
+    return LoopWatch(ms / 1000, on_block=metrics.loop_blocks.inc).watching()
 
 
 async def _serve_engine(settings: Settings, engine: Engine, chosen: Sequence[Registration],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -12,6 +13,7 @@ from aiohttp import web
 
 from bot.core.health import HealthServer, add_health_routes, evaluate_readiness, http_get_check
 from pipeline.errors import AuthError, UnreachableError
+from pipeline.runtime.loop_watch import LoopWatch
 from pipeline.runtime.metrics import Metrics
 
 
@@ -145,6 +147,25 @@ async def test_metrics_endpoint_serves_the_registry_and_parses() -> None:
         metrics.questions.inc()
         _, _, text = await _get(server.url + "/metrics")
         assert "evident_questions_total 3.0" in text
+
+
+async def test_metrics_count_the_loop_s_tasks_and_its_blocks() -> None:
+    parser = pytest.importorskip("prometheus_client.parser")
+    metrics = Metrics()
+    async with HealthServer(0, {}, metrics, host="127.0.0.1") as server:
+        _, _, text = await _get(server.url + "/metrics")
+        idle = {s.name: s.value for f in parser.text_string_to_metric_families(text) for s in f.samples}
+        sleepers = [asyncio.create_task(asyncio.sleep(30)) for _ in range(5)]
+        async with LoopWatch(0.05, on_block=metrics.loop_blocks.inc).watching():
+            await asyncio.sleep(0.1)
+            time.sleep(0.3)  # noqa: ASYNC251 - the block the watch must count
+            await asyncio.sleep(0.1)
+            _, _, text = await _get(server.url + "/metrics")
+        for task in sleepers:
+            task.cancel()
+    busy = {s.name: s.value for f in parser.text_string_to_metric_families(text) for s in f.samples}
+    assert busy["evident_event_loop_tasks"] >= idle["evident_event_loop_tasks"] + 5 + 1  # + the heartbeat
+    assert idle["evident_event_loop_blocks_total"] == 0 and busy["evident_event_loop_blocks_total"] >= 1
 
 
 async def test_routes_mount_on_an_existing_app() -> None:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import FrameType
 
 log = logging.getLogger("evident.loop")
@@ -45,8 +45,9 @@ def _short(path: str) -> str:
 class LoopWatch:
     """Warns on every block of the running loop over ``threshold_s`` (see module docstring)."""
 
-    def __init__(self, threshold_s: float) -> None:
+    def __init__(self, threshold_s: float, on_block: Callable[[], object] | None = None) -> None:
         self.threshold_s = threshold_s
+        self.on_block = on_block
         self.interval_s = threshold_s / 4
         self.stalls = 0
         self.longest_s = 0.0
@@ -80,6 +81,8 @@ class LoopWatch:
 
     def _report(self, late: float) -> None:
         self.stalls += 1
+        if self.on_block is not None:
+            self.on_block()
         self.longest_s = max(self.longest_s, late)
         taken = self._stack
         at = f" at {taken[1]}" if taken is not None and taken[0] == self._due and taken[1] else ""

@@ -9,6 +9,7 @@ safe) and the text exposition format.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -148,6 +149,10 @@ class Metrics:
             "evident_seconds_since_last_event", "Seconds since the last request from a chat platform, by "
             "platform (absent until the first).", ("platform",), registry=r)
         self._last_event: dict[str, float] = {}
+        self.loop_blocks = Counter("evident_event_loop_blocks_total", "Times the event loop was blocked for "
+                                   "longer than EVIDENT_LOOP_WATCH_MS (each one also logged).", registry=r)
+        prometheus_client.Gauge("evident_event_loop_tasks", "Tasks alive on the event loop (at scrape time).",
+                                registry=r).set_function(_loop_tasks)
 
     def event_received(self, platform: str) -> None:
         """A chat platform delivered something: count it and restart its "seconds since" clock."""
@@ -187,3 +192,11 @@ def error_kind(exc: BaseException) -> str:
         if isinstance(exc, cls):
             return kind
     return "other"
+
+
+def _loop_tasks() -> float:
+    """The running loop's live tasks; 0 when scraped outside one."""
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:
+        return 0.0
