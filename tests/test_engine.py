@@ -284,6 +284,8 @@ def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
     assert not keeps_draft("Alice prepares the evaluation list [Source 1].", question, draft)
     assert not keeps_draft("Bob owns the budget review [Source 2].", question, draft)  # a correction
     assert keeps_draft("Alice's todo [Source 1].", question, draft)
+    assert not keeps_draft("12 [Source 1].", "How many nodes does the cluster have?",
+                           "The cluster has 9 nodes in Frankfurt [Source 2].")  # a short answer stands
     assert keeps_draft("", question, draft)
     assert keeps_draft(OUT_OF_SCOPE, question, draft)  # the quote shares "alice" and "todo"
     # a quote that shares one word with a question the wiki does not answer: "not found" stands

@@ -4,11 +4,11 @@ With the ``draft`` prompt the model starts from the extractive answer's quote. A
 it: Qwen2.5-0.5B in German restated the question or replied that the sources hold no answer where the quote
 had it (the answer contained the gold in 0.120 of the dev turns against 0.240 for the quote alone;
 BENCHMARKS.md, "Answers written from an extractive draft"). Both are recognisable without a judge: the reply
-adds fewer than two content words (stemmed, stop words and citation markers aside) to the question's own
-while the quote adds some; or it is empty or the out-of-scope sentence while the quote matches two of the
-question's content words (a quote that matches fewer, as for a question the wiki does not answer, leaves "not
-found" standing). Then the quote is the answer, as it would be without a model; any other
-rewrite, including one that corrects the quote from the sources, is kept.
+adds no content word (stemmed, stop words and citation markers aside) to the question's own while the quote
+adds some (so a one-word answer such as a number stands); or it is empty or the out-of-scope sentence while
+the quote shares two of the question's content words (a quote that shares fewer, as for a question the wiki
+does not answer, leaves "not found" standing). Then the quote is the answer, as it would be without a model;
+any other rewrite, including one that corrects the quote from the sources, is kept.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pipeline.answer.citations import is_out_of_scope
 from pipeline.answer.extractive import Terms
 
 _MARKER = re.compile(r"\[(?:source\s*)?\d+\]", re.IGNORECASE)
-MIN_NEW_TERMS = 2  # content words an answer must add to the question's, and a quote must share with it
+MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outweigh "not found"
 
 
 def keeps_draft(answer: str, question: str, draft: str) -> bool:
@@ -31,6 +31,6 @@ def keeps_draft(answer: str, question: str, draft: str) -> bool:
     quoted = terms(_MARKER.sub(" ", draft))
     if not answer.strip() or is_out_of_scope(answer):
         # "not found" stands unless the quote matches two of the question's content words (all, if fewer)
-        return bool(asked) and len(asked & quoted) >= min(MIN_NEW_TERMS, len(asked))
+        return bool(asked) and len(asked & quoted) >= min(MIN_SHARED_TERMS, len(asked))
     added = terms(_MARKER.sub(" ", answer)) - asked
-    return len(added) < MIN_NEW_TERMS <= len(quoted - asked)
+    return not added and bool(quoted - asked)
