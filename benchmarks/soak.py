@@ -130,9 +130,9 @@ class Soak:
         """From serve's /metrics: the event loop's live tasks and its blocks over 100 ms so far."""
         wanted = {"evident_event_loop_tasks": "tasks", "evident_event_loop_blocks_total": "loop blocks"}
         try:
-            async with self.http.get(self.url + "/metrics") as r:
+            async with self.http.get(self.url + "/metrics", timeout=aiohttp.ClientTimeout(total=2)) as r:
                 text = await r.text()
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, TimeoutError):
             return {}
         return {wanted[name]: float(value) for name, _, value in
                 (line.partition(" ") for line in text.splitlines()) if name in wanted}

@@ -18,8 +18,8 @@ new text); answer latency (question to answer in Slack) idle against during a sy
 ``/healthz`` request every 50 ms, the response time over its idle median, which also counts this process's
 own loop and the machine's scheduling; and serve's own ``event loop blocked`` warnings, which name where).
 
-``--reuse --work DIR`` starts from an earlier run's data: the first sync brings it back to the generated site
-(undoing that run's edits) instead of a cold sync.
+``--reuse --work DIR`` starts from an earlier run's data: the first sync (``--full``) brings it back to the
+generated site (undoing that run's edits) instead of a cold sync.
 """
 
 from __future__ import annotations
@@ -56,11 +56,12 @@ def env_for(site: dict[str, Any], embed_url: str, data: Path) -> dict[str, str]:
     return env
 
 
-def sync_once(name: str, env: dict[str, str], site_conn: Any, sampler: RssSampler) -> dict[str, Any]:
+def sync_once(name: str, env: dict[str, str], site_conn: Any, sampler: RssSampler,
+              *flags: str) -> dict[str, Any]:
     """One `evident sync` in a subprocess: wall, exit code, the site's requests and bodies during it."""
     site_conn.send(("stats", None))
     before = site_conn.recv()
-    proc = Proc(name, [sys.executable, "-m", "evident", "sync"], env)
+    proc = Proc(name, [sys.executable, "-m", "evident", "sync", *flags], env)
     sampler.watch(name, proc.popen.pid)
     rc, wall = proc.wait()
     site_conn.send(("stats", None))
@@ -82,8 +83,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--work", type=Path, help="keep the data here (default: a temporary directory)")
     ap.add_argument("--reuse", action="store_true",
-                    help="--work already holds a cold sync of this site: sync it back to the generated "
-                         "site (undoing the last run's edits) instead of a cold sync")
+                    help="--work already holds a cold sync of this site: `sync --full` it back to the "
+                         "generated site (undoing the last run's edits) instead of a cold sync")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.reuse and not (args.work and (args.work / "data" / "index").is_dir()):
@@ -102,7 +103,8 @@ def main() -> None:
         work = args.work or Path(tmp)
         env = env_for(site, embed.url, work / "data")
         name = "resync" if args.reuse else "cold"
-        cold = sync_once(f"sync ({name})", env, site_conn, sampler)
+        # --full: the checkpoint would skip the pages the last run edited (their generated dates are older)
+        cold = sync_once(f"sync ({name})", env, site_conn, sampler, *(["--full"] if args.reuse else []))
         cold["requests per page"] = round(cold["requests"] / args.pages, 3)
         print(f"{name} sync:", json.dumps(cold), flush=True)
         results[name] = cold

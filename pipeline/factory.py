@@ -247,7 +247,9 @@ def make_index_from(
     if ix.index_process == "yes" or (ix.index_process == "auto" and serving):
         from pipeline.index.edge_worker import ProcessEdgeIndex
 
-        return ProcessEdgeIndex(path, wait_s=ix.index_wait_s, build_quiet_s=ix.index_build_quiet_s,
+        # builds wait for quiet only while serving: a CLI command builds before it exits
+        return ProcessEdgeIndex(path, wait_s=ix.index_wait_s,
+                                build_quiet_s=ix.index_build_quiet_s if serving else 0.0,
                                 build_max_pending=ix.index_build_max_pending)
     from pipeline.index.edge import EdgeIndex
 

@@ -254,7 +254,7 @@ async def test_the_draft_style_hands_the_model_the_extractive_quote_to_rewrite(m
     ("What is Alice's todo from the RAG meeting in October?", OUT_OF_SCOPE, "the model's answer said less"),
     ("What is Alice's todo from the RAG meeting in October?", "", "the language model returned an empty"),
     ("Was ist Alices Aufgabe aus dem RAG-Meeting im Oktober?",  # the question, restated
-     "Was ist Alices Aufgabe aus dem RAG-Meeting im Oktober? [Source 1]", "the model's answer said less"),
+     "Alices Aufgabe aus dem RAG-Meeting im Oktober.", "the model's answer said less"),
 ])
 async def test_a_draft_rewrite_that_drops_the_quote_gives_way_to_the_quote(
     make: Make, question: str, reply: str, why: str
@@ -273,6 +273,7 @@ async def test_a_draft_rewrite_that_drops_the_quote_gives_way_to_the_quote(
     assert not r.answer.out_of_scope and r.answer.citations
     warning = str(r.answer.trace.warning)
     assert warning.startswith(why) and warning.endswith("; the quoted draft is shown")
+    assert r.answer.trace.model_reply == reply.strip()  # the model's own answer kept for the trace
     assert len(without_top) == 2 and all(a != reply for a in without_top)
 
 
@@ -286,6 +287,12 @@ def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
     assert keeps_draft("Alice's todo [Source 1].", question, draft)
     assert not keeps_draft("12 [Source 1].", "How many nodes does the cluster have?",
                            "The cluster has 9 nodes in Frankfurt [Source 2].")  # a short answer stands
+    # a choice answered with one of the question's words, and a restatement citing another source: both stand
+    assert not keeps_draft("Frankfurt [Source 1].", "Is the staging cluster in Frankfurt or Berlin?",
+                           "The production cluster runs in Berlin [Source 1].")
+    assert not keeps_draft("The VPN is required for the staging cluster [Source 2].",
+                           "Is the VPN required for the staging cluster?",
+                           "The VPN is required for the production cluster [Source 1].")
     assert keeps_draft("", question, draft)
     assert keeps_draft(OUT_OF_SCOPE, question, draft)  # the quote shares "alice" and "todo"
     # a quote that shares one word with a question the wiki does not answer: "not found" stands

@@ -118,6 +118,22 @@ async def test_a_failed_deferred_build_is_one_warning_and_its_points_still_wait(
     ]
 
 
+async def test_opening_schedules_a_build_for_what_an_earlier_process_left(tmp_path: Path) -> None:
+    idx = await _opened(tmp_path, quiet_s=0.3, max_pending=1000)
+    try:
+        assert idx.builds.scheduled  # nothing written yet: a cheap optimize once quiet
+        await asyncio.wait_for(idx.builds.settled(), 10)
+        assert idx.builds.builds == 1
+    finally:
+        await idx.close()
+
+
+def test_a_cli_command_in_a_worker_builds_before_it_exits(tmp_path: Path) -> None:
+    env = {"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_PROCESS": "yes"}
+    index = make_index_from(Settings.load(env=env), serving=False)
+    assert isinstance(index, ProcessEdgeIndex) and index.builds.quiet_s == 0
+
+
 def test_serve_s_index_worker_takes_its_build_schedule_from_settings(tmp_path: Path) -> None:
     env = {"EVIDENT_DATA_DIR": str(tmp_path), "EVIDENT_INDEX_BUILD_QUIET_S": "7.5",
            "EVIDENT_INDEX_BUILD_MAX_PENDING": "1234"}

@@ -3,12 +3,18 @@
 With the ``draft`` prompt the model starts from the extractive answer's quote. A small model sometimes drops
 it: Qwen2.5-0.5B in German restated the question or replied that the sources hold no answer where the quote
 had it (the answer contained the gold in 0.120 of the dev turns against 0.240 for the quote alone;
-BENCHMARKS.md, "Answers written from an extractive draft"). Both are recognisable without a judge: the reply
-adds no content word (stemmed, stop words and citation markers aside) to the question's own while the quote
-adds some (so a one-word answer such as a number stands); or it is empty or the out-of-scope sentence while
-the quote shares two of the question's content words (a quote that shares fewer, as for a question the wiki
-does not answer, leaves "not found" standing). Then the quote is the answer, as it would be without a model;
-any other rewrite, including one that corrects the quote from the sources, is kept.
+BENCHMARKS.md, "Answers written from an extractive draft"). Both are recognisable without a judge:
+
+- the reply restates the question: it has no content word (stemmed, stop words and citation markers aside)
+  the question does not, it has at least half of the question's, and it cites no source the quote does not,
+  while the quote adds words of its own (so "Frankfurt [Source 1]" to "Frankfurt or Berlin?" stands, and so
+  does a restatement that cites another source than the quote);
+- or it is empty or the out-of-scope sentence while the quote shares two of the question's content words (a
+  quote that shares fewer, as for a question the wiki does not answer, leaves "not found" standing; one that
+  shares two is what the product would show without a model).
+
+Then the quote is the answer, as it would be without a model; any other rewrite, including one that corrects
+the quote from the sources, is kept.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pipeline.answer.citations import is_out_of_scope
 from pipeline.answer.extractive import Terms
 
 _MARKER = re.compile(r"\[(?:source\s*)?\d+\]", re.IGNORECASE)
+_SOURCE = re.compile(r"\[(?:source\s*)?(\d+)\]", re.IGNORECASE)
 MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outweigh "not found"
 
 
@@ -32,5 +39,10 @@ def keeps_draft(answer: str, question: str, draft: str) -> bool:
     if not answer.strip() or is_out_of_scope(answer):
         # "not found" stands unless the quote matches two of the question's content words (all, if fewer)
         return bool(asked) and len(asked & quoted) >= min(MIN_SHARED_TERMS, len(asked))
-    added = terms(_MARKER.sub(" ", answer)) - asked
-    return not added and bool(quoted - asked)
+    said = terms(_MARKER.sub(" ", answer))
+    restated = not (said - asked) and 2 * len(said & asked) >= len(asked)  # half the question, nothing else
+    return restated and bool(quoted - asked) and _cited(answer) <= _cited(draft)
+
+
+def _cited(text: str) -> set[str]:
+    return set(_SOURCE.findall(text))

@@ -83,6 +83,7 @@ class Generator:
         kept_draft = keeps_draft(raw, question, draft)
         warning = "the language model returned an empty answer" if not raw else (
             "the model's answer said less than the quoted draft")
+        reply = raw
         if kept_draft:  # the model dropped the quote: shown instead (replacing what was streamed)
             raw = draft
         if not raw:
@@ -96,6 +97,7 @@ class Generator:
         ans.trace.dropped_for_budget = dropped
         if kept_draft:
             ans.trace.warning = f"{warning}; the quoted draft is shown"
+            ans.trace.model_reply = reply
         if trace:
             ans.trace.prompt = list(messages)
         return ans, "answer"

@@ -97,6 +97,8 @@ class ProcessEdgeIndex:
         kwargs = {"dense_dim": dense_dim, "embedder": embedder, "recipe": dict(recipe) if recipe else None}
         await self._request("open", (), kwargs)
         self._open_kwargs = kwargs
+        if self.builds.quiet_s > 0:  # what an earlier process left unbuilt (cheap when nothing is)
+            await self.builds.request()
 
     async def close(self) -> None:
         """Close the index and stop the child (idempotent); a build still waiting for quiet is dropped."""
@@ -122,6 +124,7 @@ class ProcessEdgeIndex:
 
     async def delete_pages(self, page_ids: Sequence[str]) -> None:
         await self._request("delete_pages", (list(page_ids),))
+        self.builds.written(len(page_ids))  # deleted points are vacuumed by a build too
 
     async def search(self, request: SearchRequest) -> list[Hit]:
         hits: list[Hit] = await self._request("search", (request,))

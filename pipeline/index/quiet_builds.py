@@ -81,6 +81,9 @@ class QuietBuilds:
             await self._run()
         except EvidentError as exc:
             log.warning("deferred segment build failed: %s (the next sync builds again)", exc)
+        except Exception as exc:  # noqa: BLE001 - a background task: nobody else would see it
+            log.warning("deferred segment build failed: %s: %s (the next sync builds again)",
+                        type(exc).__name__, exc)
 
     async def _run(self) -> bool:
         pending, self.pending = self.pending, 0

@@ -10,6 +10,9 @@ again the heartbeat logs
 
 (the innermost frames, each file as its last two path parts; no locals, so no page text or secrets). A block
 with no stack taken (shorter than the thread's poll) is logged without one. ``stalls`` counts them.
+
+The heartbeat runs every tenth of the threshold (at least 5 ms), and lateness is counted from when it was due,
+so every block longer than 1.1x the threshold is reported, and none shorter than the threshold.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from types import FrameType
 log = logging.getLogger("evident.loop")
 
 _FRAMES = 4  # innermost frames named in a warning
+MIN_INTERVAL_S = 0.005  # the heartbeat's period is a tenth of the threshold, not below this
 
 
 def where(frame: FrameType | None) -> str:
@@ -48,7 +52,7 @@ class LoopWatch:
     def __init__(self, threshold_s: float, on_block: Callable[[], object] | None = None) -> None:
         self.threshold_s = threshold_s
         self.on_block = on_block
-        self.interval_s = threshold_s / 4
+        self.interval_s = max(MIN_INTERVAL_S, threshold_s / 10)
         self.stalls = 0
         self.longest_s = 0.0
         self._due = 0.0  # when the heartbeat should next run (monotonic)
