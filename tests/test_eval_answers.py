@@ -33,6 +33,9 @@ ROW_KEYS = {
     "judge",
     "latency_ms_p50",
     "latency_ms_p95",
+    "draft_shown",
+    "f1_without_guard",
+    "containment_without_guard",
 }
 
 CONVS = [
@@ -94,6 +97,26 @@ def test_exact_match_is_squad_style() -> None:
 ])
 def test_parse_judge_score(reply: str, score: float | None) -> None:
     assert parse_judge_score(reply) == score
+
+
+def test_turns_where_the_draft_guard_showed_the_quote_are_also_scored_without_it() -> None:
+    from pipeline.evaluation.answers import AnswerResult, _model_reply
+
+    def turn(answer: str, reply: str | None) -> AnswerResult:
+        gold = "at reception desk seven"
+        return AnswerResult(lang="en", conv_id="c", turn=1, source="s", q_type="t", question="q",
+                            completed_question="q", answer=answer, gold=gold, f1=token_f1(answer, gold),
+                            containment=contains_gold(answer, gold), exact=0.0, out_of_scope=False,
+                            p_at_10=1.0, judge=None, latency_ms=1.0, **_model_reply(reply, gold, "en"))
+
+    guarded = turn("Badges are handed out at reception desk seven [1].",
+                   "The desired information cannot be found in the retrieved pool of evidence.")
+    kept = turn("At reception desk seven [1].", None)
+    assert guarded.model_containment == 0.0 and guarded.model_reply is not None
+    assert _model_reply("At reception desk seven [Source 2]", "at reception desk seven", "en")[
+        "model_containment"] == 1.0  # markers removed before scoring
+    (row,) = summarize_answers([guarded, kept])["rows"]
+    assert row["draft_shown"] == 1 and row["containment"] == 1.0 and row["containment_without_guard"] == 0.5
 
 
 # ---------------------------------------------------------------- whole conversations
@@ -215,6 +238,8 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
         "out_of_scope",
         "judge",
         "answer",
+        "model_reply",
+        "model_containment",
     }
 
 

@@ -168,6 +168,10 @@ class AnswerResult:
     error: str | None = None
     # faithfulness, answer relevancy, context precision / recall (``--ragas``)
     ragas: RagasScores | None = None
+    # where the draft guard showed the quote: the model's own reply and its scores ("without the guard")
+    model_reply: str | None = None
+    model_f1: float | None = None
+    model_containment: float | None = None
 
 
 async def run_answer_eval(
@@ -214,8 +218,20 @@ async def _answer_turn(engine: Engine, key: str, turn: QATurn, lang: str, judge:
         f1=token_f1(text, turn.answer, lang), containment=contains_gold(text, turn.answer, lang),
         exact=exact_match(text, turn.answer, lang), out_of_scope=bool(result.answer.out_of_scope),
         p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency, error=result.error,
-        ragas=metrics,
+        ragas=metrics, **_model_reply(result.answer.trace.model_reply, turn.answer, lang),
     )
+
+
+def _model_reply(reply: str | None, gold: str, lang: str) -> dict[str, Any]:
+    """The model's own reply where the draft guard replaced it, scored like an answer (markers removed)."""
+    if not reply:
+        return {}
+    text = _SOURCE_MARK.sub("", reply).strip()
+    return {"model_reply": reply, "model_f1": token_f1(text, gold, lang),
+            "model_containment": contains_gold(text, gold, lang)}
+
+
+_SOURCE_MARK = re.compile(r"\s?\[(?:Source\s*)?\d+\]", re.IGNORECASE)
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -233,6 +249,11 @@ def _answer_row(results: Sequence[AnswerResult], **keys: object) -> dict[str, An
         "exact_match": _mean([r.exact for r in results]),
         "out_of_scope_rate": _mean([float(r.out_of_scope) for r in results]),
         "p_at_10": _mean([r.p_at_10 for r in results]),
+        # the draft guard: turns where it showed the quote, and the same run scored with the model's replies
+        "draft_shown": sum(r.model_reply is not None for r in results),
+        "f1_without_guard": _mean([r.f1 if r.model_f1 is None else r.model_f1 for r in results]),
+        "containment_without_guard": _mean(
+            [r.containment if r.model_containment is None else r.model_containment for r in results]),
         "judge": _mean(judged) if judged else None,
         "latency_ms_p50": round(percentile(lat, 50), 2),
         "latency_ms_p95": round(percentile(lat, 95), 2),
