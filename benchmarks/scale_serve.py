@@ -40,9 +40,10 @@ def questions_from(sample: list[dict[str, str]], seed: int) -> list[str]:
 
 class ServeRun:
     def __init__(self, env: dict[str, str], site_conn: Any, sampler: RssSampler, *, interval: int,
-                 rate: float, share: float, seed: int) -> None:
+                 rate: float, share: float, seed: int, edit_seed: int | None = None) -> None:
         self.env, self.site, self.sampler = env, site_conn, sampler
         self.interval, self.rate, self.share, self.seed = interval, rate, share, seed
+        self.edit_seed = seed if edit_seed is None else edit_seed
         self.sent: dict[str, float] = {}  # question ts -> when it was sent
         self.probes: list[tuple[float, float]] = []  # (when, /healthz response seconds)
         self.missed: list[dict[str, str]] = []  # edits never seen in an answer
@@ -107,7 +108,7 @@ class ServeRun:
             idle.append((t_end + 2, t_end + self.interval - 8))
             await asyncio.sleep(max(0.0, t_end + self.interval - 6 - time.monotonic()))
             before = await asyncio.to_thread(self._site, "stats")
-            edited = await asyncio.to_thread(self._site, "edit", {"share": self.share, "seed": self.seed + k})
+            edited = await asyncio.to_thread(self._site, "edit", {"share": self.share, "seed": self.edit_seed + k})
             t_edit = time.monotonic()
             markers = [asyncio.create_task(self._until_answered(e, t_edit)) for e in edited[:3]]
             t_line = await self._sync_line(after=t_edit, within_s=3600)

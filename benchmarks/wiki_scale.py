@@ -18,8 +18,9 @@ new text); answer latency (question to answer in Slack) idle against during a sy
 ``/healthz`` request every 50 ms, the response time over its idle median, which also counts this process's
 own loop and the machine's scheduling; and serve's own ``event loop blocked`` warnings, which name where).
 
-``--reuse --work DIR`` starts from an earlier run's data: the first sync (``--full``) brings it back to the
-generated site (undoing that run's edits) instead of a cold sync.
+``--reuse --work DIR --edit-seed N`` starts from an earlier run's data: an incremental sync instead of the cold
+one, and with another ``--edit-seed`` than that run's the edit cycles draw other pages and code words, so
+every edit is new content to write.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--work", type=Path, help="keep the data here (default: a temporary directory)")
     ap.add_argument("--reuse", action="store_true",
-                    help="--work already holds a cold sync of this site: `sync --full` it back to the "
-                         "generated site (undoing the last run's edits) instead of a cold sync")
+                    help="--work already holds a cold sync of this site: an incremental sync instead of a "
+                         "cold one (pass another --edit-seed than the last run's)")
+    ap.add_argument("--edit-seed", type=int, help="which pages the edit cycles draw (default: --seed)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.reuse and not (args.work and (args.work / "data" / "index").is_dir()):
@@ -103,8 +105,7 @@ def main() -> None:
         work = args.work or Path(tmp)
         env = env_for(site, embed.url, work / "data")
         name = "resync" if args.reuse else "cold"
-        # --full: the checkpoint would skip the pages the last run edited (their generated dates are older)
-        cold = sync_once(f"sync ({name})", env, site_conn, sampler, *(["--full"] if args.reuse else []))
+        cold = sync_once(f"sync ({name})", env, site_conn, sampler)
         cold["requests per page"] = round(cold["requests"] / args.pages, 3)
         print(f"{name} sync:", json.dumps(cold), flush=True)
         results[name] = cold
@@ -117,7 +118,7 @@ def main() -> None:
         site_conn.send(("sample", args.seed))
         sample = site_conn.recv()
         serve = ServeRun(env, site_conn, sampler, interval=args.interval, rate=args.rate, share=args.share,
-                         seed=args.seed)
+                         seed=args.seed, edit_seed=args.edit_seed)
         results["serve"] = asyncio.run(serve.run(sample, cycles=args.cycles))
         results["serve"]["loop_blocked"] = [line for line in serve.log if "event loop blocked" in line]
         if args.json:  # serve's whole log beside the figures
