@@ -108,7 +108,8 @@ class ServeRun:
             idle.append((t_end + 2, t_end + self.interval - 8))
             await asyncio.sleep(max(0.0, t_end + self.interval - 6 - time.monotonic()))
             before = await asyncio.to_thread(self._site, "stats")
-            edited = await asyncio.to_thread(self._site, "edit", {"share": self.share, "seed": self.edit_seed + k})
+            edited = await asyncio.to_thread(self._site, "edit",
+                                             {"share": self.share, "seed": self.edit_seed + k})
             t_edit = time.monotonic()
             markers = [asyncio.create_task(self._until_answered(e, t_edit)) for e in edited[:3]]
             t_line = await self._sync_line(after=t_edit, within_s=3600)

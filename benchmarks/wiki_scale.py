@@ -18,9 +18,9 @@ new text); answer latency (question to answer in Slack) idle against during a sy
 ``/healthz`` request every 50 ms, the response time over its idle median, which also counts this process's
 own loop and the machine's scheduling; and serve's own ``event loop blocked`` warnings, which name where).
 
-``--reuse --work DIR --edit-seed N`` starts from an earlier run's data: an incremental sync instead of the cold
-one, and with another ``--edit-seed`` than that run's the edit cycles draw other pages and code words, so
-every edit is new content to write.
+``--reuse --work DIR --edit-seed N`` starts from an earlier run's data: an incremental sync instead of the
+cold one, and with another ``--edit-seed`` than that run's the edit cycles draw other pages and code words,
+so every edit is new content to write.
 """
 
 from __future__ import annotations
