@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +25,18 @@ def _question() -> SearchRequest:
     return SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, scope=EVERYTHING)
 
 
-async def _opened(tmp_path: Path, quiet_s: float, max_pending: int) -> ProcessEdgeIndex:
+@contextlib.asynccontextmanager
+async def _opened(tmp_path: Path, quiet_s: float, max_pending: int) -> AsyncIterator[ProcessEdgeIndex]:
     idx = ProcessEdgeIndex(tmp_path / "index", build_quiet_s=quiet_s, build_max_pending=max_pending)
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)
-    return idx
+    try:
+        yield idx
+    finally:
+        await idx.close()  # idempotent
 
 
 async def test_a_sync_s_build_waits_until_no_request_has_come_for_the_quiet_period(tmp_path: Path) -> None:
-    idx = await _opened(tmp_path, quiet_s=0.6, max_pending=1000)
-    try:
+    async with _opened(tmp_path, quiet_s=0.6, max_pending=1000) as idx:
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
         assert await idx.optimize() is False  # scheduled, not run: the sync's call returns at once
         assert idx.builds.scheduled and idx.builds.builds == 0 and idx.builds.pending == 3
@@ -42,13 +47,10 @@ async def test_a_sync_s_build_waits_until_no_request_has_come_for_the_quiet_peri
         await asyncio.wait_for(idx.builds.settled(), 10)
         assert idx.builds.builds == 1 and not idx.builds.scheduled and idx.builds.pending == 0
         assert await idx.count() == 3
-    finally:
-        await idx.close()
 
 
 async def test_readiness_checks_do_not_postpone_a_build(tmp_path: Path) -> None:
-    idx = await _opened(tmp_path, quiet_s=0.5, max_pending=1000)
-    try:
+    async with _opened(tmp_path, quiet_s=0.5, max_pending=1000) as idx:
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
         await idx.optimize()
 
@@ -63,42 +65,34 @@ async def test_readiness_checks_do_not_postpone_a_build(tmp_path: Path) -> None:
         finally:
             prober.cancel()
         assert idx.builds.builds == 1
-    finally:
-        await idx.close()
 
 
 async def test_enough_waiting_points_build_at_once(tmp_path: Path) -> None:
-    idx = await _opened(tmp_path, quiet_s=60, max_pending=5)
-    try:
+    async with _opened(tmp_path, quiet_s=60, max_pending=5) as idx:
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
         assert await idx.optimize() is False
         assert idx.builds.scheduled
         await idx.replace_page("Q", "hash-q", page_version("Q", "q", 3))  # 6 waiting >= 5
         await idx.optimize()
         assert idx.builds.builds == 1 and not idx.builds.scheduled and idx.builds.pending == 0
-    finally:
-        await idx.close()
 
 
 async def test_no_quiet_period_builds_at_the_end_of_each_sync(tmp_path: Path) -> None:
-    idx = await _opened(tmp_path, quiet_s=0, max_pending=0)
-    try:
+    async with _opened(tmp_path, quiet_s=0, max_pending=0) as idx:
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
         await idx.optimize()
         assert idx.builds.builds == 1 and not idx.builds.scheduled
-    finally:
-        await idx.close()
 
 
 async def test_closing_drops_a_build_still_waiting_and_does_not_wait_for_it(tmp_path: Path) -> None:
-    idx = await _opened(tmp_path, quiet_s=3600, max_pending=1000)
-    await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
-    await idx.optimize()
-    assert idx.builds.scheduled
-    started = time.monotonic()
-    await idx.close()
-    assert time.monotonic() - started < 30 and not idx.builds.scheduled and idx.builds.builds == 0
-    assert idx.pid is None
+    async with _opened(tmp_path, quiet_s=3600, max_pending=1000) as idx:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        await idx.optimize()
+        assert idx.builds.scheduled
+        started = time.monotonic()
+        await idx.close()
+        assert time.monotonic() - started < 30 and not idx.builds.scheduled and idx.builds.builds == 0
+        assert idx.pid is None
 
 
 async def test_a_failed_deferred_build_is_one_warning_and_its_points_still_wait(
@@ -119,13 +113,10 @@ async def test_a_failed_deferred_build_is_one_warning_and_its_points_still_wait(
 
 
 async def test_opening_schedules_a_build_for_what_an_earlier_process_left(tmp_path: Path) -> None:
-    idx = await _opened(tmp_path, quiet_s=0.3, max_pending=1000)
-    try:
+    async with _opened(tmp_path, quiet_s=0.3, max_pending=1000) as idx:
         assert idx.builds.scheduled  # nothing written yet: a cheap optimize once quiet
         await asyncio.wait_for(idx.builds.settled(), 10)
         assert idx.builds.builds == 1
-    finally:
-        await idx.close()
 
 
 def test_a_cli_command_in_a_worker_builds_before_it_exits(tmp_path: Path) -> None:
