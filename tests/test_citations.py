@@ -103,3 +103,12 @@ async def test_a_streamed_answer_gets_the_final_answers_markers_however_it_is_sp
                 i = j
             await stream.flush()
             assert "".join(shown).strip() == want
+
+
+def test_markers_are_stripped_and_their_numbers_read_in_every_form() -> None:
+    from pipeline.answer.citations import cited_numbers, strip_markers
+
+    text = "Alice [Source 2] owns it [1, 3] and Bob (Sources 4 and 5)."
+    assert strip_markers(text) == "Alice owns it and Bob."
+    assert cited_numbers(text) == {1, 2, 3, 4, 5}
+    assert cited_numbers("no markers") == set() and strip_markers(" plain ") == "plain"

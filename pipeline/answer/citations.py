@@ -80,6 +80,16 @@ def parse_citations(answer_text: str, sources: Sequence[Hit]) -> tuple[str, list
     return text, numbers.citations()
 
 
+def strip_markers(text: str) -> str:
+    """``text`` without its source markers (and the blanks before them)."""
+    return _GROUP.sub("", text).strip()
+
+
+def cited_numbers(text: str) -> set[int]:
+    """The source numbers ``text``'s markers name (``[Source 2]``, ``[1, 3]``, ``(Sources 1 and 4)``...)."""
+    return {int(n) for marker in _MARKER_RE.findall(text) for n in _DIGITS.findall(marker)}
+
+
 MAX_MARKER_CHARS = 60  # held text longer than this is not a marker in the making: it is let through
 _OPEN_TAIL = re.compile(r"[ \t]*[\[(][\sA-Za-z0-9,;&]*\Z")  # "[", "[Sour", "[Source 1, ", "(Sources 2 and"
 _RUN_TAIL = re.compile(rf"[ \t]*{_MARKER}(?:[ \t]*{_MARKER})*[ \t]*\Z", re.IGNORECASE)

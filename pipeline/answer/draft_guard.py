@@ -19,13 +19,9 @@ the quote from the sources, is kept.
 
 from __future__ import annotations
 
-import re
-
-from pipeline.answer.citations import is_out_of_scope
+from pipeline.answer.citations import cited_numbers, is_out_of_scope, strip_markers
 from pipeline.answer.extractive import Terms
 
-_MARKER = re.compile(r"\[(?:source\s*)?\d+\]", re.IGNORECASE)
-_SOURCE = re.compile(r"\[(?:source\s*)?(\d+)\]", re.IGNORECASE)
 MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outweigh "not found"
 
 
@@ -34,15 +30,11 @@ def keeps_draft(answer: str, question: str, draft: str) -> bool:
     if not draft.strip():
         return False
     terms = Terms()
-    asked = terms(_MARKER.sub(" ", question))
-    quoted = terms(_MARKER.sub(" ", draft))
+    asked = terms(strip_markers(question))
+    quoted = terms(strip_markers(draft))
     if not answer.strip() or is_out_of_scope(answer):
         # "not found" stands unless the quote matches two of the question's content words (all, if fewer)
         return bool(asked) and len(asked & quoted) >= min(MIN_SHARED_TERMS, len(asked))
-    said = terms(_MARKER.sub(" ", answer))
+    said = terms(strip_markers(answer))
     restated = not (said - asked) and 2 * len(said & asked) >= len(asked)  # half the question, nothing else
-    return restated and bool(quoted - asked) and _cited(answer) <= _cited(draft)
-
-
-def _cited(text: str) -> set[str]:
-    return set(_SOURCE.findall(text))
+    return restated and bool(quoted - asked) and cited_numbers(answer) <= cited_numbers(draft)

@@ -223,15 +223,11 @@ async def _answer_turn(engine: Engine, key: str, turn: QATurn, lang: str, judge:
 
 
 def _model_reply(reply: str | None, gold: str, lang: str) -> dict[str, Any]:
-    """The model's own reply where the draft guard replaced it, scored like an answer (markers removed)."""
+    """The model's own reply where the draft guard replaced it, scored like an answer."""
     if not reply:
         return {}
-    text = _SOURCE_MARK.sub("", reply).strip()
-    return {"model_reply": reply, "model_f1": token_f1(text, gold, lang),
-            "model_containment": contains_gold(text, gold, lang)}
-
-
-_SOURCE_MARK = re.compile(r"\s?\[(?:Source\s*)?\d+\]", re.IGNORECASE)
+    return {"model_reply": reply, "model_f1": token_f1(reply, gold, lang),
+            "model_containment": contains_gold(reply, gold, lang)}
 
 
 def _mean(xs: Sequence[float]) -> float:
