@@ -3,13 +3,14 @@
 A probe from outside (``GET /healthz`` every 50 ms) sees a slow answer but not why: the loop may have run
 a blocking call, a long stretch of pure Python, a garbage collection, or simply not been scheduled on a busy
 machine. ``LoopWatch`` runs a heartbeat on the loop and a thread beside it; when the heartbeat is late by
-more than ``threshold_s`` the thread takes the loop thread's stack at that moment, and when the loop runs
-again the heartbeat logs
+half of ``threshold_s`` the thread takes the loop thread's stack at that moment, and when the loop runs
+again after more than ``threshold_s`` the heartbeat logs
 
     event loop blocked 133 ms at slack/handler.py:88 in _post < ...
 
 (the innermost frames, each file as its last two path parts; no locals, so no page text or secrets). A block
-with no stack taken (shorter than the thread's poll) is logged without one. ``stalls`` counts them.
+with no stack taken (inside a call that keeps the GIL, so the thread cannot run) is logged without one.
+``stalls`` counts them.
 
 The heartbeat runs every tenth of the threshold (at least 5 ms), and lateness is counted from when it was due,
 so every block longer than 1.1x the threshold is reported, and none shorter than the threshold.
@@ -93,8 +94,10 @@ class LoopWatch:
         log.warning("event loop blocked %d ms%s", round(late * 1000), at)
 
     def _watch(self, loop_thread: int) -> None:
-        """The thread: while the heartbeat is overdue by more than the threshold, the loop's stack, once."""
+        """The thread: once the heartbeat is overdue by half the threshold, the loop's stack (one callback
+        runs the whole block, so a block just over the threshold still has its frame)."""
         while not self._stop.wait(self.interval_s):
             due = self._due
-            if time.monotonic() - due > self.threshold_s and (self._stack is None or self._stack[0] != due):
+            overdue = time.monotonic() - due > self.threshold_s / 2
+            if overdue and (self._stack is None or self._stack[0] != due):
                 self._stack = (due, where(sys._current_frames().get(loop_thread)))
