@@ -78,25 +78,23 @@ class Generator:
         kept, texts, dropped = self.fit(question, hits)
         draft = await self.draft(question, kept)
         messages = self.messages(question, texts, draft)
-        raw = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
+        reply = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
         model = self.llm.model_for("answer")
-        kept_draft = keeps_draft(raw, question, draft)
-        warning = "the language model returned an empty answer" if not raw else (
-            "the model's answer said less than the quoted draft")
-        reply = raw
-        if kept_draft:  # the model dropped the quote: shown instead (replacing what was streamed)
-            raw = draft
+        quoted = keeps_draft(reply, question, draft)  # the model dropped the quote: shown instead
+        raw = draft if quoted else reply
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=model)
-            ans.trace.warning = warning
+            ans.trace.warning = "the language model returned an empty answer"
         else:
             text, citations = parse_citations(raw, kept)
             ans = Answer(text=text, citations=citations, out_of_scope=is_out_of_scope(raw), model=model)
         ans.evidence = kept
         ans.trace.raw_answer = raw
         ans.trace.dropped_for_budget = dropped
-        if kept_draft:
-            ans.trace.warning = f"{warning}; the quoted draft is shown"
+        if quoted:  # replacing what was streamed
+            said = "the model's answer said less than the quoted draft" if reply else (
+                "the language model returned an empty answer")
+            ans.trace.warning = f"{said}; the quoted draft is shown"
             ans.trace.model_reply = reply
         if trace:
             ans.trace.prompt = list(messages)
