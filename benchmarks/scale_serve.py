@@ -64,7 +64,9 @@ class ServeRun:
         self.sampler.watch("serve", proc.popen.pid)
         self.url = f"http://127.0.0.1:{port}"
         try:
-            async with aiohttp.ClientSession() as http, EventSender(self.url + "/slack/events") as send:
+            # this run's own threads and event ids: a kept data directory remembers an earlier run's
+            events = EventSender(self.url + "/slack/events", epoch=int(time.time()))
+            async with aiohttp.ClientSession() as http, events as send:
                 self.http, self.send = http, send
                 started = time.monotonic()
                 await self._until_ready()

@@ -109,7 +109,8 @@ class Soak:
         self.proc = Proc("serve", [sys.executable, "-m", "evident", "serve"], env)
         url = f"http://127.0.0.1:{port}"
         try:
-            async with aiohttp.ClientSession() as http, EventSender(url + "/slack/events") as send:
+            events = EventSender(url + "/slack/events", epoch=int(time.time()))  # this run's own threads
+            async with aiohttp.ClientSession() as http, events as send:
                 self.send, self.http, self.url = send, http, url
                 for _ in range(1200):
                     try:

@@ -370,11 +370,17 @@ def sign(secret: str, timestamp: str, body: str) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
+TEST_EPOCH = 1600000000  # the seconds of the message ts the tests send
+
+
 class EventSender:
     """POSTs signed Events API payloads and slash commands to the bot's HTTP endpoint."""
 
-    def __init__(self, url: str, secret: str = SIGNING_SECRET, team: str = TEAM) -> None:
-        self.url, self.secret, self.team = url, secret, team
+    def __init__(self, url: str, secret: str = SIGNING_SECRET, team: str = TEAM, *,
+                 epoch: int = TEST_EPOCH) -> None:
+        """``epoch``: the seconds of every message ts, and a part of every event id when not the default (a
+        benchmark run against a kept data directory must not reuse an earlier run's threads and events)."""
+        self.url, self.secret, self.team, self.epoch = url, secret, team, epoch
         self._ids = itertools.count(1)
         self._ts = itertools.count(1)
         self.session: aiohttp.ClientSession | None = None
@@ -387,12 +393,16 @@ class EventSender:
         if self.session is not None:
             await self.session.close()
 
+    def _next_id(self) -> str:
+        run = "" if self.epoch == TEST_EPOCH else f"{self.epoch}-"
+        return f"Ev{run}{next(self._ids):08d}"
+
     def new_ts(self) -> str:
-        return f"1600000000.{next(self._ts):06d}"
+        return f"{self.epoch}.{next(self._ts):06d}"
 
     def envelope(self, event: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
         return {"token": "legacy", "team_id": self.team, "api_app_id": "A1", "type": "event_callback",
-                "event": event, "event_id": event_id or f"Ev{next(self._ids):08d}",
+                "event": event, "event_id": event_id or self._next_id(),
                 "event_time": int(time.time()), "authorizations": [{"team_id": self.team, "user_id": BOT_USER,
                                                                     "is_bot": True}]}
 
