@@ -57,12 +57,11 @@ def env_for(site: dict[str, Any], embed_url: str, data: Path) -> dict[str, str]:
     return env
 
 
-def sync_once(name: str, env: dict[str, str], site_conn: Any, sampler: RssSampler,
-              *flags: str) -> dict[str, Any]:
+def sync_once(name: str, env: dict[str, str], site_conn: Any, sampler: RssSampler) -> dict[str, Any]:
     """One `evident sync` in a subprocess: wall, exit code, the site's requests and bodies during it."""
     site_conn.send(("stats", None))
     before = site_conn.recv()
-    proc = Proc(name, [sys.executable, "-m", "evident", "sync", *flags], env)
+    proc = Proc(name, [sys.executable, "-m", "evident", "sync"], env)
     sampler.watch(name, proc.popen.pid)
     rc, wall = proc.wait()
     site_conn.send(("stats", None))
