@@ -4,6 +4,8 @@ it."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -387,3 +389,52 @@ async def test_two_runs_on_one_vocabulary_take_turns(tmp_path: Path) -> None:
     run = await asyncio.wait_for(second, 5)
     assert run is not None and run.counts.df["alpha"] == 1  # sees what the first saved
     run.release()
+
+
+class _HeldReads(KeywordExpander):
+    """An expander whose file reads after the first wait for ``release``: a slow reload, made visible."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.release = threading.Event()
+        self.reads = 0
+
+    def _read(self) -> Vocabulary | None:
+        self.reads += 1
+        if self.reads > 1:
+            assert self.release.wait(10)
+        return super()._read()
+
+
+def _write_vocabulary(path: Path, words: Sequence[str]) -> None:
+    vectors = TrigramEmbedder().embed_documents(words).astype(np.float16)
+    Vocabulary(tuple(words), vectors, frozenset(words), TrigramEmbedder.name).save(path)
+
+
+def test_a_changed_vocabulary_is_read_in_the_background_while_questions_use_the_one_they_had(
+        tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    _write_vocabulary(path, ["rollback", "canary"])
+    expander = _HeldReads(path, TrigramEmbedder(), Bm25Encoder())
+    first = expander.vocabulary()
+    assert first is not None and first.vectors.dtype == np.float32  # compared as float32, converted once
+    _write_vocabulary(path, ["firmware", "servers", "inventory"])
+    started = time.monotonic()
+    assert expander.vocabulary() is first  # the question does not wait for the read
+    assert expander.expansions("rollbak", min_similarity=0.5)[0][1] == "rollback"
+    assert time.monotonic() - started < 5 and expander.reads == 2  # one reload, however many questions
+    expander.release.set()
+    assert expander.wait_reloaded(10)
+    now = expander.vocabulary()
+    assert now is not None and now.terms == ("firmware", "servers", "inventory")
+    assert expander.expansions("firmwre", min_similarity=0.5)[0][1] == "firmware"
+
+
+def test_a_vocabulary_that_became_unreadable_turns_expansion_off_after_the_reload(tmp_path: Path) -> None:
+    path = tmp_path / "vocab.npz"
+    _write_vocabulary(path, ["rollback", "canary"])
+    expander = KeywordExpander(path, TrigramEmbedder(), Bm25Encoder())
+    assert expander.vocabulary() is not None
+    path.write_bytes(b"not a zip")
+    expander.vocabulary()
+    assert expander.wait_reloaded(10) and expander.vocabulary() is None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,7 @@ BATCH = 256
 @dataclass(frozen=True)
 class Vocabulary:
     terms: tuple[str, ...]
-    vectors: np.ndarray  # float16, one unit-length row per term
+    vectors: np.ndarray  # one unit-length row per term: float16 in the file, float32 once loaded to search
     stems: frozenset[str]  # every stem the corpus's evidence carries (what a query term must hit)
     embedder: str
 
@@ -73,7 +73,13 @@ def update_vocabulary(path: Path, counts: TermCounts, sparse: Bm25Encoder, embed
 
 
 class KeywordExpander:
-    """Adds the nearest corpus words of a query's out-of-vocabulary words to its sparse vector."""
+    """Adds the nearest corpus words of a query's out-of-vocabulary words to its sparse vector.
+
+    The vocabulary is read on first use. When its file changes (a sync or ingest rewrote it), it is read again
+    in a background thread while questions go on with the one they had: at 50,000 words a read takes about
+    0.3 s, which the first question after every sync cycle used to wait for. Its vectors are kept as float32
+    rows, the form a query is compared in (not converted again for every question).
+    """
 
     def __init__(self, path: Path, embedder: Embedder, sparse: Bm25Encoder) -> None:
         self.path = path
@@ -82,29 +88,50 @@ class KeywordExpander:
         self._vocab: Vocabulary | None = None
         self._stamp: tuple[int, int] | None = None
         self._lock = threading.Lock()
+        self._reloading: threading.Thread | None = None
 
     def vocabulary(self) -> Vocabulary | None:
-        """The vocabulary file's current content (None while there is none, or it belongs to another
-        embedder)."""
+        """The vocabulary file's content (None while there is none, or it belongs to another embedder); after
+        the file changed, the previous content until the new one is read."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
             return None
         stamp = (st.st_mtime_ns, st.st_size)
         with self._lock:
-            if stamp != self._stamp:
-                self._stamp = stamp
-                try:
-                    vocab = Vocabulary.load(self.path)
-                except UNREADABLE as exc:
-                    log.warning("keyword expansion off: cannot read %s (%s)", self.path, exc)
-                    vocab = None
-                if vocab is not None and vocab.embedder != self.embedder.name:
-                    log.warning("keyword expansion off: %s was built with %s, not %s", self.path,
-                                vocab.embedder, self.embedder.name)
-                    vocab = None
-                self._vocab = vocab
+            if stamp == self._stamp:
+                return self._vocab
+            if self._vocab is None:  # nothing to answer with meanwhile: read it now
+                self._stamp, self._vocab = stamp, self._read()
+            elif self._reloading is None:
+                self._reloading = threading.Thread(target=self._reload, args=(stamp,), daemon=True,
+                                                   name="vocabulary-reload")
+                self._reloading.start()
             return self._vocab
+
+    def wait_reloaded(self, timeout_s: float) -> bool:
+        """Wait for a background reload in progress (True once none is)."""
+        thread = self._reloading
+        if thread is not None:
+            thread.join(timeout_s)
+        return self._reloading is None
+
+    def _reload(self, stamp: tuple[int, int]) -> None:
+        vocab = self._read()
+        with self._lock:
+            self._stamp, self._vocab, self._reloading = stamp, vocab, None
+
+    def _read(self) -> Vocabulary | None:
+        try:
+            vocab = Vocabulary.load(self.path)
+        except UNREADABLE as exc:
+            log.warning("keyword expansion off: cannot read %s (%s)", self.path, exc)
+            return None
+        if vocab.embedder != self.embedder.name:
+            log.warning("keyword expansion off: %s was built with %s, not %s", self.path,
+                        vocab.embedder, self.embedder.name)
+            return None
+        return replace(vocab, vectors=vocab.vectors.astype(np.float32))
 
     def unknown_words(self, query: str, vocab: Vocabulary) -> list[str]:
         """The query's words (alphabetic, ≥ 3 letters, no stopwords) none of whose stems the corpus has."""
@@ -128,7 +155,7 @@ class KeywordExpander:
         if not words:
             return []
         q = normalise_rows(self.embedder.embed_queries(words))
-        sims = q @ vocab.vectors.astype(np.float32).T
+        sims = q @ vocab.vectors.T
         out = []
         for i, word in enumerate(words):
             for j in np.argsort(-sims[i])[:per_word]:
