@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -982,3 +983,20 @@ async def test_jira_macros_show_issue_summaries_when_a_jira_site_is_configured(f
         assert seen == [("key in (ENG-1, GONE-9, OPS-22)", "Bearer jira-pat")]
     finally:
         await runner.cleanup()
+
+
+async def test_responses_are_decoded_off_the_event_loop(fake: FakeConfluence,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of bodies or restrictions is hundreds of kB of JSON: decoding one on the loop blocked serve."""
+    import connectors.confluence.client as client_module
+
+    decoded_in: list[str] = []
+    original = client_module.decode
+
+    def spy(*args: Any) -> dict[str, Any]:
+        decoded_in.append(threading.current_thread().name)
+        return original(*args)
+
+    monkeypatch.setattr(client_module, "decode", spy)
+    await _source(fake).check_space(_spaces(fake)[0])
+    assert decoded_in and threading.main_thread().name not in decoded_in

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from pipeline.answer.extractive import extractive_answer
 from pipeline.answer.prompts import OUT_OF_SCOPE
-from pipeline.types import Evidence, EvidenceKind, Hit
+from pipeline.types import Answer, Evidence, EvidenceKind, Hit
 
 
 def hit(eid: str, page: str, text: str, rank: int, kind: EvidenceKind = "passage") -> Hit:
@@ -143,3 +147,23 @@ async def test_the_engine_path_embeds_the_top_units_and_falls_back_to_overlap() 
     assert "IT portal" in a.text and portal > laptops  # the closer unit scores higher
     broken = await extractive_answer_dense("How are laptops ordered?", HITS, _Embedder(fail=True))
     assert broken.text == extractive_answer("How are laptops ordered?", HITS).text  # overlap only, no error
+
+
+async def test_the_engine_path_scores_units_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stemming every unit of ten long hits is CPU work: on the loop it blocked serve (137 ms)."""
+    import threading
+
+    import pipeline.answer.extractive as extractive
+    from pipeline.answer.extractive import extractive_answer_dense
+
+    scored_in: list[str] = []
+    original = extractive.extractive_answer
+
+    def spy(*args: Any, **kwargs: Any) -> Answer:
+        scored_in.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(extractive, "extractive_answer", spy)
+    a = await extractive_answer_dense("How are laptops ordered?", HITS, _Embedder())  # type: ignore[arg-type]
+    assert "IT portal" in a.text
+    assert scored_in and threading.main_thread().name not in scored_in

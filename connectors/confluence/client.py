@@ -1,14 +1,15 @@
 """Async wrapper over atlassian-python-api's ``Confluence`` client with our own retries and error mapping.
 
-The library client is synchronous, so every call runs in a worker thread (``asyncio.to_thread``) and the event
-loop never blocks. We use the library for what it does well (auth for Cloud and Data Center, session, URL
-joining) but call the REST paths explicitly through its ``get``: on Cloud the space check and page and blog
-post bodies go through REST v2 (``/wiki/api/v2/spaces``, ``/pages``, ``/blogposts``), CQL search stays on v1
-(v2 has no CQL, nor ancestor titles, labels or read restrictions in its lists); otherwise its method set
-differs between Cloud and Server implementations and releases (5.x routes legacy Cloud methods to the v2 API
-root and Server ``cql()`` to ``/rest/api/search``), while ``/rest/api/content/search``,
-``/rest/api/space/{key}`` and ``/rest/api/content/{id}`` exist on both Cloud (under ``/wiki``) and Data
-Center. The library's own retry loops are switched off so that retries, waits and the API-call count are ours.
+The library client is synchronous, so every call and the decoding of its JSON run in a worker thread
+(``asyncio.to_thread``) and the event loop never blocks. We use the library for what it does well (auth for
+Cloud and Data Center, session, URL joining) but call the REST paths explicitly through its ``get``: on Cloud
+the space check and page and blog post bodies go through REST v2 (``/wiki/api/v2/spaces``, ``/pages``,
+``/blogposts``), CQL search stays on v1 (v2 has no CQL, nor ancestor titles, labels or read restrictions in
+its lists); otherwise its method set differs between Cloud and Server implementations and releases (5.x routes
+legacy Cloud methods to the v2 API root and Server ``cql()`` to ``/rest/api/search``), while
+``/rest/api/content/search``, ``/rest/api/space/{key}`` and ``/rest/api/content/{id}`` exist on both Cloud
+(under ``/wiki``) and Data Center. The library's own retry loops are switched off so that retries, waits and
+the API-call count are ours.
 """
 
 from __future__ import annotations
@@ -127,15 +128,8 @@ class ConfluenceClient:
     async def _get_once(self, path: str, params: dict[str, Any] | None,
                         payload: dict[str, Any] | None = None) -> dict[str, Any]:
         self.api_calls += 1
-        absolute = path.startswith(("http://", "https://"))
         try:
-            if payload is not None:
-                resp: requests.Response = await asyncio.to_thread(
-                    self._api.post, path, json=payload, absolute=absolute, advanced_mode=True)
-            else:
-                resp = await asyncio.to_thread(
-                    self._api.get, path, params=params, absolute=absolute, advanced_mode=True
-                )
+            return await asyncio.to_thread(self._request, path, params, payload)
         except requests.Timeout as exc:
             raise ConfluenceTimeout(f"Confluence timed out on {short(path)} (CONFLUENCE_TIMEOUT_S)",
                                     service=SERVICE) from exc
@@ -146,6 +140,16 @@ class ConfluenceClient:
             ) from exc
         except requests.RequestException as exc:
             raise UnreachableError(f"Confluence request failed: {exc}", service=SERVICE) from exc
+
+    def _request(self, path: str, params: dict[str, Any] | None, payload: dict[str, Any] | None
+                 ) -> dict[str, Any]:
+        """One request and its decoded JSON, in a worker thread: a page of 250 bodies or restrictions is
+        hundreds of kB of JSON (decoding one on the event loop blocked serve for 127 ms)."""
+        absolute = path.startswith(("http://", "https://"))
+        if payload is not None:
+            resp = self._api.post(path, json=payload, absolute=absolute, advanced_mode=True)
+        else:
+            resp = self._api.get(path, params=params, absolute=absolute, advanced_mode=True)
         return decode(resp, path, self.url)
 
     # ------------------------------------------------------------------ endpoints

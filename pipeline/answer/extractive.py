@@ -77,21 +77,21 @@ class Terms:
 
 
 async def extractive_answer_dense(question: str, hits: Sequence[Hit], embedder: Embedder) -> Answer:
-    """``extractive_answer`` with the dense similarity of the top hits' units (embedded off the event loop);
-    plain overlap scoring when the embedder fails."""
-    units = sorted({u for h in hits[:DENSE_HITS] for u in _units(h.evidence.text)})
-    if not units:
-        return extractive_answer(question, hits)
+    """``extractive_answer`` with the dense similarity of the top hits' units; plain overlap scoring when the
+    embedder fails. All of it off the event loop: stemming every unit of ten long hits took 137 ms."""
 
-    def similarities() -> dict[str, float]:
-        q = embedder.embed_queries([question])[0]
-        return dict(zip(units, (embedder.embed_documents(units) @ q).tolist(), strict=True))
+    def answer() -> Answer:
+        units = sorted({u for h in hits[:DENSE_HITS] for u in _units(h.evidence.text)})
+        if not units:
+            return extractive_answer(question, hits)
+        try:
+            q = embedder.embed_queries([question])[0]
+            scores = (embedder.embed_documents(units) @ q).tolist()
+        except EmbeddingError:
+            return extractive_answer(question, hits)
+        return extractive_answer(question, hits, similarity=dict(zip(units, scores, strict=True)))
 
-    try:
-        similarity = await asyncio.to_thread(similarities)
-    except EmbeddingError:
-        similarity = None
-    return extractive_answer(question, hits, similarity=similarity)
+    return await asyncio.to_thread(answer)
 
 
 def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int = 2,
