@@ -121,7 +121,9 @@ class ServeRun:
                             "requests": after.get("requests", 0) - before.get("requests", 0),
                             "with bodies": after.get("with bodies", 0) - before.get("with bodies", 0)})
             to_answer += await asyncio.gather(*markers)
-            t_end = t_line
+            # the markers may have outlasted cycles: the next edit goes 6 s before serve's next cycle
+            t_end = t_line if time.monotonic() < t_line + self.interval - 10 else await self._sync_line(
+                after=time.monotonic(), within_s=self.interval + 600)
         for task in tasks:
             task.cancel()
         await asyncio.sleep(5)  # answers still in flight
