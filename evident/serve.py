@@ -36,7 +36,7 @@ from pipeline.errors import (
     UnreachableError,
 )
 from pipeline.protocols import Index
-from pipeline.runtime.loop_watch import LoopWatch
+from pipeline.runtime.loop_watch import LoopWatch, freeze_start_up
 from pipeline.runtime.metrics import Metrics
 from pipeline.runtime.remote import UNLIMITED, CallOptions, RetryPolicy, call_with_retries
 
@@ -92,6 +92,7 @@ async def serve_forever(
             except Stopped:
                 log.info("stopped during start-up")
                 return
+            log.info("start-up: %d objects left out of garbage collection", freeze_start_up())
             try:
                 await _serve_engine(settings, engine, chosen, stop, metrics, host)
             finally:

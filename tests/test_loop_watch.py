@@ -9,7 +9,7 @@ import time
 import pytest
 
 from evident.settings import Settings
-from pipeline.runtime.loop_watch import LoopWatch, where
+from pipeline.runtime.loop_watch import LoopWatch, freeze_start_up, where
 
 
 def _a_blocking_call(seconds: float) -> None:
@@ -52,3 +52,31 @@ def test_where_names_the_innermost_frames_first_without_locals() -> None:
 def test_serve_watches_its_loop_at_100_ms_unless_turned_off() -> None:
     assert Settings.load(env={}).serve.loop_watch_ms == 100
     assert Settings.load(env={"EVIDENT_LOOP_WATCH_MS": "0"}).serve.loop_watch_ms == 0
+
+
+async def test_a_garbage_collection_during_a_block_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    """A collection keeps the GIL, so the watch cannot take a stack then; it names the collection instead."""
+    import gc
+
+    with caplog.at_level(logging.WARNING, logger="evident.loop"):
+        async with LoopWatch(0.1).watching():
+            await asyncio.sleep(0.2)
+            _a_blocking_call(0.2)
+            gc.collect()
+            _a_blocking_call(0.1)
+            await asyncio.sleep(0.2)
+    blocked = [r.getMessage() for r in caplog.records if "blocked" in r.getMessage()]
+    assert any("during garbage collection: generation 2, " in m for m in blocked), caplog.text
+    assert not any(isinstance(getattr(cb, "__self__", None), LoopWatch) for cb in gc.callbacks)  # removed
+
+
+def test_start_up_objects_leave_the_collectors_scans() -> None:
+    import gc
+
+    try:
+        frozen = freeze_start_up()
+        assert frozen > 1000 and gc.get_freeze_count() == frozen  # this test process's modules, at least
+        gc.collect()
+        assert gc.get_freeze_count() == frozen  # a full collection leaves them where they are
+    finally:
+        gc.unfreeze()
