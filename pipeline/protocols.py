@@ -78,6 +78,11 @@ class Index(Protocol):
 
     async def search(self, request: SearchRequest) -> list[Hit]: ...
 
+    async def search_many(self, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+        """Each request's hits, in order, as one operation where the backend allows: the embedded index's
+        worker answers a question's searches in one round trip instead of queueing each behind a sync's
+        writes."""
+
     async def get(self, evidence_ids: Sequence[str], scope: AccessScope) -> list[Evidence]:
         """Live evidence by id that ``scope`` may see, in the given order (unknown or hidden ids left out)."""
 

@@ -532,6 +532,19 @@ class IndexContract:
         finally:
             await again.close()
 
+    async def test_search_many_answers_each_request_as_search_does(self, corpus_index: Any) -> None:
+        requests = [
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, limit=5, scope=EVERYTHING),
+            SearchRequest(dense=None, sparse=QUERY_SPARSE, mode="lexical", limit=1, scope=EVERYTHING),
+            SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", limit=3, scope=EVERYTHING),
+            SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, limit=0, scope=EVERYTHING),
+        ]
+        together = await corpus_index.search_many(requests)
+        alone = [await corpus_index.search(r) for r in requests]
+        assert [names(h) for h in together] == [names(h) for h in alone]
+        assert [len(h) for h in together][1:] == [1, 3, 0] and together[0]
+        assert await corpus_index.search_many([]) == []
+
     async def test_concurrent_searches_never_see_a_mix(self, index: Any) -> None:
         await index.replace_page("P", "hash-v1", page_version("P", "v1", 6))
         await index.replace_page("Q", "hash-q", page_version("Q", "q", 2))

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from helpers import make_engine, open_copy, sample_index_fixture  # noqa: F401
 
 from pipeline.access.scope import EVERYTHING
 from pipeline.answer.confidence import adaptive_hits, confidence_of
-from pipeline.types import Evidence, Hit
+from pipeline.answer.retrieve import retrieve
+from pipeline.answer.settings import RetrievalSettings
+from pipeline.models.sparse import Bm25Encoder
+from pipeline.types import Evidence, Hit, SearchRequest
 
 
 def hit(page: str, rank: int) -> Hit:
@@ -49,3 +54,41 @@ async def test_the_engine_reports_the_confidence_of_each_turn(
         assert shown == (2 if result.retrieval.confidence == "high" else len(result.retrieval.hits))
     finally:
         await parts.close()
+
+
+class _CountingIndex:
+    """A real index, its search operations counted (what the embedded worker answers one round trip each)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.operations = inner, []  # type: ignore[var-annotated]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def search(self, request: SearchRequest) -> list[Hit]:
+        self.operations.append("search")
+        return await self.inner.search(request)  # type: ignore[no-any-return]
+
+    async def search_many(self, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+        self.operations.append(f"search_many({len(requests)})")
+        return await self.inner.search_many(requests)  # type: ignore[no-any-return]
+
+
+async def test_a_question_and_its_confidence_are_one_index_operation(
+    sample_index_template: Path, tmp_path: Path
+) -> None:
+    """Each operation may wait behind a sync's write in serve's index worker: one, not three in two rounds."""
+    index, embedder = await open_copy(sample_index_template, tmp_path / "index")
+    counting = _CountingIndex(index)
+    try:
+        r = await retrieve("What is Alice's todo from the RAG meeting in October?", scope=EVERYTHING,
+                           index=counting, embedder=embedder, sparse=Bm25Encoder(),  # type: ignore[arg-type]
+                           config=RetrievalSettings(mode="hybrid", confidence=True))
+        assert counting.operations == ["search_many(3)"]
+        assert r.hits and r.confidence in ("high", "medium", "low") and len(r.lexical) == len(r.dense) == 1
+        counting.operations.clear()
+        await retrieve("Alice todo", scope=EVERYTHING, index=counting, embedder=embedder,
+                       sparse=Bm25Encoder(), config=RetrievalSettings(mode="hybrid", confidence=False))
+        assert counting.operations == ["search"]
+    finally:
+        await index.close()

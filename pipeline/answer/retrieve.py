@@ -84,12 +84,15 @@ async def retrieve(
                 min_similarity=config.keyword_min_similarity)
     request = _search_request(dense_vec, sparse_vec, config=config, scope=scope,
                               reranking=reranker is not None, context_pages=bool(context_pages))
-    with _timer(timings, "search"):
-        hits = await _rescored(await index.search(request), config, sparse, context_pages)
+    legs = trace or (config.confidence and config.mode == "hybrid")
+    with _timer(timings, "search"):  # with each ranker alone when needed: one operation, one round trip
+        found = await index.search_many([request, *_leg_requests(request, config, trace=trace)]) if legs \
+            else [await index.search(request)]
+        hits = await _rescored(found[0], config, sparse, context_pages)
     result = Retrieval(query=query, hits=hits, timings_ms=timings, expansions=expansions)
-    if trace or (config.confidence and config.mode == "hybrid" and hits):
-        with _timer(timings, "confidence"):
-            await _legs(result, index, request, config, trace=trace)
+    if legs and (trace or hits):
+        with _timer(timings, "confidence"):  # the rankers' lists came with the search
+            _set_legs(result, found[1], found[2], config)
     if reranker is not None and hits:
         with _timer(timings, "rerank"):
             hits = await asyncio.to_thread(reranker.rerank, query, hits)
@@ -164,15 +167,16 @@ async def _rescored(hits: list[Hit], config: RetrievalSettings, sparse: SparseEn
     return hits
 
 
-async def _legs(result: Retrieval, index: Index, request: SearchRequest, config: RetrievalSettings, *,
-                trace: bool) -> None:
-    """Each ranker alone (its top hit for the confidence check; its whole list when traced)."""
-    result.lexical, result.dense = await asyncio.gather(
-        index.search(replace(request, mode="lexical", limit=config.lexical_k if trace else 1)),
-        index.search(replace(request, mode="dense", limit=config.dense_k if trace else 1)))
+def _leg_requests(request: SearchRequest, config: RetrievalSettings, *, trace: bool) -> list[SearchRequest]:
+    """Each ranker alone: its top hit for the confidence check, its whole list when traced."""
+    return [replace(request, mode="lexical", limit=config.lexical_k if trace else 1),
+            replace(request, mode="dense", limit=config.dense_k if trace else 1)]
+
+
+def _set_legs(result: Retrieval, lexical: list[Hit], dense: list[Hit], config: RetrievalSettings) -> None:
+    result.lexical, result.dense = lexical, dense
     if config.mode == "hybrid":
-        result.confidence = confidence_of(result.hits, next(iter(result.lexical), None),
-                                          next(iter(result.dense), None))
+        result.confidence = confidence_of(result.hits, next(iter(lexical), None), next(iter(dense), None))
 
 
 @contextlib.contextmanager

@@ -91,6 +91,14 @@ class EdgeShardAccess:
 class EdgeReads(EdgeShardAccess):
     @in_shard
     def search(self, request: SearchRequest) -> list[Hit]:
+        return self._search(request)
+
+    @in_shard
+    def search_many(self, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+        """The searches in one hold of the shard (no other operation between them)."""
+        return [self._search(r) for r in requests]
+
+    def _search(self, request: SearchRequest) -> list[Hit]:
         """Lexical, dense, or hybrid (fused inside Edge: DBSF, or RRF weighted by ``request.weights``)."""
         use_sparse, use_dense = ic.query_legs(request)
         if not (use_sparse or use_dense) or request.limit <= 0:

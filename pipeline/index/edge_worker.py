@@ -49,6 +49,7 @@ _OPS = frozenset(
         "set_access",
         "missing_access",
         "search",
+        "search_many",
         "page_hashes",
         "page_spaces",
         "get",
@@ -129,6 +130,13 @@ class ProcessEdgeIndex:
     async def search(self, request: SearchRequest) -> list[Hit]:
         hits: list[Hit] = await self._request("search", (request,))
         return hits
+
+    async def search_many(self, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+        """One round trip: a question's searches never wait behind a sync's writes one by one."""
+        if not requests:
+            return []
+        found: list[list[Hit]] = await self._request("search_many", (list(requests),))
+        return found
 
     async def page_hashes(self) -> dict[str, str]:
         return dict(await self._request("page_hashes"))
@@ -234,7 +242,7 @@ class ProcessEdgeIndex:
 
 MAINTENANCE_OPS = frozenset({"optimize", "replace_page", "delete_pages"})
 # what answering a question asks of the index: these postpone a deferred build (readiness counts do not)
-QUESTION_OPS = frozenset({"search", "get"})
+QUESTION_OPS = frozenset({"search", "search_many", "get"})
 MAINTENANCE_GRACE_S = 1800.0
 
 

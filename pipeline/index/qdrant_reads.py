@@ -56,6 +56,10 @@ class QdrantReads(QdrantCollection):
                 self.engine_fusion = False  # an older server: fuse client-side from now on
         return await self._client_fused(client, legs, flt, request, weights)
 
+    async def search_many(self, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+        """Concurrent requests over the client's connection pool (the server runs them in parallel)."""
+        return list(await asyncio.gather(*(self.search(r) for r in requests)))
+
     async def _query(self, client: AsyncQdrantClient, **kwargs: Any) -> list[Hit]:
         response = await self._do(client.query_points(self._collection, with_payload=True, **kwargs))
         return [
