@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import re
 import socket
+import sqlite3
 import statistics
 import sys
 import time
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -197,7 +201,27 @@ class ServeRun:
             "missed": self.missed,
             "stalls": {"probes": len(stalls), "max_ms": max(stalls, default=0) * 1000,
                        "over_100ms": sum(s > 0.1 for s in stalls), "idle_median_ms": base * 1000},
+            "stages_ms": self._stages(windows, idle),
         }
+
+    def _stages(self, windows: list[tuple[float, float]], idle: list[tuple[float, float]]
+                ) -> dict[str, dict[str, dict[str, float]]]:
+        """Inside serve: each stage's p50/max (the store's per-turn timings) for turns begun idle or during
+        a sync, by when the store dated them (wall clock mapped onto this process's monotonic clock)."""
+        offset = time.time() - time.monotonic()
+        db = Path(self.env["EVIDENT_DATA_DIR"]) / "evident.db"
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            rows = conn.execute("SELECT created_at, timings FROM turns").fetchall()
+        by: dict[str, dict[str, list[float]]] = {"idle": {}, "sync": {}}
+        for created, timings in rows:
+            t = datetime.fromisoformat(created).timestamp() - offset
+            where = "sync" if any(a <= t <= b for a, b in windows) else \
+                "idle" if any(a <= t <= b for a, b in idle) else None
+            if where and timings:
+                for stage, ms in json.loads(timings).items():
+                    by[where].setdefault(stage.removesuffix("_ms"), []).append(float(ms))
+        return {where: {stage: {"n": len(v), "p50": round(statistics.median(v), 1), "max": round(max(v), 1)}
+                        for stage, v in sorted(stages.items())} for where, stages in by.items()}
 
 
 def _pct(values: list[float], p: float) -> float:

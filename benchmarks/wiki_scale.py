@@ -142,6 +142,9 @@ def report(r: dict[str, Any]) -> None:
           f"of {s['stalls']['probes']} probes; serve's own loop watch (> 100 ms): {len(s['loop_blocked'])}")
     for line in s["loop_blocked"][:20]:
         print(f"  {line}")
+    for where, stages in s["stages_ms"].items():  # p50/max of each stage, from the store's turns
+        shown = [f"{k} {v['p50']}/{v['max']} ms" for k, v in stages.items() if k != "complete"]
+        print(f"inside serve, {where}: {', '.join(shown)}")
     for c in s["cycles"]:
         print(f"edit cycle: {json.dumps(c)}")
     print(f"edit to answer (s): {s['edit_to_answer_s']}")
