@@ -289,3 +289,23 @@ async def test_readiness_does_not_queue_behind_a_segment_build_in_the_worker(tmp
         assert await counting == 3 and idx.busy is None
     finally:
         await idx.close()
+
+
+@pytest.mark.parametrize("cls", [EdgeIndex, ProcessEdgeIndex])
+async def test_a_snapshot_restores_into_another_directory(tmp_path: Path, cls: type) -> None:
+    """Backup and restore through either form of the embedded index (the worker once refused both)."""
+    idx = cls(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        done = await idx.snapshot(tmp_path / "backup")
+        assert done["backend"] == "qdrant-edge" and int(done["files"]) > 0
+    finally:
+        await idx.close()
+    again = cls(tmp_path / "restored")
+    try:
+        await again.restore(tmp_path / "backup")
+        await again.open(dense_dim=DIM, embedder=EMBEDDER)
+        assert await again.count() == 3 and await again.page_hashes() == {"P": "hash-p"}
+    finally:
+        await again.close()

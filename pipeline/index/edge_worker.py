@@ -56,6 +56,8 @@ _OPS = frozenset(
         "count",
         "stats",
         "export_page",
+        "snapshot",
+        "restore",
     }
 )
 

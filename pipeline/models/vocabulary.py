@@ -104,9 +104,10 @@ class KeywordExpander:
             if self._vocab is None:  # nothing to answer with meanwhile: read it now
                 self._stamp, self._vocab = stamp, self._read()
             elif self._reloading is None:
-                self._reloading = threading.Thread(target=self._reload, args=(stamp,), daemon=True,
-                                                   name="vocabulary-reload")
-                self._reloading.start()
+                thread = threading.Thread(target=self._reload, args=(stamp,), daemon=True,
+                                          name="vocabulary-reload")
+                thread.start()
+                self._reloading = thread
             return self._vocab
 
     def wait_reloaded(self, timeout_s: float) -> bool:
@@ -117,9 +118,16 @@ class KeywordExpander:
         return self._reloading is None
 
     def _reload(self, stamp: tuple[int, int]) -> None:
-        vocab = self._read()
-        with self._lock:
-            self._stamp, self._vocab, self._reloading = stamp, vocab, None
+        """The thread: a read that fails in any way turns expansion off until the file changes again, and
+        never stops later reloads."""
+        vocab: Vocabulary | None = None
+        try:
+            vocab = self._read()
+        except Exception:  # a thread's failure has nobody to raise to: logged, expansion off
+            log.exception("keyword expansion off: reading %s failed", self.path)
+        finally:
+            with self._lock:
+                self._stamp, self._vocab, self._reloading = stamp, vocab, None
 
     def _read(self) -> Vocabulary | None:
         try:

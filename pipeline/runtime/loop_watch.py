@@ -11,8 +11,9 @@ again after more than ``threshold_s`` the heartbeat logs
 (the innermost frames, each file as its last two path parts; no locals, so no page text or secrets). A block
 with no stack taken (inside a call that keeps the GIL, so the thread cannot run) is logged without one. A
 garbage collection keeps the GIL too, in whichever thread ran it: the watch times every collection
-(``gc.callbacks``) and names those that ran during a block (``during garbage collection: generation 2,
-96 ms``). ``stalls`` counts the blocks.
+(``gc.callbacks``) and names the collections of a block when they took a quarter of the threshold or more
+(``during garbage collection: generation 2, 96 ms``; a block that allocates a lot runs many short ones).
+``stalls`` counts the blocks.
 
 The heartbeat runs every tenth of the threshold (at least 5 ms), and lateness is counted from when it was due,
 so every block longer than 1.1x the threshold is reported, and none shorter than the threshold.
@@ -28,7 +29,6 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from types import FrameType
 
@@ -73,8 +73,9 @@ class LoopWatch:
         self._due = 0.0  # when the heartbeat should next run (monotonic)
         self._stack: tuple[float, str] | None = None  # (the due time it was taken for, where)
         self._stop = threading.Event()
-        self._collections: deque[tuple[float, float, int]] = deque(maxlen=32)  # (start, end, generation)
-        self._collecting: float | None = None
+        self._collecting: float | None = None  # when the collection in progress began
+        self._collected_s = 0.0  # collections since the last heartbeat: their time, the oldest generation
+        self._oldest = -1
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[LoopWatch]:
@@ -102,6 +103,7 @@ class LoopWatch:
             if late > self.threshold_s:
                 self._report(late)
             self._due = time.monotonic() + self.interval_s
+            self._collected_s, self._oldest = 0.0, -1
 
     def _report(self, late: float) -> None:
         self.stalls += 1
@@ -110,22 +112,21 @@ class LoopWatch:
         self.longest_s = max(self.longest_s, late)
         taken = self._stack
         at = f" at {taken[1]}" if taken is not None and taken[0] == self._due and taken[1] else ""
-        log.warning("event loop blocked %d ms%s%s", round(late * 1000), at, self._collected(self._due))
+        log.warning("event loop blocked %d ms%s%s", round(late * 1000), at, self._collected())
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._collecting = time.monotonic()
         elif self._collecting is not None:
-            self._collections.append((self._collecting, time.monotonic(), info.get("generation", -1)))
+            self._collected_s += time.monotonic() - self._collecting
+            self._oldest = max(self._oldest, info.get("generation", -1))
             self._collecting = None
 
-    def _collected(self, since: float) -> str:
-        """The garbage collections that ended after ``since``, as a suffix for the warning ("" if none)."""
-        ran = [(end - max(start, since), gen) for start, end, gen in list(self._collections) if end > since]
-        if not ran:
+    def _collected(self) -> str:
+        """The block's collections as a suffix for the warning, when they took a quarter of the threshold."""
+        if self._collected_s < self.threshold_s / 4:
             return ""
-        oldest = max(gen for _, gen in ran)
-        return f" during garbage collection: generation {oldest}, {round(sum(t for t, _ in ran) * 1000)} ms"
+        return f" during garbage collection: generation {self._oldest}, {round(self._collected_s * 1000)} ms"
 
     def _watch(self, loop_thread: int) -> None:
         """The thread: once the heartbeat is overdue by half the threshold, the loop's stack (one callback
