@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
@@ -92,7 +93,10 @@ async def serve_forever(
             except Stopped:
                 log.info("stopped during start-up")
                 return
-            log.info("start-up: %d objects left out of garbage collection", freeze_start_up())
+            # every wake-up of the loop waits for the GIL while a sync thread parses: up to one interval each
+            sys.setswitchinterval(settings.serve.switch_interval_ms / 1000)
+            log.info("start-up: %d objects left out of garbage collection; the GIL switches every %g ms",
+                     freeze_start_up(), settings.serve.switch_interval_ms)
             try:
                 await _serve_engine(settings, engine, chosen, stop, metrics, host)
             finally:

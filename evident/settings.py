@@ -21,6 +21,10 @@ class ServeSettings(Area):
         100, "EVIDENT_LOOP_WATCH_MS", "Log a warning, with where it was, whenever serve's event loop is "
         "blocked longer than this. 0: off.", ge=0
     )
+    switch_interval_ms: float = setting(
+        1.0, "EVIDENT_SWITCH_INTERVAL_MS", "How long another thread of serve (a sync parsing pages) may hold "
+        "Python's GIL before the event loop gets it back (Python's default is 5).", gt=0, le=100
+    )
 
 
 class Settings(ConnectorSettings):

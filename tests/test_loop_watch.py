@@ -52,6 +52,8 @@ def test_where_names_the_innermost_frames_first_without_locals() -> None:
 def test_serve_watches_its_loop_at_100_ms_unless_turned_off() -> None:
     assert Settings.load(env={}).serve.loop_watch_ms == 100
     assert Settings.load(env={"EVIDENT_LOOP_WATCH_MS": "0"}).serve.loop_watch_ms == 0
+    assert Settings.load(env={}).serve.switch_interval_ms == 1.0
+    assert Settings.load(env={"EVIDENT_SWITCH_INTERVAL_MS": "0.5"}).serve.switch_interval_ms == 0.5
 
 
 async def test_a_garbage_collection_during_a_block_is_named(caplog: pytest.LogCaptureFixture) -> None:
