@@ -86,8 +86,12 @@ def main() -> None:
                     help="--work already holds a cold sync of this site: an incremental sync instead of a "
                          "cold one (pass another --edit-seed than the last run's)")
     ap.add_argument("--edit-seed", type=int, help="which pages the edit cycles draw (default: --seed)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting for sync and serve (repeatable; the caller's EVIDENT_* are not passed)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if any("=" not in kv for kv in args.env):
+        ap.error("--env takes NAME=VALUE")
     if args.reuse and not (args.work and (args.work / "data" / "index").is_dir()):
         ap.error("--reuse needs --work with an index from an earlier run")
     ctx = mp.get_context("spawn")
@@ -102,7 +106,8 @@ def main() -> None:
     results: dict[str, Any] = {"pages": args.pages, "spaces": args.spaces, "site": site["extras"]}
     with tempfile.TemporaryDirectory() as tmp, EmbedServer(ctx) as embed, RssSampler() as sampler:
         work = args.work or Path(tmp)
-        env = env_for(site, embed.url, work / "data")
+        env = env_for(site, embed.url, work / "data") | dict(kv.split("=", 1) for kv in args.env)
+        results["env"] = args.env
         name = "resync" if args.reuse else "cold"
         cold = sync_once(f"sync ({name})", env, site_conn, sampler)
         cold["requests per page"] = round(cold["requests"] / args.pages, 3)
