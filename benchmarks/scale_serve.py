@@ -165,7 +165,7 @@ class ServeRun:
         """Seconds from the edit to the first answer showing the edit's new text (asked every 5 s)."""
         question = f"Which page names the rotation code word {edited['word']}?"  # only the new version has it
         last = ""
-        while time.monotonic() - t_edit < 2 * self.interval + 300:
+        while time.monotonic() - t_edit < 2 * self.interval + 60:
             ev = self.send.mention(question, channel="CMARK", user="UMARK")
             self.sent[ev["ts"]] = time.monotonic()
             await self.send.event(ev)
