@@ -1,0 +1,46 @@
+"""Freed memory given back to the operating system after a burst of work.
+
+glibc's ``malloc`` keeps what a process frees for reuse, per arena, and each thread that allocates may get
+an arena of its own. serve's sync cycle parses, decodes and embeds in worker threads, so each cycle left
+its peak in another arena: in a 12-minute soak (2,000 pages, a cycle every 2 minutes) serve's anonymous
+memory grew 236 → 338 → 406 → 469 → 523 MiB, one step a cycle. With ``malloc_trim(0)`` after each cycle it
+stayed at 278–294 MiB after the first. Elsewhere (musl, macOS) this is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # no C library by that name, or one without malloc_trim
+        return None
+
+
+def anonymous_mib() -> float | None:
+    """This process's anonymous resident memory in MiB (Linux), else None."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def trim_heap() -> bool:
+    """Give every malloc arena's free memory back to the OS; False where the C library cannot. Blocking (a
+    few milliseconds): call it off the event loop."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
