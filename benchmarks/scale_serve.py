@@ -206,8 +206,8 @@ class ServeRun:
 
     def _stages(self, windows: list[tuple[float, float]], idle: list[tuple[float, float]]
                 ) -> dict[str, dict[str, dict[str, float]]]:
-        """Inside serve: each stage's p50/max (the store's per-turn timings) for turns begun idle or during
-        a sync, by when the store dated them (wall clock mapped onto this process's monotonic clock)."""
+        """Inside serve: each stage's p50/max (the store's per-turn timings) for turns stored idle or during
+        a sync (the store's wall-clock date mapped onto this process's monotonic clock)."""
         offset = time.time() - time.monotonic()
         db = Path(self.env["EVIDENT_DATA_DIR"]) / "evident.db"
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:

@@ -23,7 +23,7 @@ class ServeSettings(Area):
     )
     switch_interval_ms: float = setting(
         1.0, "EVIDENT_SWITCH_INTERVAL_MS", "How long another thread of serve (a sync parsing pages) may hold "
-        "Python's GIL before the event loop gets it back (Python's default is 5).", gt=0, le=100
+        "Python's GIL before the event loop gets it back (Python's default is 5).", ge=0.1, le=100
     )
 
 

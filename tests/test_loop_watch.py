@@ -60,13 +60,12 @@ async def test_a_garbage_collection_during_a_block_is_named(caplog: pytest.LogCa
     """A collection keeps the GIL, so the watch cannot take a stack then; it names the collection instead."""
     import gc
 
-    many = [[] for _ in range(1_000_000)]  # tracked objects: a full collection walks them all  # noqa: F841
+    many: list[list[int]] = [[] for _ in range(1_000_000)]  # noqa: F841 - tracked: a full collection walks all
     with caplog.at_level(logging.WARNING, logger="evident.loop"):
         async with LoopWatch(0.04).watching():
             await asyncio.sleep(0.1)
-            _a_blocking_call(0.1)
-            gc.collect()
-            _a_blocking_call(0.05)
+            for _ in range(5):  # a block that is mostly full collections
+                gc.collect()
             await asyncio.sleep(0.1)
     blocked = [r.getMessage() for r in caplog.records if "blocked" in r.getMessage()]
     assert any("during garbage collection: generation 2, " in m for m in blocked), caplog.text
@@ -78,6 +77,7 @@ async def test_short_collections_in_a_block_are_not_blamed(caplog: pytest.LogCap
     with caplog.at_level(logging.WARNING, logger="evident.loop"):
         async with LoopWatch(0.1).watching():
             await asyncio.sleep(0.1)
+            _a_blocking_call(0.05)  # the heartbeat is overdue before the churn starts
             churn = [{"n": i} for i in range(20_000)]
             _a_blocking_call(0.3)
             await asyncio.sleep(0.1)
@@ -96,3 +96,30 @@ def test_start_up_objects_leave_the_collectors_scans() -> None:
         assert gc.get_freeze_count() == frozen  # a full collection leaves them where they are
     finally:
         gc.unfreeze()
+
+
+async def test_an_unexpected_failure_of_one_sync_cycle_does_not_end_the_sync_loop(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import connectors.confluence.run as confluence_run
+    from evident.serve import SyncLoop
+
+    cycles: list[int] = []
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        cycles.append(1)
+        raise RuntimeError("a bug in this cycle")
+
+    monkeypatch.setattr(confluence_run, "run_sync", broken)
+    loop = SyncLoop(Settings.load(env={}), engine=None)  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="evident.serve"):
+        task = asyncio.create_task(loop.run())
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if cycles and any("unexpectedly" in r.getMessage() for r in caplog.records):
+                break
+        assert cycles == [1] and not task.done()  # logged, and waiting for its next cycle
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert loop.last_ok is None

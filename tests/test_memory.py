@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import sys
 import threading
 
@@ -10,7 +11,8 @@ import pytest
 from pipeline.runtime.memory import anonymous_mib, trim_heap
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim and /proc are Linux's")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="glibc's malloc_trim and Linux's /proc")
 def test_memory_freed_in_worker_threads_goes_back_to_the_os() -> None:
     kept: list[list[bytes]] = []
 

@@ -27,11 +27,12 @@ import qdrant_edge as qe
 from pipeline.access.scope import PageAccess, acl_payload
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.index import common as ic
-from pipeline.index.edge_layout import EdgeLayout, trim_heap
+from pipeline.index.edge_layout import EdgeLayout
 from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manifest, write_json_atomic
 from pipeline.index.edge_reads import EdgeReads
 from pipeline.index.edge_records import match, match_any, scan_pages
 from pipeline.index.files import copy_index_files, swap_in
+from pipeline.runtime.memory import trim_heap
 from pipeline.types import IndexPoint
 
 

@@ -10,8 +10,6 @@ follow it), and the benchmark builds variants of it to compare.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,13 +84,6 @@ class EdgeLayout:
             else None
         )
         return qe.SearchParams(hnsw_ef=self.search_ef, quantization=quant)
-
-
-def trim_heap() -> None:
-    """Hand the heap a segment build freed back to the OS: Edge allocates through glibc, which otherwise keeps
-    it (a process that built 100k points held 274 MB of heap, a fresh open of the same index 103 MB)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def layout_from_pairs(text: str, base: EdgeLayout | None = None) -> EdgeLayout:

@@ -11,8 +11,8 @@ again after more than ``threshold_s`` the heartbeat logs
 (the innermost frames, each file as its last two path parts; no locals, so no page text or secrets). A block
 with no stack taken (inside a call that keeps the GIL, so the thread cannot run) is logged without one. A
 garbage collection keeps the GIL too, in whichever thread ran it: the watch times every collection
-(``gc.callbacks``) and names the collections of a block when they took a quarter of the threshold or more
-(``during garbage collection: generation 2, 96 ms``; a block that allocates a lot runs many short ones).
+(``gc.callbacks``) and names the collections of a block when they took a quarter of it or more (``during
+garbage collection: generation 2, 96 ms``; a block that allocates a lot runs many short ones).
 ``stalls`` counts the blocks.
 
 The heartbeat runs every tenth of the threshold (at least 5 ms), and lateness is counted from when it was due,
@@ -74,8 +74,10 @@ class LoopWatch:
         self._stack: tuple[float, str] | None = None  # (the due time it was taken for, where)
         self._stop = threading.Event()
         self._collecting: float | None = None  # when the collection in progress began
-        self._collected_s = 0.0  # collections since the last heartbeat: their time, the oldest generation
-        self._oldest = -1
+        # written by the gc callback only (any thread): time in collections and collections per generation;
+        # the heartbeat keeps their values at its last beat
+        self._gc_s, self._gc_runs = 0.0, [0, 0, 0]
+        self._gc_base: tuple[float, list[int]] = (0.0, [0, 0, 0])
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[LoopWatch]:
@@ -103,7 +105,7 @@ class LoopWatch:
             if late > self.threshold_s:
                 self._report(late)
             self._due = time.monotonic() + self.interval_s
-            self._collected_s, self._oldest = 0.0, -1
+            self._gc_base = (self._gc_s, list(self._gc_runs))
 
     def _report(self, late: float) -> None:
         self.stalls += 1
@@ -112,21 +114,24 @@ class LoopWatch:
         self.longest_s = max(self.longest_s, late)
         taken = self._stack
         at = f" at {taken[1]}" if taken is not None and taken[0] == self._due and taken[1] else ""
-        log.warning("event loop blocked %d ms%s%s", round(late * 1000), at, self._collected())
+        log.warning("event loop blocked %d ms%s%s", round(late * 1000), at, self._collected(late))
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._collecting = time.monotonic()
         elif self._collecting is not None:
-            self._collected_s += time.monotonic() - self._collecting
-            self._oldest = max(self._oldest, info.get("generation", -1))
+            self._gc_s += time.monotonic() - self._collecting
+            self._gc_runs[min(2, max(0, info.get("generation", 0)))] += 1
             self._collecting = None
 
-    def _collected(self) -> str:
-        """The block's collections as a suffix for the warning, when they took a quarter of the threshold."""
-        if self._collected_s < self.threshold_s / 4:
+    def _collected(self, late: float) -> str:
+        """The block's collections as a suffix for the warning, when they took a quarter of it or more."""
+        base_s, base_runs = self._gc_base
+        spent = self._gc_s - base_s
+        if spent < late / 4:
             return ""
-        return f" during garbage collection: generation {self._oldest}, {round(self._collected_s * 1000)} ms"
+        oldest = max((g for g in range(3) if self._gc_runs[g] > base_runs[g]), default=0)
+        return f" during garbage collection: generation {oldest}, {round(spent * 1000)} ms"
 
     def _watch(self, loop_thread: int) -> None:
         """The thread: once the heartbeat is overdue by half the threshold, the loop's stack (one callback

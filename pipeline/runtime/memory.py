@@ -4,7 +4,8 @@ glibc's ``malloc`` keeps what a process frees for reuse, per arena, and each thr
 an arena of its own. serve's sync cycle parses, decodes and embeds in worker threads, so each cycle left
 its peak in another arena: in a 12-minute soak (2,000 pages, a cycle every 2 minutes) serve's anonymous
 memory grew 236 → 338 → 406 → 469 → 523 MiB, one step a cycle. With ``malloc_trim(0)`` after each cycle it
-stayed at 278–294 MiB after the first. Elsewhere (musl, macOS) this is a no-op.
+stayed at 278–294 MiB after the first. The embedded index trims after a segment build for the same reason.
+Elsewhere (musl, macOS) this is a no-op.
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ from pathlib import Path
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # no C library by that name, or one without malloc_trim
-        return None
+    for name in ("libc.so.6", ctypes.util.find_library("c")):  # glibc's soname first: no ldconfig needed
+        if not name:
+            continue
+        try:
+            trim = ctypes.CDLL(name).malloc_trim
+        except (OSError, AttributeError):  # no such library, or one without malloc_trim (musl, macOS)
+            continue
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        return trim  # type: ignore[no-any-return]
+    return None
 
 
 def anonymous_mib() -> float | None:
