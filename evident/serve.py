@@ -84,6 +84,9 @@ class SyncLoop:
 
 
 def _trimmed() -> None:
+    if not log.isEnabledFor(logging.DEBUG):
+        trim_heap()
+        return
     before, t = anonymous_mib(), time.perf_counter()
     if trim_heap():
         log.debug("sync: anonymous memory %s -> %s MiB, the heap trimmed in %.1f ms", before, anonymous_mib(),

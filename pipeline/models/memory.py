@@ -9,10 +9,9 @@ so ``MemoryGuard`` trims only when resident memory has grown past a ceiling.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
-from collections.abc import Callable
+
+from pipeline.runtime.memory import libc_malloc_trim
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -26,22 +25,11 @@ def rss_bytes() -> int:
         return 0
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        libc = ctypes.CDLL(name)
-        return libc.malloc_trim if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-
-
 class MemoryGuard:
     """``check()`` after each batch: returns freed heap to the OS once RSS exceeds baseline + slack."""
 
     def __init__(self, slack_bytes: int = 96 * 2**20) -> None:
-        self._trim = _malloc_trim()
+        self._trim = libc_malloc_trim()
         self._slack = slack_bytes
         self._ceiling = 0
         self.trims = 0
