@@ -129,18 +129,38 @@ async def test_a_follow_up_the_llm_completes_badly_is_still_retrieved_with_the_t
     """A wrong completion cannot lose the evidence the thread asks for where the no-LLM thread query retrieves
     (``builder``, the default) or is fused with it (``fused``); alone (``completed``) it does. (The previous
     page's continuity boost is off here, so only the queries decide.)"""
+    wrong = "How many weeks of leave does the cafeteria staff get?"  # keeps the message's words: used
+
     def respond(body: dict[str, Any]) -> str:
-        return "What is served in the cafeteria?" if _is_rephrase(body) else "Farah Haddad [Source 1]."
+        return wrong if _is_rephrase(body) else "Farah Haddad [Source 1]."
 
     async with StubLLMServer(responder=respond) as stub:
         p = await make(llm_url=stub.base_url, options=engine_options_for(followup_retrieval=mode),
                        retrieval=RetrievalSettings(continuity_boost=0, final_k=5))
         await p.engine.ask("t:f", "Who is primary on call in weeks 3 to 4?", scope=EVERYTHING)
         r = await p.engine.ask("t:f", "And weeks 5 to 6?", scope=EVERYTHING)
-        assert r.completed_question == "What is served in the cafeteria?"  # answered as completed
+        assert r.completed_question == wrong  # answered as completed
         assert r.retrieval is not None
         found = any("Weeks is 5 to 6" in h.evidence.text for h in r.retrieval.hits)
         assert found is (mode != "completed"), [h.evidence.text[:50] for h in r.retrieval.hits]
+
+
+@pytest.mark.parametrize("mode", ["builder", "completed"])
+async def test_a_completion_that_drops_the_messages_words_is_not_used(make: Make, mode: str) -> None:
+    """Qwen2.5-0.5B rewrote follow-ups into an earlier turn's question; such a "completion" is not answered
+    nor retrieved with: the message is answered as asked, retrieved with the thread query."""
+    def respond(body: dict[str, Any]) -> str:
+        return "Who is primary on call?" if _is_rephrase(body) else "Farah Haddad [Source 1]."
+
+    async with StubLLMServer(responder=respond) as stub:
+        p = await make(llm_url=stub.base_url, options=engine_options_for(followup_retrieval=mode),
+                       retrieval=RetrievalSettings(continuity_boost=0, final_k=5))
+        await p.engine.ask("t:d", "Who is primary on call in weeks 3 to 4?", scope=EVERYTHING)
+        r = await p.engine.ask("t:d", "And the weeks 5 to 6?", scope=EVERYTHING)
+        assert r.error is None and r.completed_question == "And the weeks 5 to 6?"
+        assert r.retrieval is not None and "weeks 3 to 4" in r.retrieval.query
+        assert any("Weeks is 5 to 6" in h.evidence.text for h in r.retrieval.hits)
+        assert "Question: And the weeks 5 to 6?" in _user(_answers(stub)[-1])
 
 
 # ---------------------------------------------------------------- offline (no LLM)

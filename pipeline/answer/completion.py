@@ -1,14 +1,24 @@
 """LLM question completion: a follow-up rewritten into a self-contained question (the ``rephrase`` prompt),
-shared by the engine and the retrieval evaluation so both complete the same way."""
+shared by the engine and the retrieval evaluation so both complete the same way.
+
+A completion adds what the history says; it keeps the message's own words. A small model often does not:
+Qwen2.5-0.5B rewrote "Welche QEMU Version wurde für diese Tests genutzt?" into the previous turn's question
+and "Welche Farbe bekommt das XT Shield …?" into "Was hat das XT Shield …?" (BENCHMARKS.md, "Follow-up
+completions that drop the message"). So a completion missing any content word of the message (in none of
+its English or German stems) is not used: the message is answered as asked, as without a model.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
+import Stemmer
+
 from pipeline.answer.prompts import PromptLibrary
-from pipeline.answer.query_builder import PriorTurn
+from pipeline.answer.query_builder import PriorTurn, content_words
 from pipeline.errors import RemoteError
 from pipeline.types import ChatMessage
 
@@ -37,4 +47,36 @@ async def complete_question(llm: Completer, prompts: PromptLibrary, question: st
         log.warning("question completion failed, using the no-LLM query builder: %s", exc)
         return None
     completed = (out[0] if out else "").strip().strip('"').strip()
-    return completed.splitlines()[0].strip() if completed else None
+    completed = completed.splitlines()[0].strip() if completed else ""
+    if not completed:
+        return None
+    dropped = dropped_words(question, completed)
+    if dropped:
+        log.info("question completion dropped %d of the message's words; answering it as asked", len(dropped))
+        return None
+    return completed
+
+
+_STEMMERS = (Stemmer.Stemmer("english"), Stemmer.Stemmer("german"))
+# what a completion replaces by what it refers to (the query builder's references, and the asker)
+_REFERENCES = re.compile(
+    r"(it|its|they|them|their|that|this|those|these|he|she|his|her|there|es|sie|ihr|ihre[rsmn]?|dort|"
+    r"dessen|deren|diese[rsmn]?|das|dies|er|ihm|ihn|i|me|my|we|us|our|you|your|one|ich|mir|mich|mein\w*|"
+    r"wir|uns|du|dir|dich|man|hier|here|davon|dafür|dazu|damit|darin|daran|darauf)",
+    re.IGNORECASE,
+)
+
+
+def _stems(word: str) -> set[str]:
+    return {word, *(stemmer.stemWord(word) for stemmer in _STEMMERS)}
+
+
+def dropped_words(message: str, completed: str) -> list[str]:
+    """The content words of ``message`` that ``completed`` has in none of their forms (English or German
+    stem, or verbatim)."""
+    kept: set[str] = set()
+    for word in content_words(completed):
+        for part in {word, *word.split("-")}:  # "TPM-PCR-Werte" keeps "Werte"
+            kept |= _stems(part)
+    own = [w for w in dict.fromkeys(content_words(message)) if not _REFERENCES.fullmatch(w)]
+    return [w for w in own if not _stems(w) & kept and not all(_stems(p) & kept for p in w.split("-") if p)]
