@@ -11,6 +11,7 @@ from connectors.settings import ConnectorSettings
 from pipeline.errors import ConfigError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
 from pipeline.protocols import Embedder, Index, SparseEncoder
+from pipeline.runtime.foreground import Foreground
 from pipeline.store import Store
 
 
@@ -25,6 +26,8 @@ class EngineParts(Protocol):
     def index(self) -> Index: ...
     @property
     def store(self) -> Store: ...
+    @property
+    def foreground(self) -> Foreground: ...
 
 
 def check_sync_settings(settings: ConnectorSettings, spaces: Sequence[str] | None) -> None:
@@ -56,6 +59,7 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
                 spaces=list(spaces) if spaces else None,
                 progress=progress,
                 vocabulary=vocabulary_path(settings),
+                step_aside=engine.foreground.step_aside,  # questions first
             )
             await engine.store.record_sync(
                 source.source_key, summary(report), [*report.failed, *report.partial]

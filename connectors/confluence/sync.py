@@ -39,6 +39,7 @@ from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
 from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder, SyncStore
+from pipeline.runtime.foreground import StepAside
 from pipeline.types import Page
 
 if TYPE_CHECKING:
@@ -111,10 +112,12 @@ async def sync_confluence(
     spaces: Sequence[str] | None = None,
     progress: bool = False,
     vocabulary: Path | None = None,
+    step_aside: StepAside | None = None,
 ) -> SyncReport:
     """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints. ``vocabulary``:
     the keyword-expansion vocabulary to keep up to date; while it has no word counts yet, the run reads every
-    page (as ``full``) so that the unchanged ones are counted too.
+    page (as ``full``) so that the unchanged ones are counted too. ``step_aside``: awaited between ingest
+    steps (``evident serve``: questions first, ``pipeline.runtime.foreground``).
 
     Raises ``NotFoundError``/``AuthError``/``UnreachableError`` up front for a wrong space key, bad
     credentials or base URL; later per-page and per-space failures are reported, not raised.
@@ -129,7 +132,8 @@ async def sync_confluence(
     async with VocabularyRun.held(vocabulary, sparse, None, embedder, report.warnings) as words:
         full = full or (words is not None and words.bootstrap)
         await _sync_spaces(
-            keys, _Cycle(source, index, embedder, sparse, store, options, full, progress, report, words)
+            keys, _Cycle(source, index, embedder, sparse, store, options, full, progress, report, words,
+                         step_aside)
         )
     report.api_calls = source.client.api_calls - calls0
     report.seconds = time.perf_counter() - t0
@@ -150,10 +154,12 @@ class _Cycle:
     progress: bool
     report: SyncReport
     words: VocabularyRun | None
+    step_aside: StepAside | None = None
 
     async def ingest(self, pages: AsyncIterator[Page]) -> IngestReport:
         ing = await ingest_pages(pages, index=self.index, embedder=self.embedder, sparse=self.sparse,
-                                 options=self.options, progress=self.progress, vocabulary=self.words)
+                                 options=self.options, progress=self.progress, vocabulary=self.words,
+                                 step_aside=self.step_aside)
         _add_up(self.report, ing)
         return ing
 

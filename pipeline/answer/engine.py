@@ -10,6 +10,7 @@ Shared by the CLI and the Slack bot. Every failure becomes a stored turn with a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Sequence
@@ -31,6 +32,7 @@ from pipeline.answer.settings import RetrievalSettings
 from pipeline.errors import EvidentError, InputError
 from pipeline.models.vocabulary import KeywordExpander
 from pipeline.protocols import LLM, Embedder, Index, Reranker, SparseEncoder
+from pipeline.runtime.foreground import Foreground
 from pipeline.runtime.logcontext import new_turn_ref
 from pipeline.runtime.metrics import Metrics
 from pipeline.runtime.user_messages import user_message
@@ -68,6 +70,7 @@ class Engine:
         self.llm = llm
         self.reranker = reranker
         self.expander = expander
+        self.foreground = Foreground()  # a sync beside the engine steps aside while questions are retrieved
         self.options = options
         self.metrics = metrics or Metrics()  # `evident serve` passes the one it exports on /metrics
         self.generator = Generator(llm=llm, prompts=prompts, embedder=embedder, options=options,
@@ -173,11 +176,12 @@ class Engine:
         turn.plan = await self._timed(turn.timings, "complete_ms", self._complete(turn.plan, prior))
         queries = turn.plan.retrieval_queries(self.options.followup_retrieval)
         turn.plan = replace(turn.plan, retrieval_query=" | ".join(dict.fromkeys(queries)))  # as recorded
-        turn.retrieved = await retrieve_fused(
-            queries, index=self.index,
-            embedder=self.embedder, sparse=self.sparse, config=self.retrieval, reranker=self.reranker,
-            scope=scope, trace=trace, context_pages=turn.plan.context_pages, expander=self.expander,
-        )
+        async with self.foreground.answering():
+            turn.retrieved = await retrieve_fused(
+                queries, index=self.index,
+                embedder=self.embedder, sparse=self.sparse, config=self.retrieval, reranker=self.reranker,
+                scope=scope, trace=trace, context_pages=turn.plan.context_pages, expander=self.expander,
+            )
         turn.timings.update({f"{k}_ms": v for k, v in turn.retrieved.timings_ms.items()})
         hits = adaptive_hits(turn.retrieved.hits, turn.retrieved.confidence, self.options.confident_k)
         if on_retrieved is not None and hits:
@@ -185,11 +189,13 @@ class Engine:
                 await on_retrieved(hits)
             except Exception:
                 log.warning("showing the retrieved evidence failed", exc_info=True)
-        turn.answer, turn.template = await self._timed(
-            turn.timings,
-            "answer_ms",
-            self.generator.answer(turn.plan.completed, hits, trace=trace, on_text=on_text),
-        )
+        # an extractive answer is CPU work here too; a model's is the model server's
+        async with self.foreground.answering() if self.llm is None else contextlib.nullcontext():
+            turn.answer, turn.template = await self._timed(
+                turn.timings,
+                "answer_ms",
+                self.generator.answer(turn.plan.completed, hits, trace=trace, on_text=on_text),
+            )
         turn.answer.confidence = turn.retrieved.confidence
 
     async def _record(self, conversation_key: str, user_id: str | None, question: str, notice: str | None,
