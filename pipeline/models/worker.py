@@ -49,7 +49,9 @@ def _serve(conn: Any, name: str, kwargs: dict[str, Any]) -> None:  # pragma: no 
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it there
         conn.send(("error", "EmbeddingError", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", embedder.name, int(embedder.dim), int(getattr(embedder, "max_tokens", 0) or 0)))
+    turn_tokens = int(getattr(embedder, "turn_tokens", 0) or 0)  # 0: no chunks (the model does not say)
+    conn.send(("ready", embedder.name, int(embedder.dim), int(getattr(embedder, "max_tokens", 0) or 0),
+               turn_tokens))
     while True:
         try:
             op, texts = conn.recv()
@@ -76,8 +78,9 @@ class ProcessEmbedder:
         self._process: Any = None
         self._conn: Any = None
         self.restarts = 0
-        self.name, self.dim, self.max_tokens = self._start()
-        self._turns = Turns(self.dim, self.max_tokens)
+        self._closed = False
+        self.name, self.dim, self.max_tokens, turn_tokens = self._start()
+        self._turns = Turns(self.dim, self.max_tokens, turn_tokens or sys.maxsize)
 
     # ------------------------------------------------------------------ Embedder
 
@@ -88,8 +91,9 @@ class ProcessEmbedder:
         return self._call("query", texts)
 
     def close(self) -> None:
-        """Stop the worker (idempotent)."""
+        """Stop the worker (idempotent); a call in flight fails at its next chunk instead of starting one."""
         with self._lock:
+            self._closed = True
             self._stop()
 
     @property
@@ -98,7 +102,7 @@ class ProcessEmbedder:
 
     # ------------------------------------------------------------------ internals
 
-    def _start(self) -> tuple[str, int, int]:
+    def _start(self) -> tuple[str, int, int, int]:
         name, kwargs = self._spec
         process, conn = spawn_child("pipeline.models.worker")
         conn.send((name, kwargs))
@@ -118,7 +122,7 @@ class ProcessEmbedder:
             process.wait(10)
             raise _error(reply[1], reply[2])
         self._process, self._conn = process, conn
-        return str(reply[1]), int(reply[2]), int(reply[3])
+        return str(reply[1]), int(reply[2]), int(reply[3]), int(reply[4])
 
     def _call(self, op: str, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -127,6 +131,8 @@ class ProcessEmbedder:
 
     def _request(self, op: str, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
+            if self._closed:
+                raise EmbeddingError("the embedding worker was closed")
             if self._conn is None:
                 self._start()
                 self.restarts += 1
