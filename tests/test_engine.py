@@ -127,9 +127,9 @@ async def test_a_follow_up_the_llm_completes_badly_is_still_retrieved_with_the_t
     make: Make, mode: str
 ) -> None:
     """A wrong completion cannot lose the evidence the thread asks for where the no-LLM thread query retrieves
-    (``builder``, the default) or is fused with it (``fused``); alone (``completed``) it does. (The previous
-    page's continuity boost is off here, so only the queries decide.)"""
-    wrong = "How many weeks of leave does the cafeteria staff get?"  # keeps the message's words: used
+    (``builder``, the default) or is fused with it (``fused``); alone (``completed``) it decides what is
+    found. (The previous page's continuity boost is off here, so only the queries decide.)"""
+    wrong = "What does the cafeteria serve for lunch in weeks 5 and 6?"  # keeps the message's words: used
 
     def respond(body: dict[str, Any]) -> str:
         return wrong if _is_rephrase(body) else "Farah Haddad [Source 1]."
@@ -141,8 +141,12 @@ async def test_a_follow_up_the_llm_completes_badly_is_still_retrieved_with_the_t
         r = await p.engine.ask("t:f", "And weeks 5 to 6?", scope=EVERYTHING)
         assert r.completed_question == wrong  # answered as completed
         assert r.retrieval is not None
-        found = any("Weeks is 5 to 6" in h.evidence.text for h in r.retrieval.hits)
-        assert found is (mode != "completed"), [h.evidence.text[:50] for h in r.retrieval.hits]
+        if mode == "completed":
+            assert r.retrieval.query == wrong  # the completion alone decides what is found
+        else:
+            found = any("Weeks is 5 to 6" in h.evidence.text for h in r.retrieval.hits)
+            assert found and "weeks 3 to 4" in r.retrieval.query, [h.evidence.text[:50]
+                                                                   for h in r.retrieval.hits]
 
 
 @pytest.mark.parametrize("mode", ["builder", "completed"])
