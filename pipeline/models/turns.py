@@ -25,14 +25,19 @@ Embed = Callable[[Sequence[str]], np.ndarray]
 def chunks(texts: Sequence[str], max_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> list[list[int]]:
     """Positions of ``texts``, length-sorted, in runs of at most ``chunk_tokens`` estimated padded tokens."""
     cap = max_tokens if max_tokens > 0 else 512
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    estimates = [min(cap, len(t) // CHARS_PER_TOKEN + 2) for t in texts]
+    return padded_runs(order, estimates, chunk_tokens, max_texts=max(1, len(texts)))
 
-    def tokens(i: int) -> int:
-        return min(cap, len(texts[i]) // CHARS_PER_TOKEN + 2)
 
+def padded_runs(order: list[int], lengths: list[int], budget: int, max_texts: int) -> list[list[int]]:
+    """Consecutive runs of the length-sorted ``order``, each at most ``budget`` padded tokens and
+    ``max_texts`` texts (the torch runtime's batches, and ``chunks``)."""
     runs: list[list[int]] = []
     current: list[int] = []
-    for i in sorted(range(len(texts)), key=lambda i: len(texts[i])):
-        if current and (len(current) + 1) * tokens(i) > chunk_tokens:  # sorted: i is the run's longest
+    for i in order:
+        # sorted ascending, so the newest text is the longest: padded size = count × its length
+        if current and ((len(current) + 1) * lengths[i] > budget or len(current) >= max_texts):
             runs.append(current)
             current = []
         current.append(i)
