@@ -18,7 +18,7 @@ from typing import Protocol
 import Stemmer
 
 from pipeline.answer.prompts import PromptLibrary
-from pipeline.answer.query_builder import PriorTurn
+from pipeline.answer.query_builder import PRONOUNS, WORD, PriorTurn
 from pipeline.answer.stopwords import STOPWORDS
 from pipeline.errors import RemoteError
 from pipeline.types import ChatMessage
@@ -59,23 +59,21 @@ async def complete_question(llm: Completer, prompts: PromptLibrary, question: st
 
 
 _STEMMERS = (Stemmer.Stemmer("english"), Stemmer.Stemmer("german"))
-# what a completion replaces by what it refers to (the query builder's references, and the asker)
+# what a completion replaces by what it refers to (the query builder's pronouns, more references, the asker)
 _REFERENCES = re.compile(
-    r"(it|its|they|them|their|that|this|those|these|he|him|she|his|her|there|here|above|former|latter|one|"
-    r"i|me|my|we|us|our|you|your|es|sie|ihr|ihre[rsmn]?|dort|hier|dessen|deren|diese[rsmn]?|das|dies|er|ihm|"
-    r"ihn|ich|mir|mich|wir|uns|du|dir|dich|man|(?:mein|dein|sein|unser|euer|eur)\w*|da(?:r)?(?:von|für|zu|"
-    r"mit|in|an|auf|vor|nach|über|bei|um|aus)|"
+    rf"({PRONOUNS}|him|here|above|former|latter|one|ihre[rsmn]?|hier|i|me|my|we|us|our|you|your|ich|mir|mich|"
+    r"wir|uns|du|dir|dich|man|(?:mein|dein|sein|unser|euer|eur)\w*|"
+    r"da(?:r)?(?:von|für|zu|mit|in|an|auf|vor|nach|über|bei|um|aus)|"
     # and what only carries the conversation
     r"thanks?|thx|please|ok|okay|great|cool|hmm+|danke|bitte|gut|prima|super|alles klar)",
     re.IGNORECASE,
 )
-_WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
 
 
 def _words(text: str) -> list[str]:
     """Lower-cased words without stop words; single digits and capitals kept ("weeks 5 to 6", "Raum B"), not
     the "s" of "Alice's"."""
-    found = (m.group(0) for m in _WORD.finditer(text))
+    found = (m.group(0) for m in WORD.finditer(text))
     return [w.lower() for w in found
             if w.lower() not in STOPWORDS and (len(w) > 1 or w.isdigit() or w.isupper())]
 

@@ -17,7 +17,7 @@ from pipeline.errors import ConfigError
 
 STRATEGIES = ("raw", "prev_questions", "topic")
 
-_WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
+WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
 
 # Words that carry no topic. Small EN+DE list; content words are everything else.
 _FOLLOWUP = re.compile(
@@ -25,15 +25,14 @@ _FOLLOWUP = re.compile(
     r"|wie steht es mit|und für|und bei|und was)\b",
     re.IGNORECASE,
 )
-_PRONOUN = re.compile(
-    r"\b(it|its|they|them|their|that|this|those|these|he|she|his|her|there|es|sie|ihr|ihre|ihrer|dort|"
-    r"dessen|deren|diese[rsmn]?|das|dies|er|ihm|ihn)\b",
-    re.IGNORECASE,
-)
+# words that point back into the conversation (a regex alternation)
+PRONOUNS = (r"it|its|they|them|their|that|this|those|these|he|she|his|her|there|es|sie|ihr|ihre|ihrer|dort|"
+            r"dessen|deren|diese[rsmn]?|das|dies|er|ihm|ihn")
+_PRONOUN = re.compile(rf"\b({PRONOUNS})\b", re.IGNORECASE)
 
 
 def content_words(text: str) -> list[str]:
-    words = (m.group(0).lower() for m in _WORD.finditer(text))
+    words = (m.group(0).lower() for m in WORD.finditer(text))
     return [w for w in words if w not in STOPWORDS and len(w) > 1]
 
 
