@@ -246,6 +246,31 @@ async def test_writes_index_segments_as_they_fill(
         await idx.close()
 
 
+async def test_a_sync_of_some_pages_leaves_the_built_segments_alone(tmp_path: Path) -> None:
+    """A page rewritten after a build: its new points become a segment of their own, and the segment holding
+    the untouched pages is neither merged nor rebuilt (in serve every search waits for such a build)."""
+    idx = EdgeIndex(tmp_path / "index", layout=EdgeLayout(indexing_threshold_kb=1))
+
+    def segments() -> set[str]:
+        return {p.name for p in (tmp_path / "index").rglob("segments/*") if p.is_dir()}
+
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        for page in "ABCDEFGH":
+            await idx.replace_page(page, f"hash-{page}", page_version(page, page, 50))
+        await idx.optimize()
+        built = segments()
+        await idx.replace_page("A", "hash-A2", page_version("A", "A2", 50))
+        await idx.optimize()
+        assert built & segments()
+        hits = await idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=None, mode="dense", dense_k=400,
+                                              limit=400, scope=EVERYTHING))
+        assert len(hits) == 400
+        assert {h.evidence.text.split()[0] for h in hits if h.evidence.page_id == "A"} == {"A2"}
+    finally:
+        await idx.close()
+
+
 @pytest.mark.parametrize(("setting", "serving", "in_worker"), [
     ("auto", True, True), ("auto", False, False), ("yes", False, True), ("no", True, False),
 ])

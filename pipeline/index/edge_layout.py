@@ -44,6 +44,13 @@ class EdgeLayout:
     max_segment_kb: int = 200_000  # segments stop growing here (bounds one optimization's work)
     indexing_threads: int = 0  # 0: Edge's choice (all cores)
     optimize_every_points: int = 100_000  # writes optimize (index the filled segment) after this many points
+    # Segments Edge keeps before merging (0: Edge's choice, one per CPU) and the share of a segment's vectors
+    # deleted before it is rebuilt (Qdrant: 0.2). With 2 and 0.2 on a 2-core machine a sync's new points were
+    # merged into, or forced a rebuild of, a large segment: replacing 25,000 of 100,000 points built for
+    # 21.7 s, during which serve's searches waited; with 8 and 0.5 the new points became a segment of their
+    # own, 3.0 s, search p50 4.4 -> 4.3 ms (``benchmarks/segment_builds.py``)
+    segment_number: int = 8
+    deleted_threshold: float = 0.5
 
     def config(self, dense_dim: int, *, sparse_idf: bool) -> qe.EdgeConfig:
         quant = (
@@ -73,6 +80,8 @@ class EdgeLayout:
             optimizers=qe.EdgeOptimizersConfig(
                 indexing_threshold=self.indexing_threshold_kb,
                 max_segment_size=self.max_segment_kb,
+                default_segment_number=self.segment_number,
+                deleted_threshold=self.deleted_threshold,
             ),
             payload_memory=_memory(self.payload_on_disk),
         )
