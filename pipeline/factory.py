@@ -99,7 +99,8 @@ def make_sparse_from(settings: PipelineSettings, embedder: Embedder | None = Non
     from pipeline.models.sparse import make_sparse_encoder
 
     # The cache wraps the model; bge-m3's sparse half must come from the model itself.
-    return make_sparse_encoder(settings.models.sparse_encoder, embedder=getattr(embedder, "inner", embedder))
+    return make_sparse_encoder(settings.models.sparse_encoder, embedder=getattr(embedder, "inner", embedder),
+                               avg_len=settings.models.bm25_avg_len)
 
 
 async def open_stack(

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from evident.settings import Settings
 from pipeline.errors import ConfigError
+from pipeline.factory import make_sparse_from
 from pipeline.models.sparse import Bm25Encoder, make_sparse_encoder, term_id, tokenize
 from pipeline.protocols import SparseEncoder
 from pipeline.types import SparseVector
@@ -29,9 +32,9 @@ def bm25() -> Bm25Encoder:
     return Bm25Encoder()
 
 
-def rank(encoder: Bm25Encoder, query: str) -> list[int]:
+def rank(encoder: Bm25Encoder, query: str, docs: list[str] = DOCS) -> list[int]:
     """Score like Qdrant's IDF modifier: sum over query terms of q * doc_weight * idf(term)."""
-    vectors = encoder.encode_documents(DOCS)
+    vectors = encoder.encode_documents(docs)
     n = len(vectors)
     df: dict[int, int] = {}
     for vec in vectors:
@@ -53,7 +56,41 @@ def rank(encoder: Bm25Encoder, query: str) -> list[int]:
 
 def test_is_a_sparse_encoder(bm25: Bm25Encoder) -> None:
     assert isinstance(bm25, SparseEncoder)
-    assert bm25.name == "bm25"
+    assert bm25.name == "bm25(avg_len=88)"  # recorded by the index: vectors of another length never mix
+    assert Bm25Encoder(avg_len=40).name == "bm25(avg_len=40)"
+
+
+def test_the_average_length_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVIDENT_BM25_AVG_LEN", "60")
+    encoder = make_sparse_from(Settings.load())
+    assert isinstance(encoder, Bm25Encoder) and encoder.avg_len == 60.0
+    monkeypatch.setenv("EVIDENT_BM25_AVG_LEN", "0")
+    with pytest.raises(ConfigError, match="EVIDENT_BM25_AVG_LEN"):
+        Settings.load()
+
+
+def test_a_rare_word_in_a_long_passage_beats_shared_words_in_short_ones() -> None:
+    """The 5,000-page run's miss in small: many short passages share three words of the question, the one
+    that has its rare word appended to a 90-term passage. Normalized by the evidence's real mean length it
+    ranks first; by 40 (the earlier default: every evidence twice the average) it ranked 31st."""
+    rng = random.Random(3)
+    syllables = ["tel", "plex", "vel", "mar", "nex", "ost", "rin", "dal", "gri", "lam", "sta", "ka", "mon",
+                 "ver", "ob", "ul"]
+
+    def word() -> str:
+        return "".join(rng.choice(syllables) for _ in range(3))
+
+    def sentence(n: int) -> str:
+        return " ".join(word() for _ in range(n)).capitalize() + "."
+
+    docs = [" ".join(sentence(12) for _ in range(rng.randint(2, 6))) for _ in range(200)]
+    docs += [f"The rotation code word of {word().title()} {i} is zq{word()}. The rotation code word of "
+             f"{word().title()} {i} is zq{word()}." for i in range(30)]
+    long_passage = " ".join(sentence(12) for _ in range(7))
+    docs.append(long_passage + " The rotation code word of Telulevmon is zqghracice.")
+    question = "Which page names the rotation code word zqghracice?"
+    assert rank(Bm25Encoder(), question, docs)[0] == len(docs) - 1
+    assert rank(Bm25Encoder(avg_len=40), question, docs).index(len(docs) - 1) > 10
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,13 @@ class ModelSettings(Area):
     )
     sparse_encoder: Annotated[Literal["bm25", "bge-m3"], Lower] = setting(
         "bm25", "EVIDENT_SPARSE_ENCODER", "Sparse encoder: bm25 | bge-m3.")
+    bm25_avg_len: float = setting(
+        88.0,
+        "EVIDENT_BM25_AVG_LEN",
+        "BM25's average evidence length in terms, as indexed (title, headings, neighbours and the evidence): "
+        "88 is ConfQuestions' mean. Another value re-encodes the index (evident sync --rebuild).",
+        gt=0,
+    )
     reranker: str = setting("none", "EVIDENT_RERANKER", "none | bge-reranker-v2-m3 | st:<cross-encoder> | "
                             "sentences:<either, or dense> (best sentence).")
 
