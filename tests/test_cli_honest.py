@@ -158,14 +158,22 @@ def test_another_recipe_is_refused_and_rebuild_re_embeds(tmp_path: Path) -> None
     assert rebuilt.exit_code == 0 and "added 10" in rebuilt.stdout, rebuilt.output
     assert invoke_cli(tmp_path, "search", "on call", env=other).exit_code == 0
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
-    assert manifest["recipe"] == {"max_tokens": 64, "sparse": "bm25(avg_len=88)", "sparse_idf": True}
+    assert manifest["recipe"] == {"max_tokens": 64, "sparse": "bm25(avg_len=88.0)", "sparse_idf": True}
 
 
-def test_an_index_encoded_with_another_bm25_length_is_refused(tmp_path: Path) -> None:
-    """Indexes encoded before BM25's length was measured (40) are named, not mixed with the new vectors."""
-    old = {"EVIDENT_BM25_AVG_LEN": "40"}
-    assert invoke_cli(tmp_path, "ingest", "--sample", "--no-progress", env=old).exit_code == 0
+def test_an_index_encoded_before_bm25_lengths_were_recorded_is_refused_or_opened_as_it_was(
+        tmp_path: Path) -> None:
+    """An index encoded with the earlier length (40, recorded as plain ``bm25``) is refused, not mixed with
+    vectors normalized by 88; with ``EVIDENT_BM25_AVG_LEN=40`` it opens as before."""
+    first = invoke_cli(tmp_path, "ingest", "--sample", "--no-progress")
+    assert first.exit_code == 0, first.output
+    manifest_path = tmp_path / "index" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["recipe"]["sparse"] = "bm25"  # what the earlier release wrote
+    manifest_path.write_text(json.dumps(manifest))
     refused = invoke_cli(tmp_path, "search", "on call")
     assert refused.exit_code == 2
-    assert "sparse bm25(avg_len=40)" in refused.stderr and "sparse bm25(avg_len=88)" in refused.stderr
-    assert "--rebuild" in refused.stderr
+    assert "sparse bm25," in refused.stderr and "sparse bm25(avg_len=88.0)" in refused.stderr
+    assert "--rebuild" in refused.stderr and "EVIDENT_BM25_AVG_LEN=40" in refused.stderr
+    old = {"EVIDENT_BM25_AVG_LEN": "40"}
+    assert invoke_cli(tmp_path, "search", "on call", env=old).exit_code == 0

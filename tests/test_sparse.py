@@ -56,17 +56,20 @@ def rank(encoder: Bm25Encoder, query: str, docs: list[str] = DOCS) -> list[int]:
 
 def test_is_a_sparse_encoder(bm25: Bm25Encoder) -> None:
     assert isinstance(bm25, SparseEncoder)
-    assert bm25.name == "bm25(avg_len=88)"  # recorded by the index: vectors of another length never mix
-    assert Bm25Encoder(avg_len=40).name == "bm25(avg_len=40)"
+    assert bm25.name == "bm25(avg_len=88.0)"  # recorded by the index: vectors of another length never mix
+    assert Bm25Encoder(avg_len=88.0000001).name != bm25.name
+    assert Bm25Encoder(avg_len=40).name == "bm25"  # the earlier release's length, under its name
 
 
 def test_the_average_length_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVIDENT_BM25_AVG_LEN", "60")
     encoder = make_sparse_from(Settings.load())
     assert isinstance(encoder, Bm25Encoder) and encoder.avg_len == 60.0
-    monkeypatch.setenv("EVIDENT_BM25_AVG_LEN", "0")
-    with pytest.raises(ConfigError, match="EVIDENT_BM25_AVG_LEN"):
-        Settings.load()
+    for bad, message in (("0", "must be greater than 0"), ("inf", "must be a finite number"),
+                         ("nan", "must be a finite number")):
+        monkeypatch.setenv("EVIDENT_BM25_AVG_LEN", bad)
+        with pytest.raises(ConfigError, match=f"EVIDENT_BM25_AVG_LEN={bad} {message}"):
+            Settings.load()
 
 
 def test_a_rare_word_in_a_long_passage_beats_shared_words_in_short_ones() -> None:

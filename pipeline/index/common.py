@@ -151,10 +151,13 @@ def check_manifest(stored: Mapping[str, Any], *, embedder: str, dense_dim: int, 
     if recipe and isinstance(old_recipe, Mapping) and dict(old_recipe) != dict(recipe):
         def fmt(r: Mapping[str, Any]) -> str:
             return ", ".join(f"{k} {v}" for k, v in sorted(r.items()))
+        # encoded before BM25's length was recorded (``pipeline.models.sparse.LEGACY_AVG_LEN``)
+        legacy = old_recipe.get("sparse") == "bm25" and str(recipe.get("sparse", "")).startswith("bm25(")
         raise IndexMismatchError(
             f"index at {where} holds '{embedder}' vectors made with {fmt(old_recipe)}; this run makes them "
             "with "
             f"{fmt(recipe)}: {REEMBED}"
+            + (" (until then EVIDENT_BM25_AVG_LEN=40 opens it as it was encoded)" if legacy else "")
         )
 
 

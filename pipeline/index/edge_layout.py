@@ -10,6 +10,7 @@ follow it), and the benchmark builds variants of it to compare.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +45,12 @@ class EdgeLayout:
     max_segment_kb: int = 200_000  # segments stop growing here (bounds one optimization's work)
     indexing_threads: int = 0  # 0: Edge's choice (all cores)
     optimize_every_points: int = 100_000  # writes optimize (index the filled segment) after this many points
-    # Segments Edge keeps before merging (0: Edge's choice, one per CPU) and the share of a segment's vectors
-    # deleted before it is rebuilt (Qdrant: 0.2). With 2 and 0.2 on a 2-core machine a sync's new points were
-    # merged into, or forced a rebuild of, a large segment: replacing 25,000 of 100,000 points built for
-    # 21.7 s, during which serve's searches waited; with 8 and 0.5 the new points became a segment of their
-    # own, 3.0 s, search p50 4.4 -> 4.3 ms (``benchmarks/segment_builds.py``)
+    # Segments Edge keeps before merging (at least one per CPU, Edge's own choice; 0: that choice) and the
+    # share of a segment's vectors deleted before it is rebuilt (Qdrant: 0.2). With 2 and 0.2 on a 2-core
+    # machine a sync's new points were merged into, or forced a rebuild of, a large segment: replacing 25,000
+    # of 100,000 points built for 21.7 s, during which serve's searches waited; with 8 and 0.5 they became a
+    # segment of their own, 3.0 s. The cost: more segments and deleted points to search (p50 4.7 -> 7.2 ms
+    # after half the index was replaced in ten rounds; ``benchmarks/segment_builds.py``, BENCHMARKS.md)
     segment_number: int = 8
     deleted_threshold: float = 0.5
 
@@ -80,11 +82,15 @@ class EdgeLayout:
             optimizers=qe.EdgeOptimizersConfig(
                 indexing_threshold=self.indexing_threshold_kb,
                 max_segment_size=self.max_segment_kb,
-                default_segment_number=self.segment_number,
+                default_segment_number=self.segments(),
                 deleted_threshold=self.deleted_threshold,
             ),
             payload_memory=_memory(self.payload_on_disk),
         )
+
+    def segments(self) -> int:
+        """``segment_number``, at least one per CPU (0: Edge's choice)."""
+        return max(self.segment_number, os.cpu_count() or 1) if self.segment_number else 0
 
     def dense_params(self) -> qe.SearchParams:
         quant = (

@@ -79,8 +79,10 @@ class ModelSettings(Area):
         88.0,
         "EVIDENT_BM25_AVG_LEN",
         "BM25's average evidence length in terms, as indexed (title, headings, neighbours and the evidence): "
-        "88 is ConfQuestions' mean. Another value re-encodes the index (evident sync --rebuild).",
+        "88 is ConfQuestions' mean (40 before it was measured: indexes encoded then need it until rebuilt). "
+        "Another value re-encodes the index (evident sync --rebuild).",
         gt=0,
+        allow_inf_nan=False,
     )
     reranker: str = setting("none", "EVIDENT_RERANKER", "none | bge-reranker-v2-m3 | st:<cross-encoder> | "
                             "sentences:<either, or dense> (best sentence).")

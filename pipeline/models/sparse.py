@@ -69,6 +69,9 @@ _JOINERS = re.compile(r"[-_]")
 _SPLITTERS = re.compile(r"[._\-/:]")
 
 
+LEGACY_AVG_LEN = 40.0  # BM25's length before it was measured and recorded (see ``Bm25Encoder``)
+
+
 def tokenize(text: str) -> list[str]:
     """Lowercased terms, before stopwords and stemming.
 
@@ -102,8 +105,11 @@ def _to_sparse(weights: dict[int, float]) -> SparseVector:
 class Bm25Encoder:
     """BM25 document/query vectors with English + German stopwords and Snowball stemming.
 
-    ``avg_len`` (default: ``EVIDENT_BM25_AVG_LEN``) is part of ``name``, so an index records it: vectors
-    normalized by another length are never mixed (``pipeline.index.common.check_manifest``)."""
+    ``avg_len`` (default: the ``EVIDENT_BM25_AVG_LEN`` setting's default; ``make_sparse_from`` passes the
+    configured value) is part of ``name``, so an index records it and vectors normalized by another length
+    are never mixed (``pipeline.index.common.check_manifest``). 40, the length before it was recorded, keeps
+    that release's name ``bm25``: an index encoded then opens with ``EVIDENT_BM25_AVG_LEN=40``, its pages'
+    content hashes unchanged, until it is rebuilt."""
 
     idf = True  # term frequencies here; the index weighs terms by IDF
 
@@ -120,7 +126,7 @@ class Bm25Encoder:
             raise ConfigError("bm25 needs at least one language")
         if avg_len <= 0:
             raise ConfigError(f"bm25 avg_len must be positive, got {avg_len}")
-        self.name = f"bm25(avg_len={avg_len:g})"
+        self.name = "bm25" if avg_len == LEGACY_AVG_LEN else f"bm25(avg_len={float(avg_len)!r})"
         try:
             import Stemmer
         except ImportError as exc:

@@ -247,8 +247,12 @@ def _one_line(area: type[Area], exc: ValidationError) -> str:
     if kind == "literal_error":
         choices = str(ctx.get("expected", "")).replace(" or ", ", ").replace("'", "")
         return f"{env}={shown} is not one of: {choices}"
-    if kind in ("greater_than_equal", "greater_than"):
-        return f"{env}={error.get('input')} is below its minimum {ctx.get('ge', ctx.get('gt'))}"
+    if kind == "greater_than":
+        return f"{env}={error.get('input')} must be greater than {ctx.get('gt')}"
+    if kind == "greater_than_equal":
+        return f"{env}={error.get('input')} is below its minimum {ctx.get('ge')}"
+    if kind == "finite_number":
+        return f"{env}={error.get('input')} must be a finite number"
     if kind in ("less_than_equal", "less_than"):
         return f"{env}={error.get('input')} is above its maximum {ctx.get('le', ctx.get('lt'))}"
     if kind == "value_error":
