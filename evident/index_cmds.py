@@ -149,6 +149,7 @@ def index_migrate(ctx: click.Context, target: str, collection: str | None, force
                   verify: int, index_dir: Path | None) -> None:
     """Copy the embedded index into a Qdrant collection (no re-embedding; resumable)."""
     from pipeline.factory import index_identity, make_destination_index, open_existing_index
+    from pipeline.index.edge_manifest import read_recipe
     from pipeline.index.migrate import MigrateReport, migrate_index
 
     settings = load_settings(ctx, index_dir=index_dir)
@@ -157,10 +158,12 @@ def index_migrate(ctx: click.Context, target: str, collection: str | None, force
     async def go() -> MigrateReport:
         source = await open_existing_index(settings)
         dim, name = index_identity(settings)
+        # the embedded index's recipe goes with its vectors (a server source's collection keeps its own)
+        recipe = None if settings.index.qdrant_url else read_recipe(settings.core.resolved_index_dir)
         try:
             return await migrate_index(source, dest, dim=dim, embedder=name, batch=batch, force=force,
                                        verify=verify, progress=lambda m: click.echo(m, err=True),
-                                       source_name=_where(settings))
+                                       source_name=_where(settings), recipe=recipe)
         finally:
             await source.close()
 

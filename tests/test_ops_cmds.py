@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from evident.cli import main
 from pipeline.access.scope import EVERYTHING
 from pipeline.answer.retrieve import retrieve
 from pipeline.answer.settings import RetrievalSettings
+from pipeline.errors import IndexMismatchError
 from pipeline.index.edge import EdgeIndex
 from pipeline.index.files import copy_sparse
 from pipeline.index.migrate import same_ranking
@@ -253,6 +255,23 @@ async def test_migrate_preserves_counts_and_top_k(work: Path, data_dir: Path) ->
     )
     assert again.exit_code == 0, again.output
     assert f"0 pages copied (0 points), {len(hashes)} unchanged" in again.output
+
+
+async def test_migrate_takes_the_recipe_with_the_vectors(work: Path, data_dir: Path) -> None:
+    """The server collection records how the vectors were made, so it refuses other ones as the source did."""
+    manifest_path = data_dir / "index" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    recipe = {"max_tokens": 128, "sparse": "bm25(avg_len=88.0)", "sparse_idf": True}
+    manifest_path.write_text(json.dumps({**manifest, "recipe": recipe}))
+    dest = work / "qdrant"
+    res = await asyncio.to_thread(_cli, ["index", "migrate", "--to", f"path:{dest}"], data_dir)
+    assert res.exit_code == 0, res.output
+    index = QdrantServerIndex(path=dest, collection="evident")
+    with pytest.raises(IndexMismatchError, match="sparse bm25,"):
+        await index.open(dense_dim=BowEmbedder.dim, embedder=BowEmbedder.name,
+                         recipe={**recipe, "sparse": "bm25"})
+    await index.open(dense_dim=BowEmbedder.dim, embedder=BowEmbedder.name, recipe=recipe)
+    await index.close()
 
 
 async def test_migrate_refuses_extra_destination_pages_without_force(work: Path, data_dir: Path) -> None:

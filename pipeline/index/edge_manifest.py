@@ -34,6 +34,16 @@ def read_manifest(index_dir: Path) -> tuple[str, int]:
         raise IndexError_(f"cannot read {path}: {exc}") from exc
 
 
+def read_recipe(index_dir: Path) -> dict[str, Any] | None:
+    """The text recipe an embedded index records (``pipeline.index.common.manifest``); None before recipes."""
+    path = Path(index_dir) / MANIFEST_FILE
+    try:
+        recipe = json.loads(path.read_text(encoding="utf-8")).get("recipe")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise IndexError_(f"cannot read {path}: {exc}") from exc
+    return dict(recipe) if isinstance(recipe, dict) else None
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """temp file + fsync + rename, so a crash never leaves a half-written manifest."""
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path.parent)

@@ -10,8 +10,9 @@ against both and compared up to ties (``same_ranking``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pipeline.access.scope import EVERYTHING
 from pipeline.errors import IndexError_, InputError
@@ -46,13 +47,14 @@ class MigrateReport:
 
 async def migrate_index(source: Index, dest: Index, *, dim: int, embedder: str, batch: int = 256,
                         force: bool = False, verify: int = 5, source_name: str = "",
+                        recipe: Mapping[str, Any] | None = None,
                         progress: Callable[[str], None] | None = None) -> MigrateReport:
     """Copy every live page of ``source`` (an ``Index`` of any backend, opened) into ``dest`` (unopened;
-    opened
-    with ``dim`` and ``embedder``, closed afterwards), then compare counts and sample rankings."""
+    opened with ``dim``, ``embedder`` and the source's ``recipe``, so the destination refuses vectors made
+    differently as the source did; closed afterwards), then compare counts and sample rankings."""
     report = MigrateReport(source=source_name or str(getattr(source, "where", source)),
                            destination=str(getattr(dest, "where", dest)))
-    await dest.open(dense_dim=dim, embedder=embedder)
+    await dest.open(dense_dim=dim, embedder=embedder, recipe=recipe)
     try:
         src_pages = await source.page_hashes()
         dst_pages = await dest.page_hashes()
