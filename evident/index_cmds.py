@@ -156,10 +156,10 @@ def index_migrate(ctx: click.Context, target: str, collection: str | None, force
     dest = make_destination_index(settings, target, collection or settings.index.collection)
 
     async def go() -> MigrateReport:
-        source = await open_existing_index(settings)
-        dim, name = index_identity(settings)
-        # the embedded index's recipe goes with its vectors (a server source's collection keeps its own)
+        # the embedded index's recipe goes with its vectors (a server source's is not copied)
         recipe = None if settings.index.qdrant_url else read_recipe(settings.core.resolved_index_dir)
+        dim, name = index_identity(settings)
+        source = await open_existing_index(settings)
         try:
             return await migrate_index(source, dest, dim=dim, embedder=name, batch=batch, force=force,
                                        verify=verify, progress=lambda m: click.echo(m, err=True),

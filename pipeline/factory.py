@@ -178,15 +178,17 @@ async def _open_index(
 
 async def open_existing_index(settings: PipelineSettings) -> Index:
     """The configured index, opened without loading a model, for commands that only read or copy it (stats,
-    migrate); ``InputError`` when the embedded index does not exist."""
+    migrate), with the recipe it records (its sparse vectors are read as they were made);
+    ``InputError`` when the embedded index does not exist."""
+    recipe = None  # a server's collection checks the recipe it records against none
     if not settings.index.qdrant_url:
-        from pipeline.index.edge_manifest import read_manifest
+        from pipeline.index.edge_manifest import read_recipe
 
-        read_manifest(settings.core.resolved_index_dir)  # "no embedded index at ..." when there is none
+        recipe = read_recipe(settings.core.resolved_index_dir)  # "no embedded index at ...": there is none
     dim, name = index_identity(settings)
     index = make_index_from(settings)
     try:
-        await index.open(dense_dim=dim, embedder=name)
+        await index.open(dense_dim=dim, embedder=name, recipe=recipe)
     except BaseException:
         await index.close()
         raise

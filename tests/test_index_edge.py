@@ -255,7 +255,7 @@ async def test_a_sync_of_some_pages_leaves_the_built_segments_alone(tmp_path: Pa
     await _sync_two_pages_of_eight(tmp_path, EdgeLayout(indexing_threshold_kb=1), rebuilt=False)
 
 
-@pytest.mark.parametrize("layout", [{"segment_number": 0}, {"deleted_threshold": 0.2}])
+@pytest.mark.parametrize("layout", [{"segment_number": 0}, {"segment_number": 8, "deleted_threshold": 0.2}])
 async def test_the_earlier_layouts_rebuilt_the_built_segments(tmp_path: Path, layout: dict[str, Any]) -> None:
     """Edge's own segment number (2 on this machine) merges; Qdrant's 20 % vacuums: what the test above
     rules out."""

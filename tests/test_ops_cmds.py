@@ -272,6 +272,10 @@ async def test_migrate_takes_the_recipe_with_the_vectors(work: Path, data_dir: P
                          recipe={**recipe, "sparse": "bm25"})
     await index.open(dense_dim=BowEmbedder.dim, embedder=BowEmbedder.name, recipe=recipe)
     await index.close()
+    other = {**manifest, "recipe": {**recipe, "max_tokens": 64}}
+    manifest_path.write_text(json.dumps(other))
+    refused = await asyncio.to_thread(_cli, ["index", "migrate", "--to", f"path:{dest}"], data_dir)
+    assert refused.exit_code == 2 and "migrate into another --collection or delete that one" in refused.output
 
 
 async def test_migrate_refuses_extra_destination_pages_without_force(work: Path, data_dir: Path) -> None:

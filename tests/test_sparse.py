@@ -59,6 +59,9 @@ def test_is_a_sparse_encoder(bm25: Bm25Encoder) -> None:
     assert bm25.name == "bm25(avg_len=88.0)"  # recorded by the index: vectors of another length never mix
     assert Bm25Encoder(avg_len=88.0000001).name != bm25.name
     assert Bm25Encoder(avg_len=40).name == "bm25"  # the earlier release's length, under its name
+    for bad in (0.0, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="avg_len must be a positive number"):
+            Bm25Encoder(avg_len=bad)
 
 
 def test_the_average_length_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:

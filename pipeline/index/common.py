@@ -152,7 +152,8 @@ def check_manifest(stored: Mapping[str, Any], *, embedder: str, dense_dim: int, 
         def fmt(r: Mapping[str, Any]) -> str:
             return ", ".join(f"{k} {v}" for k, v in sorted(r.items()))
         # encoded before BM25's length was recorded (``pipeline.models.sparse.LEGACY_AVG_LEN``)
-        legacy = old_recipe.get("sparse") == "bm25" and str(recipe.get("sparse", "")).startswith("bm25(")
+        legacy = (old_recipe.get("sparse") == "bm25" and str(recipe.get("sparse", "")).startswith("bm25(")
+                  and {**old_recipe, "sparse": None} == {**recipe, "sparse": None})
         raise IndexMismatchError(
             f"index at {where} holds '{embedder}' vectors made with {fmt(old_recipe)}; this run makes them "
             "with "

@@ -45,13 +45,14 @@ class EdgeLayout:
     max_segment_kb: int = 200_000  # segments stop growing here (bounds one optimization's work)
     indexing_threads: int = 0  # 0: Edge's choice (all cores)
     optimize_every_points: int = 100_000  # writes optimize (index the filled segment) after this many points
-    # Segments Edge keeps before merging (at least one per CPU, Edge's own choice; 0: that choice) and the
-    # share of a segment's vectors deleted before it is rebuilt (Qdrant: 0.2). With 2 and 0.2 on a 2-core
-    # machine a sync's new points were merged into, or forced a rebuild of, a large segment: replacing 25,000
-    # of 100,000 points built for 21.7 s, during which serve's searches waited; with 8 and 0.5 they became a
-    # segment of their own, 3.0 s. The cost: more segments and deleted points to search (p50 4.7 -> 7.2 ms
-    # after half the index was replaced in ten rounds; ``benchmarks/segment_builds.py``, BENCHMARKS.md)
-    segment_number: int = 8
+    # Segments Edge keeps before merging (8, or one per CPU where that is more, as Edge chose before; 0:
+    # Edge's choice) and the share of a segment's vectors deleted before it is rebuilt (Qdrant: 0.2). With 2
+    # and 0.2 on a 2-core machine a sync's new points were merged into, or forced a rebuild of, a large
+    # segment: replacing 25,000 of 100,000 points built for 21.7 s, during which serve's searches waited;
+    # with 8 and 0.5 they became a segment of their own, 3.0 s. The cost: more segments and deleted points to
+    # search (p50 4.7 -> 7.2 ms after half the index was replaced in ten rounds;
+    # ``benchmarks/segment_builds.py``, BENCHMARKS.md)
+    segment_number: int | None = None  # None: max(8, the CPUs this process may use); 0: Edge's choice
     deleted_threshold: float = 0.5
 
     def config(self, dense_dim: int, *, sparse_idf: bool) -> qe.EdgeConfig:
@@ -89,8 +90,11 @@ class EdgeLayout:
         )
 
     def segments(self) -> int:
-        """``segment_number``, at least one per CPU (0: Edge's choice)."""
-        return max(self.segment_number, os.cpu_count() or 1) if self.segment_number else 0
+        """``segment_number``; by default 8, or one per CPU this process may use where that is more."""
+        if self.segment_number is not None:
+            return self.segment_number
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(8, cpus)
 
     def dense_params(self) -> qe.SearchParams:
         quant = (

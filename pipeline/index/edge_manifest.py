@@ -37,6 +37,8 @@ def read_manifest(index_dir: Path) -> tuple[str, int]:
 def read_recipe(index_dir: Path) -> dict[str, Any] | None:
     """The text recipe an embedded index records (``pipeline.index.common.manifest``); None before recipes."""
     path = Path(index_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise InputError(f"no embedded index at {index_dir} (no {MANIFEST_FILE})")
     try:
         recipe = json.loads(path.read_text(encoding="utf-8")).get("recipe")
     except (OSError, ValueError, AttributeError) as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline.access.scope import EVERYTHING
-from pipeline.errors import IndexError_, InputError
+from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.protocols import Index
 from pipeline.types import Hit, IndexPoint, SearchRequest
 
@@ -54,7 +54,11 @@ async def migrate_index(source: Index, dest: Index, *, dim: int, embedder: str, 
     differently as the source did; closed afterwards), then compare counts and sample rankings."""
     report = MigrateReport(source=source_name or str(getattr(source, "where", source)),
                            destination=str(getattr(dest, "where", dest)))
-    await dest.open(dense_dim=dim, embedder=embedder, recipe=recipe)
+    try:
+        await dest.open(dense_dim=dim, embedder=embedder, recipe=recipe)
+    except IndexMismatchError as exc:
+        raise IndexMismatchError(f"{report.destination} holds vectors made otherwise than the source's; "
+                                 f"migrate into another --collection or delete that one ({exc})") from exc
     try:
         src_pages = await source.page_hashes()
         dst_pages = await dest.page_hashes()

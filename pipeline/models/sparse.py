@@ -18,6 +18,7 @@ Term ids are ``crc32(stem) & 0x7FFFFFFF``: stable across processes and machines 
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections import Counter
@@ -124,8 +125,8 @@ class Bm25Encoder:
             avg_len = float(ModelSettings.model_fields["bm25_avg_len"].default)
         if not languages:
             raise ConfigError("bm25 needs at least one language")
-        if avg_len <= 0:
-            raise ConfigError(f"bm25 avg_len must be positive, got {avg_len}")
+        if not (math.isfinite(avg_len) and avg_len > 0):
+            raise ConfigError(f"bm25 avg_len must be a positive number, got {avg_len}")
         self.name = "bm25" if avg_len == LEGACY_AVG_LEN else f"bm25(avg_len={float(avg_len)!r})"
         try:
             import Stemmer
