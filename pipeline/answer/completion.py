@@ -18,8 +18,7 @@ from typing import Protocol
 import Stemmer
 
 from pipeline.answer.prompts import PromptLibrary
-from pipeline.answer.query_builder import PRONOUNS, WORD, PriorTurn
-from pipeline.answer.stopwords import STOPWORDS
+from pipeline.answer.query_builder import PRONOUNS, PriorTurn, content_words
 from pipeline.errors import RemoteError
 from pipeline.types import ChatMessage
 
@@ -70,14 +69,6 @@ _REFERENCES = re.compile(
 )
 
 
-def _words(text: str) -> list[str]:
-    """Lower-cased words without stop words; single digits and capitals kept ("weeks 5 to 6", "Raum B"), not
-    the "s" of "Alice's"."""
-    found = (m.group(0) for m in WORD.finditer(text))
-    return [w.lower() for w in found
-            if w.lower() not in STOPWORDS and (len(w) > 1 or w.isdigit() or w.isupper())]
-
-
 def _stems(word: str) -> set[str]:
     return {word, *(stemmer.stemWord(word) for stemmer in _STEMMERS)}
 
@@ -86,8 +77,8 @@ def dropped_words(message: str, completed: str) -> list[str]:
     """The content words of ``message`` that ``completed`` has in none of their forms (English or German
     stem, or verbatim)."""
     kept: set[str] = set()
-    for word in _words(completed):
+    for word in content_words(completed, single=True):
         for part in {word, *word.split("-")}:  # "TPM-PCR-Werte" keeps "Werte"
             kept |= _stems(part)
-    own = [w for w in dict.fromkeys(_words(message)) if not _REFERENCES.fullmatch(w)]
+    own = [w for w in dict.fromkeys(content_words(message, single=True)) if not _REFERENCES.fullmatch(w)]
     return [w for w in own if not _stems(w) & kept and not all(_stems(p) & kept for p in w.split("-") if p)]

@@ -17,7 +17,7 @@ from pipeline.errors import ConfigError
 
 STRATEGIES = ("raw", "prev_questions", "topic")
 
-WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+(?:[.\-][^\W_]+)*", re.UNICODE)
 
 # Words that carry no topic. Small EN+DE list; content words are everything else.
 _FOLLOWUP = re.compile(
@@ -31,9 +31,12 @@ PRONOUNS = (r"it|its|they|them|their|that|this|those|these|he|she|his|her|there|
 _PRONOUN = re.compile(rf"\b({PRONOUNS})\b", re.IGNORECASE)
 
 
-def content_words(text: str) -> list[str]:
-    words = (m.group(0).lower() for m in WORD.finditer(text))
-    return [w for w in words if w not in STOPWORDS and len(w) > 1]
+def content_words(text: str, *, single: bool = False) -> list[str]:
+    """Lower-cased words without stop words or single characters; ``single`` keeps single digits and capitals
+    ("weeks 5 to 6", "Raum B"), never the "s" of "Alice's"."""
+    found = (m.group(0) for m in _WORD.finditer(text))
+    return [w.lower() for w in found
+            if w.lower() not in STOPWORDS and (len(w) > 1 or (single and (w.isdigit() or w.isupper())))]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Any
 from pipeline.errors import IndexError_, InputError
 from pipeline.index import common as ic
 
-__all__ = ["MANIFEST_FILE", "SHARD_DIR", "prepare_manifest", "read_manifest", "write_json_atomic"]
+__all__ = ["MANIFEST_FILE", "SHARD_DIR", "prepare_manifest", "read_manifest", "read_recipe",
+           "write_json_atomic"]
 
 MANIFEST_FILE = "manifest.json"
 SHARD_DIR = "shard"
@@ -24,26 +25,30 @@ SHARD_DIR = "shard"
 
 def read_manifest(index_dir: Path) -> tuple[str, int]:
     """(embedder, dimension) an embedded index was built with, read without opening it (no model load)."""
-    path = Path(index_dir) / MANIFEST_FILE
-    if not path.is_file():
-        raise InputError(f"no embedded index at {index_dir} (no {MANIFEST_FILE})")
+    data, path = _load(index_dir)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         return str(data["embedder"]), int(data["dim"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise IndexError_(f"cannot read {path}: {exc}") from exc
 
 
 def read_recipe(index_dir: Path) -> dict[str, Any] | None:
     """The text recipe an embedded index records (``pipeline.index.common.manifest``); None before recipes."""
+    recipe = _load(index_dir)[0].get("recipe")
+    return dict(recipe) if isinstance(recipe, dict) else None
+
+
+def _load(index_dir: Path) -> tuple[dict[str, Any], Path]:
     path = Path(index_dir) / MANIFEST_FILE
     if not path.is_file():
         raise InputError(f"no embedded index at {index_dir} (no {MANIFEST_FILE})")
     try:
-        recipe = json.loads(path.read_text(encoding="utf-8")).get("recipe")
-    except (OSError, ValueError, AttributeError) as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         raise IndexError_(f"cannot read {path}: {exc}") from exc
-    return dict(recipe) if isinstance(recipe, dict) else None
+    if not isinstance(data, dict):
+        raise IndexError_(f"cannot read {path}: not a JSON object")
+    return data, path
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
