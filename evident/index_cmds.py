@@ -149,21 +149,18 @@ def index_migrate(ctx: click.Context, target: str, collection: str | None, force
                   verify: int, index_dir: Path | None) -> None:
     """Copy the embedded index into a Qdrant collection (no re-embedding; resumable)."""
     from pipeline.factory import index_identity, make_destination_index, open_existing_index
-    from pipeline.index.edge_manifest import read_recipe
     from pipeline.index.migrate import MigrateReport, migrate_index
 
     settings = load_settings(ctx, index_dir=index_dir)
     dest = make_destination_index(settings, target, collection or settings.index.collection)
 
     async def go() -> MigrateReport:
-        # the embedded index's recipe goes with its vectors (a server source's is not copied)
-        recipe = None if settings.index.qdrant_url else read_recipe(settings.core.resolved_index_dir)
         dim, name = index_identity(settings)
         source = await open_existing_index(settings)
         try:
             return await migrate_index(source, dest, dim=dim, embedder=name, batch=batch, force=force,
                                        verify=verify, progress=lambda m: click.echo(m, err=True),
-                                       source_name=_where(settings), recipe=recipe)
+                                       source_name=_where(settings))
         finally:
             await source.close()
 

@@ -55,6 +55,10 @@ class Index(Protocol):
         """Create the collection if needed; raise ``IndexMismatchError`` on another model, dimension or
         recipe (how texts become vectors, e.g. ``{"max_tokens": 128}``), which is stored with the index."""
 
+    async def recipe(self) -> dict[str, Any] | None:
+        """The recipe the open index records (``open`` stores the first one given to an index without
+        one); None where none was ever given. ``evident index migrate`` copies it with the vectors."""
+
     async def page_hashes(self) -> dict[str, str]:
         """page id -> content hash of the version currently live in the index."""
 

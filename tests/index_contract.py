@@ -243,7 +243,23 @@ class IndexContract:
         for recipe in ({"max_tokens": 128}, None):  # the same recipe, or a caller that does not say
             again = self.make_index(tmp_path)
             await again.open(dense_dim=DIM, embedder=EMBEDDER, recipe=recipe)
+            assert await again.recipe() == {"max_tokens": 128}
             await again.close()
+
+    async def test_an_index_without_a_recipe_records_the_first_one_given(self, tmp_path: Path) -> None:
+        """An index made before recipes were recorded (or by a caller that gave none) adopts the first recipe
+        it is opened with, and refuses another one from then on."""
+        idx = self.make_index(tmp_path)
+        await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+        assert await idx.recipe() is None
+        await idx.close()
+        adopting = self.make_index(tmp_path)
+        await adopting.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"max_tokens": 128})
+        assert await adopting.recipe() == {"max_tokens": 128}
+        await adopting.close()
+        other = self.make_index(tmp_path)
+        with pytest.raises(IndexMismatchError, match="made with max_tokens 128"):
+            await other.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"max_tokens": 64})
 
     @pytest.mark.parametrize("idf", [True, False])
     async def test_learned_sparse_weights_get_no_idf(self, tmp_path: Path, idf: bool) -> None:

@@ -10,7 +10,8 @@ from typing import TypeVar
 import pytest
 
 from pipeline.access.scope import EVERYTHING
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, IndexMismatchError
+from pipeline.index.migrate import migrate_index
 from pipeline.index.qdrant import METADATA_KEY, QdrantServerIndex
 from pipeline.types import SearchRequest
 from tests.index_access_contract import IndexAccessContract
@@ -81,3 +82,40 @@ async def test_client_side_fusion_matches_engine_fusion(weights: tuple[float, fl
         assert [h.rank for h in client] == list(range(1, len(CORPUS) + 1))
     finally:
         await idx.close()
+
+
+async def test_a_collection_made_by_hand_adopts_the_first_recipe(tmp_path: Path) -> None:
+    """A collection created outside evident (no metadata) records the recipe of the first open that gives
+    one, so vectors made otherwise are refused afterwards, as an embedded index refuses them."""
+    from qdrant_client import AsyncQdrantClient, models
+
+    client = AsyncQdrantClient(path=str(tmp_path / "q"))
+    await client.create_collection(
+        "evident", vectors_config={"dense": models.VectorParams(size=DIM, distance=models.Distance.COSINE)},
+        sparse_vectors_config={"sparse": models.SparseVectorParams(modifier=models.Modifier.IDF)})
+    await client.close()
+    idx = QdrantServerIndex(path=tmp_path / "q")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"max_tokens": 128})
+    assert await idx.recipe() == {"max_tokens": 128}
+    await idx.close()
+    again = QdrantServerIndex(path=tmp_path / "q")
+    with pytest.raises(IndexMismatchError, match="made with max_tokens 128"):
+        await again.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"max_tokens": 64})
+
+
+async def test_migrate_between_collections_takes_the_recipe(tmp_path: Path) -> None:
+    """A server-to-server `index migrate` gives the destination the source collection's recipe."""
+    recipe = {"max_tokens": 128, "sparse": "bm25(avg_len=88.0)", "sparse_idf": True}
+    source = QdrantServerIndex(path=tmp_path / "q", collection="old")
+    await source.open(dense_dim=DIM, embedder=EMBEDDER, recipe=recipe)
+    for name in CORPUS:
+        await source.replace_page(name, f"hash-{name}", [corpus_point(name)])
+    try:
+        report = await migrate_index(source, QdrantServerIndex(path=tmp_path / "q2", collection="new"),
+                                     dim=DIM, embedder=EMBEDDER, verify=0)
+    finally:
+        await source.close()
+    assert report.pages_copied == len(CORPUS)
+    dest = QdrantServerIndex(path=tmp_path / "q2", collection="new")
+    with pytest.raises(IndexMismatchError, match="max_tokens 128"):  # the copy records the source's recipe
+        await dest.open(dense_dim=DIM, embedder=EMBEDDER, recipe={**recipe, "max_tokens": 64})

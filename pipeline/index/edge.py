@@ -28,7 +28,13 @@ from pipeline.access.scope import PageAccess, acl_payload
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
 from pipeline.index import common as ic
 from pipeline.index.edge_layout import EdgeLayout
-from pipeline.index.edge_manifest import MANIFEST_FILE, SHARD_DIR, prepare_manifest, write_json_atomic
+from pipeline.index.edge_manifest import (
+    MANIFEST_FILE,
+    SHARD_DIR,
+    prepare_manifest,
+    read_recipe,
+    write_json_atomic,
+)
 from pipeline.index.edge_reads import EdgeReads
 from pipeline.index.edge_records import match, match_any, scan_pages
 from pipeline.index.files import copy_index_files, swap_in
@@ -57,6 +63,10 @@ class EdgeIndex(EdgeReads):
         self._sparse_idf = bool((recipe or {}).get("sparse_idf", True))
         await asyncio.to_thread(self._shared.open, lambda: self._open_sync(dense_dim, embedder, recipe),
                                 self._reload)
+
+    async def recipe(self) -> dict[str, Any] | None:
+        """The recipe ``manifest.json`` records (see ``Index.recipe``)."""
+        return await asyncio.to_thread(read_recipe, self._path)
 
     def _reload(self) -> qe.EdgeShard:
         """The shard again after a hand-over: the manifest was checked at ``open``."""

@@ -33,6 +33,7 @@ from pipeline import errors
 from pipeline.access.scope import AccessScope, PageAccess
 from pipeline.errors import EvidentError, IndexError_
 from pipeline.index.edge_layout import EdgeLayout
+from pipeline.index.edge_manifest import read_recipe
 from pipeline.index.lease import describe_process
 from pipeline.index.quiet_builds import QuietBuilds
 from pipeline.runtime.child import spawn_child, stop_child
@@ -152,6 +153,10 @@ class ProcessEdgeIndex:
     async def get(self, evidence_ids: Sequence[str], scope: AccessScope) -> list[Evidence]:
         found: list[Evidence] = await self._request("get", (list(evidence_ids), scope))
         return found
+
+    async def recipe(self) -> dict[str, Any] | None:
+        """The recipe the index's manifest records, read from its file (the child wrote it at ``open``)."""
+        return await asyncio.to_thread(read_recipe, self._path)
 
     async def count(self) -> int:
         return int(await self._request("count"))

@@ -10,9 +10,8 @@ against both and compared up to ties (``same_ranking``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from pipeline.access.scope import EVERYTHING
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
@@ -47,13 +46,13 @@ class MigrateReport:
 
 async def migrate_index(source: Index, dest: Index, *, dim: int, embedder: str, batch: int = 256,
                         force: bool = False, verify: int = 5, source_name: str = "",
-                        recipe: Mapping[str, Any] | None = None,
                         progress: Callable[[str], None] | None = None) -> MigrateReport:
     """Copy every live page of ``source`` (an ``Index`` of any backend, opened) into ``dest`` (unopened;
-    opened with ``dim``, ``embedder`` and the source's ``recipe``, so the destination refuses vectors made
-    differently as the source did; closed afterwards), then compare counts and sample rankings."""
+    opened with ``dim``, ``embedder`` and the recipe the source records, so the destination refuses vectors
+    made differently as the source does; closed afterwards), then compare counts and sample rankings."""
     report = MigrateReport(source=source_name or str(getattr(source, "where", source)),
                            destination=str(getattr(dest, "where", dest)))
+    recipe = await source.recipe()
     try:
         await dest.open(dense_dim=dim, embedder=embedder, recipe=recipe)
     except IndexMismatchError as exc:

@@ -68,11 +68,17 @@ class QdrantServerIndex(QdrantReads):
             vectors = info.config.params.vectors
             dense = vectors.get(ic.DENSE) if isinstance(vectors, dict) else None
             actual_dim = dense.size if dense is not None else None
+            recorded = bool(stored)
             if not stored:  # created by hand or by an older evident: judge by the vector size only
                 stored = {"embedder": embedder, "dim": actual_dim}
             elif actual_dim is not None and actual_dim != stored.get("dim"):
                 stored["dim"] = actual_dim
             ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=self.where, recipe=recipe)
+            if recipe and not (recorded and isinstance(stored.get("recipe"), Mapping)):
+                # a collection from before recipes were recorded, or made by hand: adopt this one, so
+                # vectors made otherwise are refused from now on (as the embedded index does)
+                await self._do(client.update_collection(
+                    self._collection, metadata={METADATA_KEY: ic.manifest(embedder, dense_dim, recipe)}))
         else:
             await self._do(
                 client.create_collection(
@@ -101,6 +107,12 @@ class QdrantServerIndex(QdrantReads):
                         )
                     )
         await self._delete(models.Filter(must=[match(ic.STATE, ic.STAGED)]))
+
+    async def recipe(self) -> dict[str, Any] | None:
+        """The recipe the collection's metadata records (see ``Index.recipe``)."""
+        info = await self._do(self._require().get_collection(self._collection))
+        recipe = dict((info.config.metadata or {}).get(METADATA_KEY) or {}).get("recipe")
+        return dict(recipe) if isinstance(recipe, Mapping) else None
 
     async def close(self) -> None:
         client, self._client = self._client, None
