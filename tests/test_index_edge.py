@@ -356,3 +356,18 @@ async def test_a_snapshot_restores_into_another_directory(tmp_path: Path, cls: t
         assert await again.count() == 3 and await again.page_hashes() == {"P": "hash-p"}
     finally:
         await again.close()
+
+
+async def test_a_manifest_whose_recipe_is_not_an_object_takes_the_next_one(tmp_path: Path) -> None:
+    """A recipe that cannot be read counts as none, for adopting as for checking (as on a server)."""
+    idx = EdgeIndex(tmp_path / "i")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    await idx.close()
+    manifest = tmp_path / "i" / MANIFEST_FILE
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "recipe": "oops"}))
+    again = EdgeIndex(tmp_path / "i")
+    await again.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"max_tokens": 128})
+    try:
+        assert await again.recipe() == {"max_tokens": 128}
+    finally:
+        await again.close()

@@ -10,7 +10,7 @@ from typing import TypeVar
 import pytest
 
 from pipeline.access.scope import EVERYTHING
-from pipeline.errors import ConfigError, IndexMismatchError
+from pipeline.errors import ConfigError, IndexError_, IndexMismatchError
 from pipeline.index.migrate import migrate_index
 from pipeline.index.qdrant import METADATA_KEY, QdrantServerIndex
 from pipeline.types import SearchRequest
@@ -119,3 +119,38 @@ async def test_migrate_between_collections_takes_the_recipe(tmp_path: Path) -> N
     dest = QdrantServerIndex(path=tmp_path / "q2", collection="new")
     with pytest.raises(IndexMismatchError, match="max_tokens 128"):  # the copy records the source's recipe
         await dest.open(dense_dim=DIM, embedder=EMBEDDER, recipe={**recipe, "max_tokens": 64})
+
+
+async def test_adopting_a_recipe_checks_how_the_collection_scores_sparse_vectors(tmp_path: Path) -> None:
+    """A hand-made collection that applies IDF is not recorded as one that does not (learned sparse weights):
+    the recipe would be false, and a migration would copy it into a collection scoring otherwise."""
+    from qdrant_client import AsyncQdrantClient, models
+
+    client = AsyncQdrantClient(path=str(tmp_path / "q"))
+    await client.create_collection(
+        "evident", vectors_config={"dense": models.VectorParams(size=DIM, distance=models.Distance.COSINE)},
+        sparse_vectors_config={"sparse": models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        metadata={"other": 1})
+    await client.close()
+    idx = QdrantServerIndex(path=tmp_path / "q")
+    with pytest.raises(IndexMismatchError, match="with IDF; this run's sparse encoder needs them without"):
+        await idx.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"sparse": "bge-m3", "sparse_idf": False})
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER, recipe={"sparse": "bm25", "sparse_idf": True})
+    try:
+        assert await idx.recipe() == {"sparse": "bm25", "sparse_idf": True}
+        info = await idx._require().get_collection("evident")
+        assert info.config.metadata["other"] == 1  # the rest of the metadata stays
+    finally:
+        await idx.close()
+
+
+async def test_metadata_that_is_not_an_object_is_an_index_error(tmp_path: Path) -> None:
+    from qdrant_client import AsyncQdrantClient, models
+
+    client = AsyncQdrantClient(path=str(tmp_path / "q"))
+    await client.create_collection(
+        "evident", vectors_config={"dense": models.VectorParams(size=DIM, distance=models.Distance.COSINE)},
+        metadata={METADATA_KEY: "oops"})
+    await client.close()
+    with pytest.raises(IndexError_, match="metadata 'evident' is not an object"):
+        await QdrantServerIndex(path=tmp_path / "q").open(dense_dim=DIM, embedder=EMBEDDER)

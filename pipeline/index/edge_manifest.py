@@ -78,7 +78,7 @@ def prepare_manifest(index_dir: Path, shard_path: Path, *, embedder: str, dense_
         except (OSError, ValueError) as exc:
             raise IndexError_(f"cannot read {manifest_path}: {exc}") from exc
         ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=str(index_dir), recipe=recipe)
-        if recipe and "recipe" not in stored:  # an index from before recipes were recorded: adopt it
+        if recipe and not isinstance(stored.get("recipe"), Mapping):  # from before recipes: adopt this one
             write_json_atomic(manifest_path, ic.manifest(embedder, dense_dim, recipe))
     exists = shard_path.is_dir() and any(shard_path.iterdir())
     if not exists and not has_manifest:  # a new index: the manifest first, so a crash never leaves

@@ -12,7 +12,15 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from pipeline.access.scope import PageAccess, acl_payload
-from pipeline.errors import AuthError, EvidentError, IndexError_, InputError, TransientError, UnreachableError
+from pipeline.errors import (
+    AuthError,
+    EvidentError,
+    IndexError_,
+    IndexMismatchError,
+    InputError,
+    TransientError,
+    UnreachableError,
+)
 from pipeline.index import common as ic
 from pipeline.index.qdrant_collection import METADATA_KEY, match, match_any
 from pipeline.index.qdrant_reads import QdrantReads
@@ -63,22 +71,7 @@ class QdrantServerIndex(QdrantReads):
     async def _open(self, client: AsyncQdrantClient, dense_dim: int, embedder: str,
                     recipe: Mapping[str, Any] | None = None) -> None:
         if await self._do(client.collection_exists(self._collection)):
-            info = await self._do(client.get_collection(self._collection))
-            stored = dict((info.config.metadata or {}).get(METADATA_KEY) or {})
-            vectors = info.config.params.vectors
-            dense = vectors.get(ic.DENSE) if isinstance(vectors, dict) else None
-            actual_dim = dense.size if dense is not None else None
-            recorded = bool(stored)
-            if not stored:  # created by hand or by an older evident: judge by the vector size only
-                stored = {"embedder": embedder, "dim": actual_dim}
-            elif actual_dim is not None and actual_dim != stored.get("dim"):
-                stored["dim"] = actual_dim
-            ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=self.where, recipe=recipe)
-            if recipe and not (recorded and isinstance(stored.get("recipe"), Mapping)):
-                # a collection from before recipes were recorded, or made by hand: adopt this one, so
-                # vectors made otherwise are refused from now on (as the embedded index does)
-                await self._do(client.update_collection(
-                    self._collection, metadata={METADATA_KEY: ic.manifest(embedder, dense_dim, recipe)}))
+            await self._check_existing(client, dense_dim, embedder, recipe)
         else:
             await self._do(
                 client.create_collection(
@@ -111,8 +104,40 @@ class QdrantServerIndex(QdrantReads):
     async def recipe(self) -> dict[str, Any] | None:
         """The recipe the collection's metadata records (see ``Index.recipe``)."""
         info = await self._do(self._require().get_collection(self._collection))
-        recipe = dict((info.config.metadata or {}).get(METADATA_KEY) or {}).get("recipe")
+        recipe = self._metadata(info).get("recipe")
         return dict(recipe) if isinstance(recipe, Mapping) else None
+
+    async def _check_existing(self, client: AsyncQdrantClient, dense_dim: int, embedder: str,
+                              recipe: Mapping[str, Any] | None) -> None:
+        """``IndexMismatchError`` for vectors made otherwise; a collection without a recipe (made by hand, or
+        by an evident from before recipes) records this one, so other vectors are refused from now on, as
+        the embedded index's manifest does."""
+        info = await self._do(client.get_collection(self._collection))
+        raw = self._metadata(info)
+        vectors = info.config.params.vectors
+        dense = vectors.get(ic.DENSE) if isinstance(vectors, dict) else None
+        actual_dim = dense.size if dense is not None else None
+        # created by hand or by an older evident: judged by the vector size only
+        stored = dict(raw) if raw else {"embedder": embedder, "dim": actual_dim}
+        if actual_dim is not None:
+            stored["dim"] = actual_dim
+        ic.check_manifest(stored, embedder=embedder, dense_dim=dense_dim, where=self.where, recipe=recipe)
+        if recipe and not isinstance(raw.get("recipe"), Mapping):
+            sparse = (info.config.params.sparse_vectors or {}).get(ic.SPARSE)
+            idf = sparse is not None and sparse.modifier == models.Modifier.IDF
+            if sparse is not None and idf != bool(recipe.get("sparse_idf", True)):
+                has, needs = ("with", "without") if idf else ("without", "with")
+                raise IndexMismatchError(f"index at {self.where} scores its sparse vectors {has} IDF; this "
+                                         f"run's sparse encoder needs them {needs}: {ic.REEMBED}")
+            recorded = {**raw, **ic.manifest(embedder, dense_dim, recipe)}
+            await self._do(client.update_collection(self._collection, metadata={METADATA_KEY: recorded}))
+
+    def _metadata(self, info: Any) -> dict[str, Any]:
+        """What evident records in the collection's metadata ({} when nothing)."""
+        raw = (info.config.metadata or {}).get(METADATA_KEY) or {}
+        if not isinstance(raw, Mapping):
+            raise IndexError_(f"{self.where}: the collection's metadata '{METADATA_KEY}' is not an object")
+        return dict(raw)
 
     async def close(self) -> None:
         client, self._client = self._client, None
