@@ -10,13 +10,13 @@ follow it), and the benchmark builds variants of it to compare.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import qdrant_edge as qe
 
 from pipeline.index import common as ic
+from pipeline.runtime.cpus import available_cores
 
 
 def _memory(on_disk: bool) -> qe.Memory:
@@ -93,8 +93,7 @@ class EdgeLayout:
         """``segment_number``; by default 8, or one per CPU this process may use where that is more."""
         if self.segment_number is not None:
             return self.segment_number
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(8, cpus)
+        return max(8, available_cores())
 
     def dense_params(self) -> qe.SearchParams:
         quant = (

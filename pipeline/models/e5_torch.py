@@ -17,7 +17,6 @@ Batches are length-sorted and bounded by a token budget, so padding costs little
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,18 +32,12 @@ from pipeline.models.e5_tokenizer import E5Tokenizer
 from pipeline.models.memory import MemoryGuard
 from pipeline.models.truncate import truncate_to_tokens
 from pipeline.models.turns import Turns, padded_runs
+from pipeline.runtime.cpus import available_cores
 
 PRECISIONS = ("auto", "int8", "fp32", "bf16", "fp16")
 CPU_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for speed and peak memory
 CUDA_BATCH_TOKENS = 32768
 _INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
-
-
-def available_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass
