@@ -279,6 +279,8 @@ async def test_the_draft_style_hands_the_model_the_extractive_quote_to_rewrite(m
     ("What is Alice's todo from the RAG meeting in October?", "", "the language model returned an empty"),
     ("Was ist Alices Aufgabe aus dem RAG-Meeting im Oktober?",  # the question, restated
      "Alices Aufgabe aus dem RAG-Meeting im Oktober.", "the model's answer said less"),
+    ("What is Alice's todo from the RAG meeting in October?",  # the quoted unit left out
+     "Alice has to send the slides.", "the model's answer said less"),
 ])
 async def test_a_draft_rewrite_that_drops_the_quote_gives_way_to_the_quote(
     make: Make, question: str, reply: str, why: str
@@ -311,8 +313,9 @@ def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
     assert keeps_draft("Alice's todo [Source 1].", question, draft)
     assert not keeps_draft("12 [Source 1].", "How many nodes does the cluster have?",
                            "The cluster has 9 nodes in Frankfurt [Source 2].")  # a short answer stands
-    # a choice answered with one of the question's words, and a restatement citing another source: both stand
-    assert not keeps_draft("Frankfurt [Source 1].", "Is the staging cluster in Frankfurt or Berlin?",
+    # a choice answered with one of the question's words from another source, and a restatement citing
+    # another source: both stand
+    assert not keeps_draft("Frankfurt [Source 2].", "Is the staging cluster in Frankfurt or Berlin?",
                            "The production cluster runs in Berlin [Source 1].")
     assert not keeps_draft("The VPN is required for the staging cluster [Source 2].",
                            "Is the VPN required for the staging cluster?",
@@ -324,6 +327,35 @@ def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
                            "Deployments are frozen on Friday [Source 3].")
     assert not keeps_draft("The desired information cannot be found in the retrieved pool of evidence.",
                            question, "")  # no quote: the model's reply stands
+
+
+def test_the_draft_guard_shows_the_quote_where_a_rewrite_drops_the_answering_unit() -> None:
+    from pipeline.answer.draft_guard import keeps_draft
+
+    question = "What does the board vote on?"
+    draft = ("The board votes to accept or reject a proposed feature [Source 1]. Voting is done with yay, "
+             "nay or abstain by each member [Source 2].")
+    # the unit sharing the most of the question's words is kept: the other may be condensed away
+    assert not keeps_draft("The board votes to accept or reject proposed features.", question, draft)
+    # it is left out, uncited or citing the quote's own sources: the quote is shown
+    assert keeps_draft("Each member votes yay, nay or abstain [Source 2].", question, draft)
+    assert keeps_draft("The board decides by majority.", question, draft)
+    # a correction from a source the quote does not cite, and an answer in another language: both stand
+    assert not keeps_draft("The board votes on the budget [Source 3].", question, draft)
+    assert not keeps_draft("Der Vorstand stimmt über neue Funktionen ab, und jedes Mitglied hat eine Stimme "
+                           "[Source 1].", "Worüber stimmt der Vorstand ab?", draft)
+    # "not found" to a German question over an English quote: the quote's own test decided, not shared words
+    assert keeps_draft(OUT_OF_SCOPE, "Worüber stimmt der Vorstand bei den Treffen ab?", draft)
+    # a unit with a few numbers or identifiers is kept when they all are, whatever else is left out
+    mle = "Which of these is responsible for MLE?"
+    pcr = "PCR18 - Trusted OS start-up code (MLE) [Source 1]"
+    assert not keeps_draft("PCR18 [Source 1].", mle, pcr)
+    assert keeps_draft("The Trusted OS start-up code is responsible for MLE [Source 1].", mle, pcr)
+    # a table row's cell values count, not its numbering or headers
+    step = "Which step refers to the synchronizer UI?"
+    row = "Row 9 in Table 1: Step is syncui, and Description is OpenXT synchronizer UI [Source 1]"
+    assert not keeps_draft("syncui, the OpenXT synchronizer UI [Source 1].", step, row)
+    assert keeps_draft("It is the synchronizer UI [Source 1].", step, row)
 
 
 async def test_answer_stream_holds_the_reasoning_back_and_streams_the_answer() -> None:

@@ -140,7 +140,7 @@ def extractive_answer(question: str, hits: Sequence[Hit], *, max_sentences: int 
     )
 
 
-def _language(text: str) -> str | None:
+def text_language(text: str) -> str | None:
     """"en" or "de" by stop words (the two languages evident's tests and dev split hold), None when unsure."""
     words = _WORD.findall(text.lower())
     en, de = sum(w in _EN for w in words), sum(w in _DE for w in words)
@@ -148,8 +148,8 @@ def _language(text: str) -> str | None:
 
 
 def _cross_lingual(question: str, hits: Sequence[Hit]) -> bool:
-    asked = _language(question)
-    found = _language(" ".join(h.evidence.text for h in hits[:DENSE_HITS]))
+    asked = text_language(question)
+    found = text_language(" ".join(h.evidence.text for h in hits[:DENSE_HITS]))
     return asked is not None and found is not None and asked != found
 
 
