@@ -329,7 +329,7 @@ def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
                            question, "")  # no quote: the model's reply stands
 
 
-def test_the_draft_guard_shows_the_quote_where_a_rewrite_drops_the_answering_unit() -> None:
+def test_the_draft_guard_shows_the_quote_where_a_rewrite_leaves_out_the_answering_unit() -> None:
     from pipeline.answer.draft_guard import keeps_draft
 
     question = "What does the board vote on?"
@@ -337,6 +337,7 @@ def test_the_draft_guard_shows_the_quote_where_a_rewrite_drops_the_answering_uni
              "nay or abstain by each member [Source 2].")
     # the unit sharing the most of the question's words is kept: the other may be condensed away
     assert not keeps_draft("The board votes to accept or reject proposed features.", question, draft)
+    assert not keeps_draft("Proposed features [Source 1].", question, draft)  # a word of it is enough
     # it is left out, uncited or citing the quote's own sources: the quote is shown
     assert keeps_draft("Each member votes yay, nay or abstain [Source 2].", question, draft)
     assert keeps_draft("The board decides by majority.", question, draft)
@@ -344,13 +345,28 @@ def test_the_draft_guard_shows_the_quote_where_a_rewrite_drops_the_answering_uni
     assert not keeps_draft("The board votes on the budget [Source 3].", question, draft)
     assert not keeps_draft("Der Vorstand stimmt über neue Funktionen ab, und jedes Mitglied hat eine Stimme "
                            "[Source 1].", "Worüber stimmt der Vorstand ab?", draft)
-    # "not found" to a German question over an English quote: the quote's own test decided, not shared words
-    assert keeps_draft(OUT_OF_SCOPE, "Worüber stimmt der Vorstand bei den Treffen ab?", draft)
-    # a unit with a few numbers or identifiers is kept when they all are, whatever else is left out
+    # "not found" to a German question over an English quote sharing none of its words stands
+    assert not keeps_draft(OUT_OF_SCOPE, "Worüber stimmt der Vorstand bei den Treffen ab?", draft)
+
+
+def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
+    from pipeline.answer.draft_guard import keeps_draft
+
+    # a unit with one to three numbers is kept where the answer has them all, whatever else it leaves out
     mle = "Which of these is responsible for MLE?"
     pcr = "PCR18 - Trusted OS start-up code (MLE) [Source 1]"
     assert not keeps_draft("PCR18 [Source 1].", mle, pcr)
     assert keeps_draft("The Trusted OS start-up code is responsible for MLE [Source 1].", mle, pcr)
+    ram = "How much RAM does the build host have?"
+    assert not keeps_draft("1GB [Source 1].", ram, "The build host has 1 GB of RAM [Source 1].")
+    assert not keeps_draft("10000 requests [Source 1].", "How many requests a day?",
+                           "The API serves 10,000 requests a day [Source 1].")
+    # a number the sources have and the quote does not: a correction from the same source stands
+    phone = "What is the on-call phone number?"
+    old = "The old on-call phone number was 555-0100 [Source 1]."
+    new = "The current on-call number is 555-0199 [Source 1]."
+    assert not keeps_draft(new, phone, old, ["The old number was 555-0100. The current number is 555-0199."])
+    assert keeps_draft(new, phone, old, ["The old number was 555-0100."])  # not in the sources: the quote
     # a table row's cell values count, not its numbering or headers
     step = "Which step refers to the synchronizer UI?"
     row = "Row 9 in Table 1: Step is syncui, and Description is OpenXT synchronizer UI [Source 1]"

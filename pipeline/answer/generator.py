@@ -80,7 +80,7 @@ class Generator:
         messages = self.messages(question, texts, draft)
         reply = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
         model = self.llm.model_for("answer")
-        quoted = keeps_draft(reply, question, draft)  # the model dropped the quote: shown instead
+        quoted = keeps_draft(reply, question, draft, texts)  # the model dropped the quote: shown instead
         raw = draft if quoted else reply
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=model)
@@ -139,7 +139,7 @@ class Generator:
                                   temperature=temperature, n=m)
         answers = [final_answer(text, self.options.answer_style) for text in out]
         # the answer's own procedure: where the model dropped this subset's quote, the quote
-        return [draft if keeps_draft(a, question, draft) else a for a in answers]
+        return [draft if keeps_draft(a, question, draft, texts) else a for a in answers]
 
     async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:
         """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""
