@@ -345,6 +345,10 @@ def test_the_draft_guard_shows_the_quote_where_a_rewrite_leaves_out_the_answerin
     assert not keeps_draft("The board votes on the budget [Source 3].", question, draft)
     assert not keeps_draft("Der Vorstand stimmt über neue Funktionen ab, und jedes Mitglied hat eine Stimme "
                            "[Source 1].", "Worüber stimmt der Vorstand ab?", draft)
+    # yes or no, and one of the question's options that the quote names: both stand
+    vpn = "The VPN is required for staging and production [Source 1]."
+    assert not keeps_draft("Yes, it is required [Source 1].", "Is the VPN required for staging?", vpn)
+    assert not keeps_draft("Production [Source 1].", "Is the VPN required for staging or production?", vpn)
     # "not found" to a German question over an English quote sharing none of its words stands
     assert not keeps_draft(OUT_OF_SCOPE, "Worüber stimmt der Vorstand bei den Treffen ab?", draft)
 
@@ -367,6 +371,13 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
     new = "The current on-call number is 555-0199 [Source 1]."
     assert not keeps_draft(new, phone, old, ["The old number was 555-0100. The current number is 555-0199."])
     assert keeps_draft(new, phone, old, ["The old number was 555-0100."])  # not in the sources: the quote
+    # a citation marker is no number, and a date without its year keeps the unit
+    assert keeps_draft("The host has plenty of memory [Source 1].", ram,
+                       "The host has 1 GB of RAM [Source 1].")
+    assert not keeps_draft("On 12 November [Source 1].", "When is the next meeting?",
+                           "The next meeting is on 12 November 2024 [Source 1].")
+    # a number elsewhere in the sources, in a sentence sharing no word with the question, is no correction
+    assert keeps_draft(new, phone, old, ["The old number was 555-0100. Room 555-0199 has a printer."])
     # a table row's cell values count, not its numbering or headers
     step = "Which step refers to the synchronizer UI?"
     row = "Row 9 in Table 1: Step is syncui, and Description is OpenXT synchronizer UI [Source 1]"

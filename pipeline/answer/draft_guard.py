@@ -14,16 +14,18 @@ BENCHMARKS.md, "Answers written from an extractive draft"). Three shapes are rec
   shares two is what the product would show without a model);
 - or it leaves out the answering unit: of the quote's units (sentences or table rows), those that share the
   most of the question's content words are all left out. A unit with one to three numbers is left out where
-  the reply misses one of them ("18" of "PCR18", "4.3.3", "10,000" as "10000"); any other unit where the
-  reply has none of its content words the question does not have (a table row's cell values: its numbering
-  and headers aside). The other units may be condensed away, as a quote often adds a near-equally relevant
-  unit that does not answer, and a concise answer with one of the unit's words stands. Qwen2.5-0.5B rewrote
-  "PCR18 - Trusted OS start-up code (MLE)" as "The Trusted OS start-up code is responsible for MLE", or
-  answered another question ("The QEMU version used for these tests was 4.1" over a quote on 32-bit
-  Windows); BENCHMARKS.md, "Answers that keep the answering unit". Exempt, as none can be compared word for
-  word with the quote: a reply that cites a source the quote does not, or states a number the sources have
-  and the quote does not (corrections from the sources), and one in another language than the quote (a
-  German answer over an English wiki).
+  the reply has fewer than half of them ("18" of "PCR18"; "4.3.3", "10,000" as "10000", "02:00" as
+  "2:00", citation markers aside); any other unit where the reply has none of its content words the
+  question does not have (a table row's cell values: its numbering and headers aside). The other units may
+  be condensed away, as a quote often adds a near-equally relevant unit that does not answer, and a concise
+  answer with one of the unit's words or half its numbers stands. Qwen2.5-0.5B rewrote "PCR18 - Trusted OS
+  start-up code (MLE)" as "The Trusted OS start-up code is responsible for MLE", or answered another
+  question; BENCHMARKS.md, "Answers that keep the answering unit". Exempt, as none can be compared word for
+  word with the quote: a reply that cites a source the quote does not, or states a number the quote does
+  not that a sentence of the sources sharing a word with the question has (corrections from the sources);
+  one in another language than the quote (a German answer over an English wiki); and "yes", "no" or one of
+  the question's options that a quoted unit names. Paraphrases with synonyms only are not recognised: the
+  quote is shown.
 
 Then the quote is the answer, as it would be without a model; any other rewrite is kept.
 """
@@ -33,6 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pipeline.answer.budget import split_units
 from pipeline.answer.citations import cited_numbers, is_out_of_scope, strip_markers
 from pipeline.answer.extractive import Terms, text_language
 
@@ -40,7 +43,11 @@ MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outw
 MAX_CHECKED_NUMBERS = 3  # a unit with one to this many numbers is kept only where the answer has them all
 _ROW = re.compile(r"^Row \d+ in Table \d+:\s*")  # a verbalized table row (``pipeline.ingest.evidence``)
 _UNIT = re.compile(r"\S.*?(?:\s*\[Source \d+\])+\.?", re.DOTALL)  # "fact [Source 1]." as the draft cites
-_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000", "02:00"
+_NUMBER = re.compile(r"\d+(?:[.,:-]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000", "02:00", "555-0100"
+_THOUSANDS_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+")
+_THOUSANDS = re.compile(",")
+_YES_NO = frozenset({"yes", "no", "ja", "nein"})
+_LEADING_ZEROS = re.compile(r"^0+(?=\d)")
 
 
 def keeps_draft(answer: str, question: str, draft: str, sources: Sequence[str] = ()) -> bool:
@@ -73,9 +80,12 @@ def _leaves_out_the_answer(answer: str, said: set[str], asked: set[str], draft: 
     said_in, quoted_in = text_language(answer), text_language(" ".join(_content(u) for u in units))
     if said_in and quoted_in and said_in != quoted_in:
         return False  # another language: not comparable word for word
-    numbers = _numbers(answer)
-    if numbers - _numbers(draft) & _numbers(" ".join(sources)):
-        return False  # a number the sources have and the quote does not: a correction
+    plain = said - _YES_NO
+    if plain <= asked and any(plain <= terms(u) for u in units):
+        return False  # yes or no, or one of the question's options that the quote names
+    numbers = _numbers(strip_markers(answer))
+    if _corrects_a_number(numbers - _numbers(" ".join(units)), asked, sources, terms):
+        return False
     overlap = [len(terms(u) & asked) for u in units]
     most = max(overlap)
     answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
@@ -87,14 +97,25 @@ def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], ter
     the unit's numbers (where it has one to three), or else has none of its own content words."""
     own_numbers = _numbers(unit)
     if 0 < len(own_numbers) <= MAX_CHECKED_NUMBERS:  # "PCR18 [Source 1]" keeps "PCR18 - Trusted OS start-up"
-        return bool(own_numbers - numbers)
+        return 2 * len(own_numbers & numbers) < len(own_numbers)  # "On 12 November" keeps "12 November 2024"
     own = terms(unit) - asked
     return bool(own) and not own & said
 
 
+def _corrects_a_number(stated: set[str], asked: set[str], sources: Sequence[str], terms: Terms) -> bool:
+    """Whether one of the numbers an answer ``stated`` (and its quote does not) is in a sentence or table row
+    of the ``sources`` that shares a content word with the question: a correction from the sources."""
+    if not stated:
+        return False
+    return any(stated & _numbers(unit) and terms(unit) & asked
+               for source in sources for unit in split_units(source))
+
+
 def _numbers(text: str) -> set[str]:
-    """The numbers in ``text``, thousands separators dropped ("10,000" and "10000" alike)."""
-    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+    """The numbers in ``text``: thousands separators and leading zeros dropped ("10,000" as "10000", "02:00"
+    as "2:00"); "1,5" stays a decimal."""
+    found = (_THOUSANDS.sub("", n) if _THOUSANDS_NUMBER.fullmatch(n) else n for n in _NUMBER.findall(text))
+    return {_LEADING_ZEROS.sub("", n) for n in found}
 
 
 def _content(unit: str) -> str:
