@@ -348,6 +348,8 @@ def test_the_draft_guard_shows_the_quote_where_a_rewrite_leaves_out_the_answerin
     # yes or no, and one of the question's options that the quote names: both stand
     vpn = "The VPN is required for staging and production [Source 1]."
     assert not keeps_draft("Yes, it is required [Source 1].", "Is the VPN required for staging?", vpn)
+    assert not keeps_draft("No, it is not required for development.", "Is the VPN required for development?",
+                           vpn)
     assert not keeps_draft("Production [Source 1].", "Is the VPN required for staging or production?", vpn)
     # "not found" to a German question over an English quote sharing none of its words stands
     assert not keeps_draft(OUT_OF_SCOPE, "Worüber stimmt der Vorstand bei den Treffen ab?", draft)
@@ -376,6 +378,10 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
                        "The host has 1 GB of RAM [Source 1].")
     assert not keeps_draft("On 12 November [Source 1].", "When is the next meeting?",
                            "The next meeting is on 12 November 2024 [Source 1].")
+    # a number the question gives need not be repeated
+    uefi = "In 8.0, the host UEFI case only supports SRTM [Source 1]."
+    assert not keeps_draft("It only supports SRTM.", "What does the host UEFI case support in 8.0?", uefi)
+    assert keeps_draft("It only supports SRTM.", "What does the host UEFI case support?", uefi)
     # a number elsewhere in the sources, in a sentence sharing no word with the question, is no correction
     assert keeps_draft(new, phone, old, ["The old number was 555-0100. Room 555-0199 has a printer."])
     # a table row's cell values count, not its numbering or headers

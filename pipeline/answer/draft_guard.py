@@ -14,18 +14,18 @@ BENCHMARKS.md, "Answers written from an extractive draft"). Three shapes are rec
   shares two is what the product would show without a model);
 - or it leaves out the answering unit: of the quote's units (sentences or table rows), those that share the
   most of the question's content words are all left out. A unit with one to three numbers is left out where
-  the reply has fewer than half of them ("18" of "PCR18"; "4.3.3", "10,000" as "10000", "02:00" as
-  "2:00", citation markers aside); any other unit where the reply has none of its content words the
-  question does not have (a table row's cell values: its numbering and headers aside). The other units may
-  be condensed away, as a quote often adds a near-equally relevant unit that does not answer, and a concise
-  answer with one of the unit's words or half its numbers stands. Qwen2.5-0.5B rewrote "PCR18 - Trusted OS
-  start-up code (MLE)" as "The Trusted OS start-up code is responsible for MLE", or answered another
-  question; BENCHMARKS.md, "Answers that keep the answering unit". Exempt, as none can be compared word for
-  word with the quote: a reply that cites a source the quote does not, or states a number the quote does
-  not that a sentence of the sources sharing a word with the question has (corrections from the sources);
-  one in another language than the quote (a German answer over an English wiki); and "yes", "no" or one of
-  the question's options that a quoted unit names. Paraphrases with synonyms only are not recognised: the
-  quote is shown.
+  the reply has fewer than half of them ("18" of "PCR18"; "4.3.3", "10,000" as "10000", "02:00" as "2:00";
+  citation markers aside, and a number the question gives counts as said); any other unit where the reply has
+  none of its content words the question does not have (a table row's cell values: its numbering and headers
+  aside). The other units may be condensed away, as a quote often adds a near-equally relevant unit that does
+  not answer, and a concise answer with one of the unit's words or half its numbers stands. Qwen2.5-0.5B
+  rewrote "PCR18 - Trusted OS start-up code (MLE)" as "The Trusted OS start-up code is responsible for MLE",
+  or answered another question; BENCHMARKS.md, "Answers that keep the answering unit". Exempt, as none can be
+  compared word for word with the quote: a reply that cites a source the quote does not, or states a number
+  the quote does not that a sentence of the sources sharing a word with the question has (corrections from the
+  sources); one in another language than the quote (a German answer over an English wiki); and "yes" or "no"
+  with none but the question's words, or one of the question's options that a quoted unit names. Paraphrases
+  with synonyms only are not recognised: the quote is shown.
 
 Then the quote is the answer, as it would be without a model; any other rewrite is kept.
 """
@@ -47,6 +47,7 @@ _NUMBER = re.compile(r"\d+(?:[.,:-]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000"
 _THOUSANDS_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+")
 _THOUSANDS = re.compile(",")
 _YES_NO = frozenset({"yes", "no", "ja", "nein"})
+_NOT = frozenset({"not", "nicht", "kein", "keine"})
 _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
 
 
@@ -67,34 +68,36 @@ def keeps_draft(answer: str, question: str, draft: str, sources: Sequence[str] =
     restated = not (said - asked) and 2 * len(said & asked) >= len(asked)  # half the question, nothing else
     if restated:
         return bool(quoted - asked)
-    return _leaves_out_the_answer(answer, said, asked, draft, sources, terms)
+    return _leaves_out_the_answer(answer, said, (asked, _numbers(question)), draft, sources, terms)
 
 
-def _leaves_out_the_answer(answer: str, said: set[str], asked: set[str], draft: str, sources: Sequence[str],
-                           terms: Terms) -> bool:
+def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str], set[str]], draft: str,
+                           sources: Sequence[str], terms: Terms) -> bool:
     """Whether ``answer`` (content words ``said``) leaves out every quoted unit of ``draft`` that shares the
-    most of the question's content words ``asked`` (see module docstring)."""
+    most of the question's content words (``question``: those and its numbers; see module docstring)."""
+    asked, given = question
     units = [strip_markers(u) for u in _UNIT.findall(draft)]
     if not units:
         return False
     said_in, quoted_in = text_language(answer), text_language(" ".join(_content(u) for u in units))
     if said_in and quoted_in and said_in != quoted_in:
         return False  # another language: not comparable word for word
-    plain = said - _YES_NO
-    if plain <= asked and any(plain <= terms(u) for u in units):
-        return False  # yes or no, or one of the question's options that the quote names
+    plain = said - _YES_NO - _NOT
+    if plain <= asked and (said & _YES_NO or any(plain <= terms(u) for u in units)):
+        return False  # yes or no with the question's words, or one of its options that the quote names
     numbers = _numbers(strip_markers(answer))
     if _corrects_a_number(numbers - _numbers(" ".join(units)), asked, sources, terms):
         return False
     overlap = [len(terms(u) & asked) for u in units]
     most = max(overlap)
     answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
-    return all(_left_out(_content(u), said, numbers, asked, terms) for u in answering)
+    return all(_left_out(_content(u), said, numbers | given, asked, terms) for u in answering)
 
 
 def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], terms: Terms) -> bool:
-    """Whether an answer with content words ``said`` and ``numbers`` leaves ``unit`` out: it misses one of
-    the unit's numbers (where it has one to three), or else has none of its own content words."""
+    """Whether an answer with content words ``said`` and ``numbers`` (the question's included) leaves
+    ``unit`` out: it has under half of the unit's numbers (where it has one to three), or else none of its
+    content words the question does not have (``asked``)."""
     own_numbers = _numbers(unit)
     if 0 < len(own_numbers) <= MAX_CHECKED_NUMBERS:  # "PCR18 [Source 1]" keeps "PCR18 - Trusted OS start-up"
         return 2 * len(own_numbers & numbers) < len(own_numbers)  # "On 12 November" keeps "12 November 2024"
