@@ -110,9 +110,10 @@ class AnswerSettings(Area):
     answer_style: Annotated[Literal["plain", "persona", "cot", "draft"], Lower] = setting(
         "draft",
         "EVIDENT_ANSWER_STYLE",
-        "Answer prompt: draft (the model rewrites the extractive answer's quote; with Qwen2.5-0.5B it "
-        "contained the gold as often as quoting, cot significantly less) | plain | persona (a named "
-        "assistant) | cot (reasons first; only its answer is shown and streamed).",
+        "Answer prompt: draft (the model rewrites the extractive answer's quote, which is shown where the "
+        "rewrite drops it; with Qwen2.5-0.5B it contained the gold in more turns than cot, fewer than "
+        "quoting) | plain | persona (a named assistant) | cot (reasons first; only its answer is shown and "
+        "streamed).",
     )
     prompts_dir: OptionalPath = setting(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
 
