@@ -40,7 +40,7 @@ from pipeline.answer.citations import cited_numbers, is_out_of_scope, strip_mark
 from pipeline.answer.extractive import Terms, text_language
 
 MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outweigh "not found"
-MAX_CHECKED_NUMBERS = 3  # a unit with one to this many numbers is kept only where the answer has them all
+MAX_CHECKED_NUMBERS = 3  # a unit with one to this many numbers is kept where the answer has half of them
 _ROW = re.compile(r"^Row \d+ in Table \d+:\s*")  # a verbalized table row (``pipeline.ingest.evidence``)
 _UNIT = re.compile(r"\S.*?(?:\s*\[Source \d+\])+\.?", re.DOTALL)  # "fact [Source 1]." as the draft cites
 _NUMBER = re.compile(r"\d+(?:[.,:-]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000", "02:00", "555-0100"
