@@ -167,3 +167,14 @@ async def test_the_engine_path_scores_units_off_the_event_loop(monkeypatch: pyte
     a = await extractive_answer_dense("How are laptops ordered?", HITS, _Embedder())  # type: ignore[arg-type]
     assert "IT portal" in a.text
     assert scored_in and threading.main_thread().name not in scored_in
+
+
+def test_bracketed_numbers_in_page_text_are_quoted_not_cited() -> None:
+    from pipeline.answer.citations import WORD_JOINER
+
+    hits = [hit("n1", "A", "The reset flag lives in regs[0], see note [3] of the manual.", 1),
+            hit("n2", "B", "Unrelated text.", 2), hit("n3", "C", "More unrelated text.", 3)]
+    a = extractive_answer("Where does the reset flag live?", hits, max_sentences=1)
+    shown = a.text.replace(WORD_JOINER, "")
+    assert shown == "The reset flag lives in regs[0], see note [3] of the manual [1]."
+    assert [(c.number, c.url) for c in a.citations] == [(1, "https://wiki/x/A")]  # page C is not cited

@@ -80,6 +80,15 @@ def parse_citations(answer_text: str, sources: Sequence[Hit]) -> tuple[str, list
     return text, numbers.citations()
 
 
+WORD_JOINER = "\u2060"  # invisible: "[\u20603]" reads as "[3]" and is no marker
+
+
+def as_written(text: str) -> str:
+    """``text`` whose marker-like sequences ("see note [3]", "array[0]") are quoted page text, not
+    citations: an invisible word joiner after the bracket keeps ``parse_citations`` off them."""
+    return _MARKER_RE.sub(lambda m: m.group(0)[0] + WORD_JOINER + m.group(0)[1:], text)
+
+
 def strip_markers(text: str) -> str:
     """``text`` without its source markers (and the blanks before them)."""
     return _GROUP.sub("", text).strip()

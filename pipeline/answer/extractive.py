@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import Stemmer
 
 from pipeline.answer.budget import split_units
-from pipeline.answer.citations import parse_citations
+from pipeline.answer.citations import as_written, parse_citations
 from pipeline.answer.prompts import OUT_OF_SCOPE
 from pipeline.errors import EmbeddingError
 from pipeline.protocols import Embedder
@@ -159,5 +159,6 @@ def _units(text: str) -> list[str]:
 
 
 def _cite(unit: str, n: int) -> str:
-    """'fact [1].' rather than 'fact. [1]'."""
+    """'fact [1].' rather than 'fact. [1]'; the unit's own "[3]" or "array[0]" stays page text."""
+    unit = as_written(unit)
     return f"{unit[:-1]} [{n}]." if unit.endswith(".") else f"{unit} [{n}]"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.access.scope import EVERYTHING
+from pipeline.answer.citations import WORD_JOINER
 from pipeline.answer.prompts import PromptLibrary
 from pipeline.errors import RemoteError
 from pipeline.evaluation.data import QATurn
@@ -47,7 +48,7 @@ _PUNCT = set(string.punctuation) | {"“", "”", "„", "‘", "’", "«", "»
 
 def normalize_answer(text: str, lang: str = "en") -> str:
     """SQuAD normalisation: lower case, no citation markers, punctuation or articles, single spaces."""
-    text = unicodedata.normalize("NFKC", _MARKERS.sub(" ", text)).lower()
+    text = unicodedata.normalize("NFKC", _MARKERS.sub(" ", text.replace(WORD_JOINER, ""))).lower()
     text = "".join(" " if ch in _PUNCT else ch for ch in text)
     articles = _ARTICLES.get(lang, _ARTICLES["en"])
     return " ".join(w for w in text.split() if w not in articles)
