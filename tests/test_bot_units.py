@@ -53,6 +53,17 @@ def test_link_markers_handles_groups_and_unknown_numbers() -> None:
     )
 
 
+def test_page_text_quoted_as_written_is_never_linked() -> None:
+    from bot.teams.render import answer_activity
+    from pipeline.answer.citations import WORD_JOINER, as_written
+
+    quoted = as_written("regs[1] as note [2] says") + " [1]"
+    assert link_markers(quoted, CIT) == (
+        f"regs[{WORD_JOINER}1] as note [{WORD_JOINER}2] says <https://w.example/p/1|[1]>")
+    out = answer_activity(TurnResult(7, Answer(text=quoted, citations=[]), "q", False))["text"]
+    assert out == f"regs\\[{WORD_JOINER}1\\] as note \\[{WORD_JOINER}2\\] says [1]"
+
+
 def test_split_text_respects_limit_and_never_cuts_a_link() -> None:
     piece = "word " * 50 + "<https://w.example/p/1|[1]> "
     text = piece * 40
