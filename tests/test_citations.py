@@ -105,6 +105,44 @@ async def test_a_streamed_answer_gets_the_final_answers_markers_however_it_is_sp
             assert "".join(shown).strip() == want
 
 
+def _page(eid: str, page: str, text: str) -> Hit:
+    return Hit(evidence=Evidence(id=eid, page_id=page, title=page, url=f"https://wiki/x/{page}", space="ENG",
+                                 kind="passage", position=0, text=text), score=1.0, rank=1)
+
+
+COPIED = [_page("n1", "A", "The reset flag lives in regs[0], see note [3] of the manual."),
+          _page("n2", "B", "Other text."), _page("n3", "C", "More text.")]
+
+
+def test_bracketed_numbers_the_answer_copied_from_a_source_are_page_text() -> None:
+    from pipeline.answer.citations import WORD_JOINER
+
+    text, cits = parse_citations("It lives in regs[0], see note [3] [Source 1]. Also see [2].", COPIED)
+    assert text.replace(WORD_JOINER, "") == "It lives in regs[0], see note [3] [1]. Also see [2]."
+    assert "regs[0]" not in text and "note [3]" not in text  # kept from Slack's and Teams' marker links
+    assert [(c.number, c.url) for c in cits] == [(1, "https://wiki/x/A"), (2, "https://wiki/x/B")]
+    # a number after another word than the source's is a citation
+    assert parse_citations("The manual says so [3].", COPIED)[0] == "The manual says so [1]."
+
+
+async def test_a_stream_keeps_copied_page_text_however_it_is_split() -> None:
+    from pipeline.answer.citations import CitingStream
+
+    raw = "It lives in regs[0], see note [3] [Source 1]."
+    want, _ = parse_citations(raw, COPIED)
+    for cut in range(1, len(raw)):
+        shown: list[str] = []
+
+        async def sink(text: str, shown: list[str] = shown) -> None:
+            shown.append(text)
+
+        stream = CitingStream(COPIED, sink)
+        await stream.add(raw[:cut])
+        await stream.add(raw[cut:])
+        await stream.flush()
+        assert "".join(shown).strip() == want, cut
+
+
 def test_markers_are_stripped_and_their_numbers_read_in_every_form() -> None:
     from pipeline.answer.citations import cited_numbers, strip_markers
 

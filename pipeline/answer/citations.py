@@ -21,6 +21,8 @@ _MARKER = rf"(?:\[\s*{_NUM_LIST}\s*\]|\(\s*{_NUM_LIST_WORD}\s*\))"
 # A run of adjacent markers, e.g. "[1][3]" or "[Source 1] [Source 2]", with the whitespace before it.
 _GROUP = re.compile(rf"([ \t]*)({_MARKER}(?:[ \t]*{_MARKER})*)", re.IGNORECASE)
 _MARKER_RE = re.compile(_MARKER, re.IGNORECASE)
+_SOURCE_WORD = re.compile(r"source", re.IGNORECASE)
+_LAST_WORD = re.compile(r"[^\s(\[{\"'“„]+\Z")  # the word before a marker run (``_GROUP`` takes the blanks)
 _DIGITS = re.compile(r"\d+")
 TextSink = Callable[[str], Awaitable[None]]
 
@@ -36,6 +38,28 @@ class PageNumbers:
         self.sources = sources
         self.page_number: dict[str, int] = {}
         self.cited: dict[str, tuple[Hit, list[str]]] = {}
+        self._texts = "\n".join(h.evidence.text for h in sources)
+
+    def rewrite_text(self, text: str, before: str = "") -> str:
+        """Every marker run of ``text`` rewritten (``rewrite``), except page text the answer copied: a bare
+        number ("[3]", no "Source") that the sources have right after the same word ("see note [3]",
+        "regs[0]") stays as written. ``before`` is the text preceding ``text`` (a stream's earlier pieces)."""
+
+        def repl(m: re.Match[str]) -> str:
+            first = _MARKER_RE.match(m.group(2))
+            if first is None or not self._copied(before + text[: m.start()], first.group(0)):
+                return self.rewrite(m)
+            rest = m.group(2)[first.end():]
+            return m.group(1) + as_written(first.group(0)) + (_GROUP.sub(self.rewrite, rest) if rest else "")
+
+        return _GROUP.sub(repl, text)
+
+    def _copied(self, preceding: str, marker: str) -> bool:
+        word = _LAST_WORD.search(preceding)
+        if word is None or _SOURCE_WORD.search(marker):
+            return False
+        copied = re.escape(word.group(0)) + r"[ \t]*" + re.escape(marker)
+        return re.search(copied, self._texts) is not None
 
     def cite(self, n: int) -> int | None:
         if not 1 <= n <= len(self.sources):
@@ -76,7 +100,7 @@ class PageNumbers:
 def parse_citations(answer_text: str, sources: Sequence[Hit]) -> tuple[str, list[Citation]]:
     """Rewrite markers to page numbers ``[k]`` and return (clean text, citations in number order)."""
     numbers = PageNumbers(sources)
-    text = _GROUP.sub(numbers.rewrite, answer_text).strip()
+    text = numbers.rewrite_text(answer_text).strip()
     return text, numbers.citations()
 
 
@@ -115,6 +139,7 @@ class CitingStream:
         self.numbers = PageNumbers(sources)
         self.sink = sink
         self._held = ""
+        self._before = ""  # the end of the text emitted so far: the word before a marker run
 
     async def add(self, piece: str) -> None:
         buffer = self._held + piece
@@ -131,7 +156,8 @@ class CitingStream:
         await self._emit(held)
 
     async def _emit(self, text: str) -> None:
-        out = _GROUP.sub(self.numbers.rewrite, text) if text else ""
+        out = self.numbers.rewrite_text(text, self._before) if text else ""
+        self._before = (self._before + text)[-MAX_MARKER_CHARS:]
         if out:
             await self.sink(out)
 
