@@ -110,7 +110,8 @@ def _page(eid: str, page: str, text: str) -> Hit:
                                  kind="passage", position=0, text=text), score=1.0, rank=1)
 
 
-COPIED = [_page("n1", "A", "The reset flag lives in regs[0], see note [3] of the manual."),
+COPIED = [_page("n1", "A", "The reset flag lives in regs[0], see note [3] of the manual. Use m[0][1]. "
+                           "Edit [1]."),
           _page("n2", "B", "Other text."), _page("n3", "C", "More text.")]
 
 
@@ -121,8 +122,13 @@ def test_bracketed_numbers_the_answer_copied_from_a_source_are_page_text() -> No
     assert text.replace(WORD_JOINER, "") == "It lives in regs[0], see note [3] [1]. Also see [2]."
     assert "regs[0]" not in text and "note [3]" not in text  # kept from Slack's and Teams' marker links
     assert [(c.number, c.url) for c in cits] == [(1, "https://wiki/x/A"), (2, "https://wiki/x/B")]
-    # a number after another word than the source's is a citation
+    # a number after another word than the source's is a citation, "it [1]" against "Edit [1]" too
     assert parse_citations("The manual says so [3].", COPIED)[0] == "The manual says so [1]."
+    assert parse_citations("Turn it [1].", COPIED)[0] == "Turn it [1]."
+    # every copied number of a run, in code spans and whatever the case
+    for copied in ("Use m[0][1].", "Type `regs[0]`.", "REGS[0] it is."):
+        text, cits = parse_citations(copied, COPIED)
+        assert text.replace(WORD_JOINER, "") == copied and text != copied and not cits
 
 
 async def test_a_stream_keeps_copied_page_text_however_it_is_split() -> None:

@@ -22,7 +22,7 @@ _MARKER = rf"(?:\[\s*{_NUM_LIST}\s*\]|\(\s*{_NUM_LIST_WORD}\s*\))"
 _GROUP = re.compile(rf"([ \t]*)({_MARKER}(?:[ \t]*{_MARKER})*)", re.IGNORECASE)
 _MARKER_RE = re.compile(_MARKER, re.IGNORECASE)
 _SOURCE_WORD = re.compile(r"source", re.IGNORECASE)
-_LAST_WORD = re.compile(r"[^\s(\[{\"'“„]+\Z")  # the word before a marker run (``_GROUP`` takes the blanks)
+_LAST_WORD = re.compile(r"\w+\Z")  # the word before a marker run (``_GROUP`` takes the blanks)
 _DIGITS = re.compile(r"\d+")
 TextSink = Callable[[str], Awaitable[None]]
 
@@ -46,20 +46,29 @@ class PageNumbers:
         "regs[0]") stays as written. ``before`` is the text preceding ``text`` (a stream's earlier pieces)."""
 
         def repl(m: re.Match[str]) -> str:
-            first = _MARKER_RE.match(m.group(2))
-            if first is None or not self._copied(before + text[: m.start()], first.group(0)):
+            cut = self._copied(before + text[: m.start()], m.group(2))
+            if not cut:
                 return self.rewrite(m)
-            rest = m.group(2)[first.end():]
-            return m.group(1) + as_written(first.group(0)) + (_GROUP.sub(self.rewrite, rest) if rest else "")
+            rest = _GROUP.sub(self.rewrite, m.group(2)[cut:])
+            return m.group(1) + as_written(m.group(2)[:cut]) + rest
 
         return _GROUP.sub(repl, text)
 
-    def _copied(self, preceding: str, marker: str) -> bool:
-        word = _LAST_WORD.search(preceding)
-        if word is None or _SOURCE_WORD.search(marker):
-            return False
-        copied = re.escape(word.group(0)) + r"[ \t]*" + re.escape(marker)
-        return re.search(copied, self._texts) is not None
+    def _copied(self, preceding: str, run: str) -> int:
+        """How much of the marker ``run`` (its leading bare numbers) the sources have right after the word
+        that ends ``preceding``, as a whole word; 0 for none."""
+        word = _LAST_WORD.search(preceding[-MAX_MARKER_CHARS:])
+        cut = 0
+        if word is None:
+            return 0
+        for marker in _MARKER_RE.finditer(run):
+            if _SOURCE_WORD.search(marker.group(0)):
+                break
+            copied = r"(?<!\w)" + re.escape(word.group(0)) + r"[ \t]*" + re.escape(run[: marker.end()])
+            if re.search(copied, self._texts, re.IGNORECASE) is None:
+                break
+            cut = marker.end()
+        return cut
 
     def cite(self, n: int) -> int | None:
         if not 1 <= n <= len(self.sources):
