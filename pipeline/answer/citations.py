@@ -2,7 +2,9 @@
 
 The generator cites numbered evidence (``[Source 3]``); users want pages. Markers are mapped to the
 evidence they name, grouped by page url, and renumbered ``[1]``, ``[2]``... in order of first appearance;
-markers naming no shown source (hallucinated numbers) are removed from the text.
+markers naming no shown source (hallucinated numbers) are removed from the text. Bracketed numbers that are
+page text ("see note [3]", "regs[0]": quoted by the extractive answerer, or copied by a model after the same
+word as in a source) stay as written, with an invisible word joiner after the bracket (``as_written``).
 """
 
 from __future__ import annotations
