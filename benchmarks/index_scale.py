@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,8 @@ class Corpus:
                            group(f"g{int(rng.integers(0, GROUPS))}")])
         return page_access(levels)
 
-    def __init__(self, n: int, kind: str, seed: int = 7) -> None:
-        self.n, self.kind, self.seed = n, kind, seed
+    def __init__(self, n: int, kind: str, seed: int = 7, noise: float = 0.8) -> None:
+        self.n, self.kind, self.seed, self.noise = n, kind, seed, noise
         self.centroids = self._unit(np.random.default_rng([seed, 1]).normal(size=(TOPICS, DIM)))
 
     @staticmethod
@@ -102,7 +102,7 @@ class Corpus:
         topic = self.centroids[page % TOPICS]
         own = self._unit(np.random.default_rng([self.seed, 3, page]).normal(size=DIM))
         noise = self._unit(rng.normal(size=(count, DIM)))
-        return self._unit(topic + 0.5 * own + 0.8 * noise)
+        return self._unit(topic + 0.5 * own + self.noise * noise)
 
     def pages(self) -> Iterator[tuple[str, list[IndexPoint]]]:
         for page in range((self.n + PAGE - 1) // PAGE):
@@ -142,17 +142,20 @@ class Corpus:
         pages = rng.integers(0, max(1, self.n // PAGE), size=q)
         return np.stack([self.page_vectors(int(p), 1, salt=1000 + i)[0] for i, p in enumerate(pages)])
 
-    def exact_top(self, queries: np.ndarray, k: int = 10) -> list[set[str]]:
-        """Exact cosine top-k evidence ids, computed page chunk by page chunk."""
+    def exact_top(self, queries: np.ndarray, k: int = 10, salts: Mapping[int, int] | None = None
+                  ) -> list[set[str]]:
+        """Exact cosine top-k evidence ids, computed page chunk by page chunk; ``salts`` gives the pages
+        written again since (page -> the salt of its current vectors)."""
         best_s = np.full((len(queries), k), -2.0, dtype=np.float32)
         best_i = np.zeros((len(queries), k), dtype=np.int64)
         chunk = 500
         for start in range(0, (self.n + PAGE - 1) // PAGE, chunk):
             pages = range(start, min(start + chunk, (self.n + PAGE - 1) // PAGE))
-            mats, ids = [], []
+            mats: list[np.ndarray] = []
+            ids: list[int] = []
             for p in pages:
                 count = min(PAGE, self.n - p * PAGE)
-                mats.append(self.page_vectors(p, count))
+                mats.append(self.page_vectors(p, count, salt=(salts or {}).get(p, 0)))
                 ids.extend(p * PAGE + j for j in range(count))
             scores = queries @ np.concatenate(mats).T
             all_s = np.concatenate([best_s, scores], axis=1)

@@ -2,13 +2,15 @@
 
     python benchmarks/segment_builds.py [--base-pages 5000] [--plans 1x1250,10x250]
                                         [--layout segment_number=2,deleted_threshold=0.2]
+                                        [--vectors clustered|random] [--noise 0.8] [--recall]
 
 Builds an index of ``--base-pages`` pages (20 evidence each, as ``index_scale.py`` generates them) with the
 layout (``EdgeLayout`` defaults, changed by ``--layout key=value,...``), then per plan ``BxP`` on a copy:
 ``B`` times, replace the next ``P`` pages with new versions (new vectors) and optimize, as a sync in serve
-does (``QuietBuilds``). Prints each optimize's seconds and the segment count, then the hybrid search
-latency over the result. In ``evident serve`` the index worker answers one request at a time, so an
-optimize's seconds are what a question asked meanwhile waits.
+does (``QuietBuilds``). Prints each optimize's seconds and the segment count, then the hybrid search latency
+over the result; with ``--recall``, dense recall@10 against exact search over the vectors the index holds,
+before and after the plan (how deletions and rebuilt segments change it). In ``evident serve`` the index
+worker answers one request at a time, so an optimize's seconds are what a question asked meanwhile waits.
 """
 
 from __future__ import annotations
@@ -57,15 +59,33 @@ async def search_ms(index: EdgeIndex, corpus: Corpus) -> tuple[float, float]:
     return float(np.percentile(took, 50)), float(np.percentile(took, 99))
 
 
-async def run_plan(path: Path, corpus: Corpus, layout: EdgeLayout, batches: int, per: int) -> None:
+async def recall(index: EdgeIndex, corpus: Corpus, salts: dict[int, int]) -> float:
+    """Dense recall@10 against exact search over the vectors the index holds now (200 queries)."""
+    queries = corpus.queries(200)
+    found = []
+    for q in queries:
+        request = SearchRequest(dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10,
+                                scope=EVERYTHING)
+        hits = await index.search(request)
+        found.append({h.evidence.id for h in hits})
+    exact = corpus.exact_top(queries, salts=salts)
+    return float(np.mean([len(f & e) / len(e) for f, e in zip(found, exact, strict=True)]))
+
+
+async def run_plan(path: Path, corpus: Corpus, layout: EdgeLayout, batches: int, per: int,
+                   with_recall: bool = False) -> None:
     index = EdgeIndex(path, layout=layout)
     await index.open(dense_dim=DIM, embedder="random")
+    salts: dict[int, int] = {}
+    if with_recall:
+        print(f"dense recall@10 before the plan: {await recall(index, corpus, salts):.3f}", flush=True)
     page = 0
     for b in range(batches):
         t = time.perf_counter()
         for _ in range(per):
             points = corpus.page_points(page, corpus.page_vectors(page, PAGE, salt=11 + b), f"v{b}-{page}")
             await index.replace_page(corpus.page_id(page), points[0].page_hash, points)
+            salts[page] = 11 + b
             page += 1
         written = time.perf_counter() - t
         t = time.perf_counter()
@@ -75,6 +95,8 @@ async def run_plan(path: Path, corpus: Corpus, layout: EdgeLayout, batches: int,
         print(f"| {b + 1} | {per * PAGE:,} | {written:.1f} | {built:.1f} | {segments} |", flush=True)
     p50, p99 = await search_ms(index, corpus)
     print(f"hybrid search after the plan: p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)
+    if with_recall:
+        print(f"dense recall@10 after the plan: {await recall(index, corpus, salts):.3f}", flush=True)
     await index.close()
 
 
@@ -83,9 +105,13 @@ async def main() -> None:
     ap.add_argument("--base-pages", type=int, default=5_000)
     ap.add_argument("--plans", default="1x1250,10x250", help="BxP: B rounds of P replaced pages each")
     ap.add_argument("--layout", default="", help="EdgeLayout overrides, e.g. segment_number=2")
+    ap.add_argument("--vectors", choices=("clustered", "random"), default="clustered")
+    ap.add_argument("--noise", type=float, default=0.8,
+                    help="clustered vectors: weight of each evidence's own noise (more: harder for HNSW)")
+    ap.add_argument("--recall", action="store_true", help="dense recall@10 before and after each plan")
     args = ap.parse_args()
     layout = layout_from_pairs(args.layout)
-    corpus = Corpus(args.base_pages * PAGE, "clustered")
+    corpus = Corpus(args.base_pages * PAGE, args.vectors, noise=args.noise)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
         seconds, segments = await build(base, corpus, layout)
@@ -97,7 +123,7 @@ async def main() -> None:
             print("|---|---|---|---|---|")
             work = Path(tmp) / plan
             shutil.copytree(base, work)
-            await run_plan(work, corpus, layout, batches, per)
+            await run_plan(work, corpus, layout, batches, per, args.recall)
             shutil.rmtree(work)
 
 
