@@ -131,6 +131,14 @@ def test_bracketed_numbers_the_answer_copied_from_a_source_are_page_text() -> No
         assert text.replace(WORD_JOINER, "") == copied and text != copied and not cits
 
 
+def test_source_numbers_read_markers_as_parse_citations_does() -> None:
+    from pipeline.answer.citations import cited_numbers, source_numbers
+
+    text = "It lives in regs[0], see note [3] [Source 1]. Also see [2]."
+    texts = [h.evidence.text for h in COPIED]
+    assert source_numbers(text, texts) == {1, 2} and cited_numbers(text) == {0, 1, 2, 3}
+
+
 async def test_a_stream_keeps_copied_page_text_however_it_is_split() -> None:
     from pipeline.answer.citations import CitingStream
 

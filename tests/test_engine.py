@@ -384,6 +384,11 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
     assert keeps_draft("It only supports SRTM.", "What does the host UEFI case support?", uefi)
     # a number elsewhere in the sources, in a sentence sharing no word with the question, is no correction
     assert keeps_draft(new, phone, old, ["The old number was 555-0100. Room 555-0199 has a printer."])
+    # a bracketed number copied from a source is no citation of another source: the unit left out shows
+    regs = "The flag lives in regs[\u20600] [Source 1]."
+    sources = ["The flag lives in regs[0]. See note [3] of the manual."]
+    assert keeps_draft("See note [3].", "Where does the flag live?", regs, sources)
+    assert not keeps_draft("See note [3].", "Where does the flag live?", regs)  # "[3]" read as a citation
     # a table row's cell values count, not its numbering or headers
     step = "Which step refers to the synchronizer UI?"
     row = "Row 9 in Table 1: Step is syncui, and Description is OpenXT synchronizer UI [Source 1]"

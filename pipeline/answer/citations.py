@@ -48,29 +48,13 @@ class PageNumbers:
         "regs[0]") stays as written. ``before`` is the text preceding ``text`` (a stream's earlier pieces)."""
 
         def repl(m: re.Match[str]) -> str:
-            cut = self._copied(before + text[: m.start()], m.group(2))
+            cut = _copied_prefix(self._texts, before + text[: m.start()], m.group(2))
             if not cut:
                 return self.rewrite(m)
             rest = _GROUP.sub(self.rewrite, m.group(2)[cut:])
             return m.group(1) + as_written(m.group(2)[:cut]) + rest
 
         return _GROUP.sub(repl, text)
-
-    def _copied(self, preceding: str, run: str) -> int:
-        """How much of the marker ``run`` (its leading bare numbers) the sources have right after the word
-        that ends ``preceding``, as a whole word; 0 for none."""
-        word = _LAST_WORD.search(preceding[-MAX_MARKER_CHARS:])
-        cut = 0
-        if word is None:
-            return 0
-        for marker in _MARKER_RE.finditer(run):
-            if _SOURCE_WORD.search(marker.group(0)):
-                break
-            copied = r"(?<!\w)" + re.escape(word.group(0)) + r"[ \t]*" + re.escape(run[: marker.end()])
-            if re.search(copied, self._texts, re.IGNORECASE) is None:
-                break
-            cut = marker.end()
-        return cut
 
     def cite(self, n: int) -> int | None:
         if not 1 <= n <= len(self.sources):
@@ -106,6 +90,34 @@ class PageNumbers:
                 Citation(number=number, url=ev.url, title=ev.title, space=ev.space, evidence_ids=tuple(ids))
             )
         return out
+
+
+def _copied_prefix(texts: str, preceding: str, run: str) -> int:
+    """How much of the marker ``run`` (its leading bare numbers) ``texts`` have right after the word that ends
+    ``preceding``, as a whole word: page text an answer copied; 0 for none."""
+    word = _LAST_WORD.search(preceding[-MAX_MARKER_CHARS:])
+    cut = 0
+    if word is None:
+        return 0
+    for marker in _MARKER_RE.finditer(run):
+        if _SOURCE_WORD.search(marker.group(0)):
+            break
+        copied = r"(?<!\w)" + re.escape(word.group(0)) + r"[ \t]*" + re.escape(run[: marker.end()])
+        if re.search(copied, texts, re.IGNORECASE) is None:
+            break
+        cut = marker.end()
+    return cut
+
+
+def source_numbers(text: str, texts: Sequence[str]) -> set[int]:
+    """The source numbers ``text``'s markers name, bracketed numbers it copied from ``texts`` (the sources'
+    texts) aside: ``cited_numbers`` as ``parse_citations`` reads them."""
+    joined = "\n".join(texts)
+    found: set[int] = set()
+    for m in _GROUP.finditer(text):
+        cut = _copied_prefix(joined, text[: m.start()], m.group(2))
+        found |= cited_numbers(m.group(2)[cut:])
+    return found
 
 
 def parse_citations(answer_text: str, sources: Sequence[Hit]) -> tuple[str, list[Citation]]:

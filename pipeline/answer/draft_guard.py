@@ -36,7 +36,7 @@ import re
 from collections.abc import Sequence
 
 from pipeline.answer.budget import split_units
-from pipeline.answer.citations import cited_numbers, is_out_of_scope, strip_markers
+from pipeline.answer.citations import cited_numbers, is_out_of_scope, source_numbers, strip_markers
 from pipeline.answer.extractive import Terms, text_language
 
 MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outweigh "not found"
@@ -62,8 +62,8 @@ def keeps_draft(answer: str, question: str, draft: str, sources: Sequence[str] =
     if not answer.strip() or is_out_of_scope(answer):
         # "not found" stands unless the quote matches two of the question's content words (all, if fewer)
         return bool(asked) and len(asked & quoted) >= min(MIN_SHARED_TERMS, len(asked))
-    if not cited_numbers(answer) <= cited_numbers(draft):
-        return False  # cites another source: a correction
+    if not source_numbers(answer, sources) <= cited_numbers(draft):
+        return False  # cites another source: a correction ("regs[0]" copied from a source is no citation)
     said = terms(strip_markers(answer))
     restated = not (said - asked) and 2 * len(said & asked) >= len(asked)  # half the question, nothing else
     if restated:
