@@ -12,7 +12,7 @@ from bot.core.dedup import Deduper, SeenSet
 from bot.core.messages import user_message
 from bot.core.ratelimit import UserRateLimiter
 from bot.slack.blocks import link_markers, render_answer, render_explanation, split_text
-from bot.slack.mrkdwn import bar, escape, link
+from bot.slack.mrkdwn import bar, escape, escape_markdown, link
 from bot.slack.threads import clean_question, conversation_key, thread_of_key
 from bot.slack.transports import check_tokens
 from evident.settings import Settings
@@ -62,6 +62,10 @@ def test_page_text_quoted_as_written_is_never_linked() -> None:
         f"regs[{WORD_JOINER}1] as note [{WORD_JOINER}2] says <https://w.example/p/1|[1]>")
     out = answer_activity(TurnResult(7, Answer(text=quoted, citations=[]), "q", False))["text"]
     assert out == f"regs\\[{WORD_JOINER}1\\] as note \\[{WORD_JOINER}2\\] says [1]"
+    # Slack shows it without the joiner, unlinked, so it copies as written; a stream's markdown likewise
+    shown = _all_text(render_answer(_turn(quoted)).blocks)
+    assert "regs[1] as note [2] says <https://w.example/p/1|[1]>" in shown and WORD_JOINER not in shown
+    assert escape_markdown(quoted) == "regs\\[1\\] as note \\[2\\] says \\[1\\]"
 
 
 def test_split_text_respects_limit_and_never_cuts_a_link() -> None:

@@ -26,6 +26,7 @@ from bot.core.contracts import ExplainResultLike, TurnResultLike
 from bot.core.explanation import view_of
 from bot.core.messages import certainty_note
 from bot.slack.mrkdwn import bar, escape, link
+from pipeline.answer.citations import WORD_JOINER
 from pipeline.types import Citation
 
 SECTION_LIMIT = 3000
@@ -156,7 +157,10 @@ def render_answer(result: TurnResultLike, *, explain_emojis: Sequence[str] = ("e
         blocks.append(_context(f"Answering: _{escape(result.completed_question)}_"))
     if result.notice:  # e.g. "your message was shortened"
         blocks.append(_context(f":information_source: {escape(result.notice)}"))
-    body = link_markers(escape(answer.text.strip()), answer.citations) or "_(empty answer)_"
+    # page text quoted as written ("regs[0]") keeps its brackets unlinked; shown without the joiner that kept
+    # it apart, so it copies as written
+    body = link_markers(escape(answer.text.strip()), answer.citations).replace(WORD_JOINER, "")
+    body = body or "_(empty answer)_"
     sections = [_section(chunk) for chunk in split_text(body)]
     note = certainty_note(answer)
     blocks_tail = [_context(f":warning: {note}")] if note else []

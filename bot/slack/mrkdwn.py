@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from pipeline.answer.citations import WORD_JOINER
+
 _URL_UNSAFE = {"<": "%3C", ">": "%3E", "|": "%7C", " ": "%20", "\n": "", "\r": ""}
 
 
@@ -25,8 +27,9 @@ _MARKDOWN_LINK = re.compile(r"([\\\[\]])")
 def escape_markdown(text: str) -> str:
     """For Markdown fields (a stream's ``markdown_text``): :func:`escape`, and ``[``, ``]`` and ``\\``
     backslash-escaped, so text from pages or the model cannot form a ``[label](url)`` link or image. Safe on
-    any piece of a stream (no look-ahead)."""
-    return _MARKDOWN_LINK.sub(r"\\\1", escape(text))
+    any piece of a stream (no look-ahead). Page text quoted as written loses its word joiner here: escaped
+    brackets link nothing, and "regs[0]" copies as written."""
+    return _MARKDOWN_LINK.sub(r"\\\1", escape(text)).replace(WORD_JOINER, "")
 
 
 def safe_url(url: str) -> str | None:
