@@ -45,7 +45,6 @@ _ROW = re.compile(r"^Row \d+ in Table \d+:\s*")  # a verbalized table row (``pip
 _UNIT = re.compile(r"\S.*?(?:\s*\[Source \d+\])+\.?", re.DOTALL)  # "fact [Source 1]." as the draft cites
 _NUMBER = re.compile(r"\d+(?:[.,:-]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000", "02:00", "555-0100"
 _THOUSANDS_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+")
-_THOUSANDS = re.compile(",")
 _YES_NO = frozenset({"yes", "no", "ja", "nein"})
 _NOT = frozenset({"not", "nicht", "kein", "keine"})
 _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
@@ -82,13 +81,14 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
     said_in, quoted_in = text_language(answer), text_language(" ".join(_content(u) for u in units))
     if said_in and quoted_in and said_in != quoted_in:
         return False  # another language: not comparable word for word
+    words = [terms(u) for u in units]
     plain = said - _YES_NO - _NOT
-    if plain <= asked and (said & _YES_NO or any(plain <= terms(u) for u in units)):
+    if plain <= asked and (said & _YES_NO or any(plain <= w for w in words)):
         return False  # yes or no with the question's words, or one of its options that the quote names
     numbers = _numbers(strip_markers(answer))
     if _corrects_a_number(numbers - _numbers(" ".join(units)), asked, sources, terms):
         return False
-    overlap = [len(terms(u) & asked) for u in units]
+    overlap = [len(w & asked) for w in words]
     most = max(overlap)
     answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
     return all(_left_out(_content(u), said, numbers | given, asked, terms) for u in answering)
@@ -117,7 +117,7 @@ def _corrects_a_number(stated: set[str], asked: set[str], sources: Sequence[str]
 def _numbers(text: str) -> set[str]:
     """The numbers in ``text``: thousands separators and leading zeros dropped ("10,000" as "10000", "02:00"
     as "2:00"); "1,5" stays a decimal."""
-    found = (_THOUSANDS.sub("", n) if _THOUSANDS_NUMBER.fullmatch(n) else n for n in _NUMBER.findall(text))
+    found = (n.replace(",", "") if _THOUSANDS_NUMBER.fullmatch(n) else n for n in _NUMBER.findall(text))
     return {_LEADING_ZEROS.sub("", n) for n in found}
 
 
