@@ -170,7 +170,8 @@ class AnswerTrace:
     prompt: list[ChatMessage] | None = None  # only when tracing
     warning: str | None = None
     notice: str | None = None
-    model_reply: str | None = None  # the model's own answer where the draft guard showed the quote instead
+    # the model's own answer where the draft guard showed the quote instead of it or beneath it
+    model_reply: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     question_terms: list[str] = field(default_factory=list)  # extractive answers: the terms matched
     unit_scores: list[float] = field(default_factory=list)  # extractive answers: the chosen units' scores
