@@ -319,6 +319,7 @@ async def test_a_draft_rewrite_that_says_little_of_the_quote_shows_it_beneath(ma
     assert r.answer.text == f"Alice prepares something [1].\n\n\u201c{row}\u201d [1]"
     assert r.answer.citations[0].url == RAG_MEETING_URL and len(r.answer.citations) == 1
     assert r.answer.trace.model_reply == reply and r.answer.trace.warning is None
+    assert r.answer.trace.quoted_beneath
     assert again == [r.answer.trace.raw_answer]  # counterfactuals answer by the same procedure
 
 
@@ -413,6 +414,11 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
     row = "Row 9 in Table 1: Step is syncui, and Description is OpenXT synchronizer UI [Source 1]"
     assert not keeps_draft("syncui, the OpenXT synchronizer UI [Source 1].", step, row)
     assert keeps_draft("It is the synchronizer UI [Source 1].", step, row)
+    # a reply with no content words says nothing of the quote; a footnote mark is no number to repeat
+    tls = "Syncui listens on port 8080 over TLS [Source 1]."
+    assert keeps_draft("It is. [Source 1]", "Which port does syncui use?", tls)
+    assert not keeps_draft("It listens over TLS [Source 1].", "Which port does syncui use?",
+                           "Syncui listens over TLS, see note [\u20603] [Source 1].")
 
 
 def test_the_draft_guard_quotes_the_answering_unit_beneath_an_answer_that_says_little_of_it() -> None:
@@ -450,6 +456,13 @@ def test_the_draft_guard_quotes_the_answering_unit_beneath_an_answer_that_says_l
                       ["The current on-call number is 555-0199."]) == "It is 555-0199 now."
     assert with_quote(OUT_OF_SCOPE, step, row) == OUT_OF_SCOPE
     assert with_quote(loose, step, "") == loose
+    # a footnote mark kept as page text is no number to repeat; the full stop after the markers is no quote's
+    port = "Which port does syncui use?"
+    noted = "Syncui listens on port 8080 over TLS, see note [\u20603] [Source 1]."
+    assert with_quote("Syncui listens on port 8080 over TLS [Source 1].", port, noted) == (
+        "Syncui listens on port 8080 over TLS [Source 1].")
+    assert with_quote("Port 8080.", port, "ODT, RTF, etc. [Source 2] [Source 3].").endswith(
+        "\n\n\u201cODT, RTF, etc.\u201d [Source 2] [Source 3]")
 
 
 async def test_answer_stream_holds_the_reasoning_back_and_streams_the_answer() -> None:

@@ -42,7 +42,13 @@ import re
 from collections.abc import Sequence
 
 from pipeline.answer.budget import split_units
-from pipeline.answer.citations import cited_numbers, is_out_of_scope, source_numbers, strip_markers
+from pipeline.answer.citations import (
+    WORD_JOINER,
+    cited_numbers,
+    is_out_of_scope,
+    source_numbers,
+    strip_markers,
+)
 from pipeline.answer.extractive import Terms, text_language
 
 MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outweigh "not found"
@@ -52,6 +58,7 @@ _ROW = re.compile(r"^Row \d+ in Table \d+:\s*")  # a verbalized table row (``pip
 _UNIT = re.compile(r"\S.*?(?:\s*\[Source \d+\])+\.?", re.DOTALL)  # "fact [Source 1]." as the draft cites
 _NUMBER = re.compile(r"\d+(?:[.,:-]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000", "02:00", "555-0100"
 _THOUSANDS_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+")
+_WRITTEN = re.compile(rf"\[{WORD_JOINER}[^\]]*\]")  # "[\u20603]": page text (``citations.as_written``)
 _MARKER = re.compile(r"\[Source \d+\]")
 _MARKERS = re.compile(r"\s*\[Source \d+\]")
 _YES_NO = frozenset({"yes", "no", "ja", "nein"})
@@ -105,7 +112,7 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
     asked, given = question
     plain = said - _YES_NO - _NOT
     units = [terms(strip_markers(u)) for u in _UNIT.findall(draft)]
-    if plain <= asked and (said & _YES_NO or any(plain <= w for w in units)):
+    if plain <= asked and (said & _YES_NO or (plain and any(plain <= w for w in units))):
         return False  # yes or no with the question's words, or one of its options that the quote names
     answering = _answering(answer, asked, draft, sources, terms)
     numbers = _numbers(strip_markers(answer)) | given
@@ -150,8 +157,8 @@ def _says(unit: str, said: set[str], numbers: set[str], asked: set[str], terms: 
 
 
 def _unquoted(unit: str) -> str:
-    """A unit's text without its citation markers and closing full stop, to quote."""
-    return _MARKERS.sub("", unit).strip().rstrip(".").strip()
+    """A unit's text without its citation markers and the full stop after them, to quote."""
+    return _MARKERS.sub("", unit.rstrip().removesuffix(".")).strip()
 
 
 def _markers(unit: str) -> str:
@@ -177,7 +184,9 @@ def _numbers(text: str) -> set[str]:
 
 def _content(unit: str) -> str:
     """A unit's words; a verbalized row's cell values only ("Row 2 in Table 1: Step is syncui, and ..." ->
-    "syncui ..."), as its numbering and headers are no fact a rewrite must repeat."""
+    "syncui ..."), as its numbering and headers are no fact a rewrite must repeat; bracketed page text
+    ("note [3]", kept as written) aside, as no rewrite repeats a footnote mark."""
+    unit = _WRITTEN.sub("", unit)
     if not _ROW.match(unit):
         return unit
     return " ".join(cell.split(" is ", 1)[-1] for cell in _ROW.sub("", unit).split(", and "))

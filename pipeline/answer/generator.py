@@ -97,6 +97,7 @@ class Generator:
             ans.trace.warning = f"{said}; the quoted draft is shown"
         if raw != reply:
             ans.trace.model_reply = reply
+            ans.trace.quoted_beneath = not quoted
         if trace:
             ans.trace.prompt = list(messages)
         return ans, "answer"
