@@ -245,6 +245,8 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
         "answer",
         "model_reply",
         "model_containment",
+        "model_f1",
+        "quoted_beneath",
     }
 
 
