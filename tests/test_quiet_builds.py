@@ -36,8 +36,11 @@ async def _opened(tmp_path: Path, quiet_s: float, max_pending: int) -> AsyncIter
 
 
 async def test_a_sync_s_build_waits_until_no_request_has_come_for_the_quiet_period(tmp_path: Path) -> None:
-    async with _opened(tmp_path, quiet_s=0.6, max_pending=1000) as idx:
+    async with _opened(tmp_path, quiet_s=1.5, max_pending=1000) as idx:
+        await asyncio.wait_for(idx.builds.settled(), 10)  # what opening scheduled (nothing to build)
+        idx.builds.builds = 0
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        assert await idx.search(_question()) != []  # a question just answered: not quiet
         assert await idx.optimize() is False  # scheduled, not run: the sync's call returns at once
         assert idx.builds.scheduled and idx.builds.builds == 0 and idx.builds.pending == 3
         for _ in range(6):  # questions keep coming: each one restarts the quiet period
@@ -47,6 +50,23 @@ async def test_a_sync_s_build_waits_until_no_request_has_come_for_the_quiet_peri
         await asyncio.wait_for(idx.builds.settled(), 10)
         assert idx.builds.builds == 1 and not idx.builds.scheduled and idx.builds.pending == 0
         assert await idx.count() == 3
+
+
+async def test_a_question_waiting_for_the_worker_postpones_the_build_until_answered(tmp_path: Path) -> None:
+    async with _opened(tmp_path, quiet_s=0.3, max_pending=1000) as idx:
+        await asyncio.wait_for(idx.builds.settled(), 10)  # what opening scheduled (nothing to build)
+        idx.builds.builds = 0
+        await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
+        assert await idx.search(_question()) != []  # answered just now: the build waits
+        assert await idx.optimize() is False
+        async with idx._lock:  # the worker busy (a sync's page write): the question waits past quiet_s
+            asking = asyncio.create_task(idx.search(_question()))
+            await asyncio.sleep(0.8)
+            assert idx.builds.builds == 0
+        assert await asking != []
+        assert idx.builds.builds == 0  # the quiet period counts from the answer
+        await asyncio.wait_for(idx.builds.settled(), 10)
+        assert idx.builds.builds == 1 and idx.builds.answering == 0
 
 
 async def test_readiness_checks_do_not_postpone_a_build(tmp_path: Path) -> None:

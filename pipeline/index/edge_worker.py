@@ -199,17 +199,22 @@ class ProcessEdgeIndex:
     async def _request(
         self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
-        if op in QUESTION_OPS:
-            self.builds.touch()
-        async with self._lock:
-            if self._conn is None and op != "open" and self._open_kwargs is not None:
-                await self._round_trip(("open", (), self._open_kwargs))  # a new child after a crash
-                self.restarts += 1
-            self.busy = (op, time.monotonic())
-            try:
-                reply = await self._round_trip((op, args, kwargs or {}))
-            finally:
-                self.busy = None
+        question = op in QUESTION_OPS
+        if question:
+            self.builds.begin()
+        try:
+            async with self._lock:
+                if self._conn is None and op != "open" and self._open_kwargs is not None:
+                    await self._round_trip(("open", (), self._open_kwargs))  # a new child after a crash
+                    self.restarts += 1
+                self.busy = (op, time.monotonic())
+                try:
+                    reply = await self._round_trip((op, args, kwargs or {}))
+                finally:
+                    self.busy = None
+        finally:
+            if question:
+                self.builds.end()
         if reply[0] == "error":
             raise _error(reply[1], reply[2])
         return reply[1]

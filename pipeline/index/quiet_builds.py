@@ -10,7 +10,9 @@ wiki").
 Points written but not yet built stay searchable (an appendable segment is searched exhaustively: about
 0.25 ms per 1,000 points of 384 dimensions), so the build can wait. ``QuietBuilds`` runs it once no request
 has come for ``quiet_s`` seconds, or at once when ``max_pending`` points are waiting (bounding what the
-exhaustive search costs). ``quiet_s = 0`` builds at once, as a CLI sync does.
+exhaustive search costs). ``quiet_s = 0`` builds at once, as a CLI sync does. A question still waiting for
+the worker (behind a sync's page write, on a busy machine) is no quiet moment: the period counts from its
+answer, so the build never lands just before the next question of a steady stream.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class QuietBuilds:
         self.max_pending = max_pending
         self.pending = 0  # points written since the last build
         self.builds = 0  # builds started (at once or deferred)
+        self.answering = 0  # requests in flight: never quiet while one is (it may wait for the worker)
         self._last = time.monotonic()
         self._task: asyncio.Task[None] | None = None
 
@@ -45,6 +48,16 @@ class QuietBuilds:
     def touch(self) -> None:
         """A request came: the quiet period starts again."""
         self._last = time.monotonic()
+
+    def begin(self) -> None:
+        """A request is sent: no build starts before it is answered and ``quiet_s`` have passed."""
+        self.answering += 1
+        self.touch()
+
+    def end(self) -> None:
+        """The request ``begin`` counted is answered (or failed): the quiet period starts from now."""
+        self.answering -= 1
+        self.touch()
 
     def written(self, points: int) -> None:
         self.pending += points
@@ -74,9 +87,9 @@ class QuietBuilds:
     async def _when_quiet(self) -> None:
         while True:
             wait = self._last + self.quiet_s - time.monotonic()
-            if wait <= 0:
+            if wait <= 0 and not self.answering:
                 break
-            await asyncio.sleep(wait)
+            await asyncio.sleep(wait if wait > 0 else self.quiet_s)
         try:
             await self._run()
         except EvidentError as exc:
