@@ -643,7 +643,6 @@ class FakeEngine:
         self.error_text: str | None = None
         self.stream_fails_after: int | None = None  # the LLM breaks after this many streamed words
         self.streams = True  # False: the answer comes whole (as the extractive answerer's)
-        self.streamed_words: int | None = None  # only these first words stream (the answer adds a quote)
         self.asks: list[AskCall] = []
         self.explain_computations: list[int] = []
         self.explain_fails_with: BaseException | None = None
@@ -665,7 +664,7 @@ class FakeEngine:
         if on_retrieved is not None:  # the engine shows what it read: the answer's cited pages
             await on_retrieved(cited_hits(self.answer_for(question)))
         if on_text is not None and self.streams:  # an LLM streaming: the delay is spread over the words
-            words = re.findall(r"\S+\s*", self.answer_for(question).text)[:self.streamed_words]
+            words = re.findall(r"\S+\s*", self.answer_for(question).text)
             for i, word in enumerate(words):
                 if i == self.stream_fails_after:  # as the engine does: a failed turn, its error for the user
                     turn_id = await self.store.add_turn(TurnRecord(conversation_key=conversation_key,

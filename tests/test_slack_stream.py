@@ -156,20 +156,6 @@ async def test_an_answer_that_did_not_stream_stops_the_stream_with_its_text(make
     assert stop["blocks"] and all(b["type"] != "section" for b in stop["blocks"])
 
 
-async def test_a_quote_added_beneath_the_streamed_words_ends_the_stream(make_harness: Factory) -> None:
-    quote = "\n\n\u201cOpen the VPN portal and request access\u201d [1]"
-    engine = FakeEngine(answer_for=lambda q: Answer(text=default_answer(q).text + quote,
-                                                    citations=default_answer(q).citations))
-    question = "How do I get VPN access?"
-    engine.streamed_words = len(default_answer(question).text.split())  # the model's; the guard adds a quote
-    h = await make_harness(engine)
-    h.slack.fail_next("chat.update", error="ratelimited")  # the whole rendering never replaces the stream
-    await h.send.event(h.send.mention(question))
-    (stop,) = await h.slack.wait_calls("chat.stopStream")
-    await h.settle()
-    assert _message(h, stop["ts"])["streamed"] == _streamed_text(question) + escape_markdown(quote)
-
-
 async def test_streamed_text_cannot_form_a_markdown_link(make_harness: Factory) -> None:
     engine = FakeEngine(answer_for=lambda q: Answer(text="Reset it [here](https://evil.example) ![x](https://e)"))
     engine.stream_fails_after = 5  # the failure path keeps the streamed text as it is

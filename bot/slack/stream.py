@@ -53,7 +53,6 @@ class SlackStream:
         self.text_sent = False  # any answer text shown (so far)
         self._open_task: dict[str, Any] | None = None  # "Searching the wiki", until the pages are read
         self._pending = ""
-        self.given = ""  # all the text given to the stream (escaped), whether sent yet or not
         self._chunks: list[dict[str, Any]] = []  # task cards not sent yet
         self._flushed_at = 0.0
         self._hold_until = 0.0  # rate-limited or failing: no append before this (monotonic)
@@ -86,7 +85,6 @@ class SlackStream:
         if self.failed or self.done:
             return
         self._pending += escape_markdown(text)
-        self.given += escape_markdown(text)
         if self.ts is None:
             text, self._pending = self._pending, ""
             await self._start(text=text)
@@ -141,18 +139,14 @@ class SlackStream:
                  code)
 
     async def stop(self, blocks: list[dict[str, Any]], *, closing: str = "", silent_text: str = "") -> bool:
-        """Flush what is left (``silent_text`` where no text was streamed, e.g. an extractive answer, or its
-        part after the streamed text, e.g. a quote beneath the model's words; then ``closing``, a failure said
-        in the same message, the search card, if still open, then failed) and stop with ``blocks`` under the
-        text. True when the stream now shows everything it was given; False when it had failed or Slack had
-        ended it, or the stop failed. Either way it is done."""
+        """Flush what is left (``silent_text`` where no text was streamed, e.g. an extractive answer; then
+        ``closing``, a failure said in the same message, the search card, if still open, then failed) and stop
+        with ``blocks`` under the text. True when the stream now shows everything it was given; False when it
+        had failed or Slack had ended it, or the stop failed. Either way it is done."""
         if self.ts is None or self.done or self.ended:
             return False
         self.done = True
-        text = silent_text
-        if self.text_sent or self._pending:  # what is left, and what the answer adds to the streamed words
-            more = silent_text[len(self.given):] if silent_text.startswith(self.given) else ""
-            text = self._pending + more
+        text = self._pending or ("" if self.text_sent else silent_text)
         text += closing if (self.text_sent or text) else closing.lstrip()
         chunks = list(self._chunks)
         if self._open_task is not None:
