@@ -186,7 +186,6 @@ def _turn_rows(results: list[Any]) -> list[dict[str, Any]]:
     return [{"lang": r.lang, "conv_id": r.conv_id, "turn": r.turn, "f1": r.f1, "containment": r.containment,
              "exact": r.exact, "out_of_scope": r.out_of_scope, "judge": r.judge, "answer": r.answer,
              "model_reply": r.model_reply, "model_containment": r.model_containment, "model_f1": r.model_f1,
-             "quoted_beneath": r.quoted_beneath,
              **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
 
 

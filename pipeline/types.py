@@ -170,9 +170,7 @@ class AnswerTrace:
     prompt: list[ChatMessage] | None = None  # only when tracing
     warning: str | None = None
     notice: str | None = None
-    # the model's own answer where the draft guard showed the quote instead of it or beneath it
-    model_reply: str | None = None
-    quoted_beneath: bool = False  # the draft guard quoted the answering unit beneath the model's answer
+    model_reply: str | None = None  # the model's own answer where the draft guard showed the quote instead
     timings_ms: dict[str, float] = field(default_factory=dict)
     question_terms: list[str] = field(default_factory=list)  # extractive answers: the terms matched
     unit_scores: list[float] = field(default_factory=list)  # extractive answers: the chosen units' scores

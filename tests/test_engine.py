@@ -303,26 +303,6 @@ async def test_a_draft_rewrite_that_drops_the_quote_gives_way_to_the_quote(
     assert len(without_top) == 2 and all(a != reply for a in without_top)
 
 
-async def test_a_draft_rewrite_that_says_little_of_the_quote_shows_it_beneath(make: Make) -> None:
-    question = "What is Alice's todo from the RAG meeting in October?"
-    reply = "Alice prepares something [Source 1]."  # one of "prepare", "evaluation", "list"
-    async with StubLLMServer(default_reply=reply) as stub:
-        p = await make(llm_url=stub.base_url, retrieval=RetrievalSettings(final_k=5),
-                       options=engine_options_for(answer_style="draft"))
-        r = await p.engine.ask("t:beneath", question, scope=EVERYTHING)
-        prompt = _user(_answers(stub)[0])
-        draft = prompt.split("Draft answer (quoted from the sources): ", 1)[1].split("\n")[0]
-        again = await p.engine.generator.generate_from(question, r.answer.evidence, 1, 80)
-    row = "Row 1 in Table 1: Member is Alice, and Task is Prepare the evaluation todo list"
-    assert draft == f"{row} [Source 1]"
-    # the model's words first, then the quote's answering unit as written, cited like the rest
-    assert r.answer.text == f"Alice prepares something [1].\n\n\u201c{row}\u201d [1]"
-    assert r.answer.citations[0].url == RAG_MEETING_URL and len(r.answer.citations) == 1
-    assert r.answer.trace.model_reply == reply and r.answer.trace.warning is None
-    assert r.answer.trace.quoted_beneath
-    assert again == [r.answer.trace.raw_answer]  # counterfactuals answer by the same procedure
-
-
 def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
     from pipeline.answer.draft_guard import keeps_draft
 
@@ -419,50 +399,6 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
     assert keeps_draft("It is. [Source 1]", "Which port does syncui use?", tls)
     assert not keeps_draft("It listens over TLS [Source 1].", "Which port does syncui use?",
                            "Syncui listens over TLS, see note [\u20603] [Source 1].")
-
-
-def test_the_draft_guard_quotes_the_answering_unit_beneath_an_answer_that_says_little_of_it() -> None:
-    from pipeline.answer.draft_guard import with_quote
-
-    step = "Which step refers to the synchronizer UI?"
-    unit = "Row 9 in Table 1: Step is syncui, and Description is OpenXT synchronizer UI"
-    row = f"{unit} [Source 1]."
-    beneath = f"\n\n\u201c{unit}\u201d [Source 1]"
-    # a word of the unit kept, the fact dropped: the unit is quoted beneath the model's words
-    loose = "The synchronizer UI refers to the OpenXT synchronizer UI [Source 1]."
-    assert with_quote(loose, step, row) == loose + beneath
-    assert with_quote("Yes [Source 1].", "Is there a step for the synchronizer UI?", row).endswith(beneath)
-    # two thirds of its words and each of its numbers said: the answer alone
-    assert with_quote("syncui, the OpenXT synchronizer UI [Source 1].", step, row).endswith("UI [Source 1].")
-    ram = "The build host has 4 GB of RAM and 2 CPUs [Source 2]."
-    assert with_quote("4 GB and 2 CPUs.", "What does the build host have?", ram) == "4 GB and 2 CPUs."
-    assert with_quote("4 GB of RAM.", "What does the build host have?", ram).endswith(
-        "\u201cThe build host has 4 GB of RAM and 2 CPUs\u201d [Source 2]")
-    # of several units, those sharing the most of the question's words; one of them said is enough
-    accept = "The board votes to accept or reject a proposed feature"
-    board = f"{accept} [Source 1]. Voting is done with yay, nay or abstain by each member [Source 2]."
-    vote = "What does the board vote on?"
-    assert with_quote("It votes on features.", vote, board) == (
-        f"It votes on features.\n\n\u201c{accept}\u201d [Source 1]")
-    assert with_quote("It accepts or rejects proposed features.", vote, board) == (
-        "It accepts or rejects proposed features.")
-    # not beneath: another language, a correction from the sources, "not found", or no quote
-    german = "Der Vorstand stimmt \u00fcber neue Funktionen ab, und jedes Mitglied hat eine Stimme."
-    assert with_quote(german, "Wor\u00fcber stimmt der Vorstand ab?", board) == german
-    assert with_quote("The board votes on budgets [Source 3].", vote, board) == (
-        "The board votes on budgets [Source 3].")
-    phone = "The old on-call phone number was 555-0100 [Source 1]."
-    assert with_quote("It is 555-0199 now.", "What is the on-call phone number?", phone,
-                      ["The current on-call number is 555-0199."]) == "It is 555-0199 now."
-    assert with_quote(OUT_OF_SCOPE, step, row) == OUT_OF_SCOPE
-    assert with_quote(loose, step, "") == loose
-    # a footnote mark kept as page text is no number to repeat; the full stop after the markers is no quote's
-    port = "Which port does syncui use?"
-    noted = "Syncui listens on port 8080 over TLS, see note [\u20603] [Source 1]."
-    assert with_quote("Syncui listens on port 8080 over TLS [Source 1].", port, noted) == (
-        "Syncui listens on port 8080 over TLS [Source 1].")
-    assert with_quote("Port 8080.", port, "ODT, RTF, etc. [Source 2] [Source 3].").endswith(
-        "\n\n\u201cODT, RTF, etc.\u201d [Source 2] [Source 3]")
 
 
 async def test_answer_stream_holds_the_reasoning_back_and_streams_the_answer() -> None:

@@ -34,7 +34,6 @@ ROW_KEYS = {
     "latency_ms_p50",
     "latency_ms_p95",
     "draft_shown",
-    "quoted_beneath",
     "f1_without_guard",
     "containment_without_guard",
 }
@@ -103,13 +102,12 @@ def test_parse_judge_score(reply: str, score: float | None) -> None:
 def test_turns_where_the_draft_guard_showed_the_quote_are_also_scored_without_it() -> None:
     from pipeline.evaluation.answers import AnswerResult, _model_reply
 
-    def turn(answer: str, reply: str | None, beneath: bool = False) -> AnswerResult:
+    def turn(answer: str, reply: str | None) -> AnswerResult:
         gold = "at reception desk seven"
         return AnswerResult(lang="en", conv_id="c", turn=1, source="s", q_type="t", question="q",
                             completed_question="q", answer=answer, gold=gold, f1=token_f1(answer, gold),
                             containment=contains_gold(answer, gold), exact=0.0, out_of_scope=False,
-                            p_at_10=1.0, judge=None, latency_ms=1.0, **_model_reply(reply, gold, "en"),
-                            quoted_beneath=beneath)
+                            p_at_10=1.0, judge=None, latency_ms=1.0, **_model_reply(reply, gold, "en"))
 
     guarded = turn("Badges are handed out at reception desk seven [1].",
                    "The desired information cannot be found in the retrieved pool of evidence.")
@@ -117,11 +115,8 @@ def test_turns_where_the_draft_guard_showed_the_quote_are_also_scored_without_it
     assert guarded.model_containment == 0.0 and guarded.model_reply is not None
     assert _model_reply("At reception desk seven [Source 2]", "at reception desk seven", "en")[
         "model_containment"] == 1.0  # markers removed before scoring
-    beneath = turn("At reception [1].\n\n\u201cBadges are handed out at reception desk seven\u201d [1]",
-                   "At reception [Source 1].", beneath=True)
-    (row,) = summarize_answers([guarded, kept, beneath])["rows"]
-    assert row["draft_shown"] == 1 and row["quoted_beneath"] == 1 and row["containment"] == 1.0
-    assert row["containment_without_guard"] == round(1 / 3, 4)
+    (row,) = summarize_answers([guarded, kept])["rows"]
+    assert row["draft_shown"] == 1 and row["containment"] == 1.0 and row["containment_without_guard"] == 0.5
 
 
 # ---------------------------------------------------------------- whole conversations
@@ -246,7 +241,6 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
         "model_reply",
         "model_containment",
         "model_f1",
-        "quoted_beneath",
     }
 
 

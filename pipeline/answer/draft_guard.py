@@ -27,13 +27,7 @@ BENCHMARKS.md, "Answers written from an extractive draft"). Three shapes are rec
   with none but the question's words, or one of the question's options that a quoted unit names. Paraphrases
   with synonyms only are not recognised: the quote is shown.
 
-Then the quote is the answer, as it would be without a model. Any other rewrite is kept, and where it says
-under two thirds of every answering unit's content words, or leaves out one of its numbers, those units are
-quoted beneath it as written (``with_quote``): the model's words first, then what the page says, so a concise
-answer that kept a word of the unit and dropped the fact ("The synchronizer UI refers to the OpenXT
-synchronizer UI" for ``syncui``) still shows the fact. Not beneath a reply in another language or one that
-corrects the quote from the sources (above). Qwen2.5-0.5B's answers then contained the gold as often as the
-quote alone (BENCHMARKS.md, "A quote beneath the model's answer").
+Then the quote is the answer, as it would be without a model; any other rewrite is kept.
 """
 
 from __future__ import annotations
@@ -53,14 +47,11 @@ from pipeline.answer.extractive import Terms, text_language
 
 MIN_SHARED_TERMS = 2  # content words of the question a quote must share to outweigh "not found"
 MAX_CHECKED_NUMBERS = 3  # a unit with one to this many numbers is kept where the answer has half of them
-SAID_SHARE = 2 / 3  # of an answering unit's content words a reply says for no quote beneath it
 _ROW = re.compile(r"^Row \d+ in Table \d+:\s*")  # a verbalized table row (``pipeline.ingest.evidence``)
 _UNIT = re.compile(r"\S.*?(?:\s*\[Source \d+\])+\.?", re.DOTALL)  # "fact [Source 1]." as the draft cites
 _NUMBER = re.compile(r"\d+(?:[.,:-]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000", "02:00", "555-0100"
 _THOUSANDS_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+")
 _WRITTEN = re.compile(rf"\[{WORD_JOINER}[^\]]*\]")  # "[\u20603]": page text (``citations.as_written``)
-_MARKER = re.compile(r"\[Source \d+\]")
-_MARKERS = re.compile(r"\s*\[Source \d+\]")
 _YES_NO = frozenset({"yes", "no", "ja", "nein"})
 _NOT = frozenset({"not", "nicht", "kein", "keine"})
 _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
@@ -86,56 +77,28 @@ def keeps_draft(answer: str, question: str, draft: str, sources: Sequence[str] =
     return _leaves_out_the_answer(answer, said, (asked, _numbers(question)), draft, sources, terms)
 
 
-def with_quote(answer: str, question: str, draft: str, sources: Sequence[str] = ()) -> str:
-    """The model's ``answer`` (one ``keeps_draft`` let stand), with the answering units of ``draft`` quoted
-    beneath it where it says too little of each (see module docstring); else ``answer`` as it is."""
-    if not draft.strip() or not answer.strip() or is_out_of_scope(answer):
-        return answer
-    if not source_numbers(answer, sources) <= cited_numbers(draft):
-        return answer  # cites another source: a correction
-    terms = Terms()
-    said = terms(strip_markers(answer))
-    asked = terms(strip_markers(question))
-    found = _answering(answer, asked, draft, sources, terms)
-    if not found:
-        return answer
-    numbers = _numbers(strip_markers(answer)) | _numbers(question)
-    if any(_says(_content(strip_markers(u)), said, numbers, asked, terms) for u in found):
-        return answer
-    return answer.rstrip() + "\n\n" + " ".join(f"\u201c{_unquoted(u)}\u201d{_markers(u)}" for u in found)
-
-
 def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str], set[str]], draft: str,
                            sources: Sequence[str], terms: Terms) -> bool:
     """Whether ``answer`` (content words ``said``) leaves out every quoted unit of ``draft`` that shares the
     most of the question's content words (``question``: those and its numbers; see module docstring)."""
     asked, given = question
-    plain = said - _YES_NO - _NOT
-    units = [terms(strip_markers(u)) for u in _UNIT.findall(draft)]
-    if plain <= asked and (said & _YES_NO or (plain and any(plain <= w for w in units))):
-        return False  # yes or no with the question's words, or one of its options that the quote names
-    answering = _answering(answer, asked, draft, sources, terms)
-    numbers = _numbers(strip_markers(answer)) | given
-    return bool(answering) and all(
-        _left_out(_content(strip_markers(u)), said, numbers, asked, terms) for u in answering)
-
-
-def _answering(answer: str, asked: set[str], draft: str, sources: Sequence[str], terms: Terms) -> list[str]:
-    """The units of ``draft`` (as written, markers included) that share the most of the question's content
-    words ``asked``; none where ``answer`` is not comparable with them word for word: in another language,
-    or stating a number from the sources that the quote does not have (a correction)."""
-    units = _UNIT.findall(draft)
-    plain = [strip_markers(u) for u in units]
+    units = [strip_markers(u) for u in _UNIT.findall(draft)]
     if not units:
-        return []
-    said_in, quoted_in = text_language(answer), text_language(" ".join(_content(u) for u in plain))
+        return False
+    said_in, quoted_in = text_language(answer), text_language(" ".join(_content(u) for u in units))
     if said_in and quoted_in and said_in != quoted_in:
-        return []  # another language: not comparable word for word
-    if _corrects_a_number(_numbers(strip_markers(answer)) - _numbers(" ".join(plain)), asked, sources, terms):
-        return []
-    overlap = [len(terms(u) & asked) for u in plain]
+        return False  # another language: not comparable word for word
+    words = [terms(u) for u in units]
+    plain = said - _YES_NO - _NOT
+    if plain <= asked and (said & _YES_NO or (plain and any(plain <= w for w in words))):
+        return False  # yes or no with the question's words, or one of its options that the quote names
+    numbers = _numbers(strip_markers(answer))
+    if _corrects_a_number(numbers - _numbers(" ".join(units)), asked, sources, terms):
+        return False
+    overlap = [len(w & asked) for w in words]
     most = max(overlap)
-    return [u for u, n in zip(units, overlap, strict=True) if n == most]
+    answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
+    return all(_left_out(_content(u), said, numbers | given, asked, terms) for u in answering)
 
 
 def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], terms: Terms) -> bool:
@@ -147,23 +110,6 @@ def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], ter
         return 2 * len(own_numbers & numbers) < len(own_numbers)  # "On 12 November" keeps "12 November 2024"
     own = terms(unit) - asked
     return bool(own) and not own & said
-
-
-def _says(unit: str, said: set[str], numbers: set[str], asked: set[str], terms: Terms) -> bool:
-    """Whether an answer with content words ``said`` and ``numbers`` says ``unit``: each of its numbers, and
-    ``SAID_SHARE`` of its content words the question does not have (``asked``)."""
-    own = terms(unit) - asked
-    return _numbers(unit) <= numbers and len(own & said) >= SAID_SHARE * len(own)
-
-
-def _unquoted(unit: str) -> str:
-    """A unit's text without its citation markers and the full stop after them, to quote."""
-    return _MARKERS.sub("", unit.rstrip().removesuffix(".")).strip()
-
-
-def _markers(unit: str) -> str:
-    """A unit's citation markers, as the draft cites them (" [Source 1] [Source 2]")."""
-    return "".join(f" {m}" for m in _MARKER.findall(unit))
 
 
 def _corrects_a_number(stated: set[str], asked: set[str], sources: Sequence[str], terms: Terms) -> bool:

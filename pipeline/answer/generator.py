@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipeline.answer.budget import fit_evidence
 from pipeline.answer.citations import CitingStream, is_out_of_scope, parse_citations
-from pipeline.answer.draft_guard import keeps_draft, with_quote
+from pipeline.answer.draft_guard import keeps_draft
 from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.prompts import ANSWER_TEMPLATES, OUT_OF_SCOPE, PromptLibrary, answer_stream, final_answer
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
@@ -81,7 +81,7 @@ class Generator:
         reply = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
         model = self.llm.model_for("answer")
         quoted = keeps_draft(reply, question, draft, texts)  # the model dropped the quote: shown instead
-        raw = draft if quoted else with_quote(reply, question, draft, texts)  # or beneath a partial answer
+        raw = draft if quoted else reply
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=model)
             ans.trace.warning = "the language model returned an empty answer"
@@ -95,9 +95,7 @@ class Generator:
             said = "the model's answer said less than the quoted draft" if reply else (
                 "the language model returned an empty answer")
             ans.trace.warning = f"{said}; the quoted draft is shown"
-        if raw != reply:
             ans.trace.model_reply = reply
-            ans.trace.quoted_beneath = not quoted
         if trace:
             ans.trace.prompt = list(messages)
         return ans, "answer"
@@ -141,8 +139,7 @@ class Generator:
                                   temperature=temperature, n=m)
         answers = [final_answer(text, self.options.answer_style) for text in out]
         # the answer's own procedure: where the model dropped this subset's quote, the quote
-        return [draft if keeps_draft(a, question, draft, texts) else with_quote(a, question, draft, texts)
-                for a in answers]
+        return [draft if keeps_draft(a, question, draft, texts) else a for a in answers]
 
     async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:
         """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""

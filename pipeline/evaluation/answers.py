@@ -173,7 +173,6 @@ class AnswerResult:
     model_reply: str | None = None
     model_f1: float | None = None
     model_containment: float | None = None
-    quoted_beneath: bool = False  # the quote was shown beneath the model's reply (else instead of it)
 
 
 async def run_answer_eval(
@@ -221,13 +220,11 @@ async def _answer_turn(engine: Engine, key: str, turn: QATurn, lang: str, judge:
         exact=exact_match(text, turn.answer, lang), out_of_scope=bool(result.answer.out_of_scope),
         p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency, error=result.error,
         ragas=metrics, **_model_reply(result.answer.trace.model_reply, turn.answer, lang),
-        quoted_beneath=result.answer.trace.quoted_beneath,
     )
 
 
 def _model_reply(reply: str | None, gold: str, lang: str) -> dict[str, Any]:
-    """The model's own reply where the draft guard showed the quote (instead or beneath), scored like an
-    answer."""
+    """The model's own reply where the draft guard replaced it, scored like an answer."""
     if not reply:
         return {}
     return {"model_reply": reply, "model_f1": token_f1(reply, gold, lang),
@@ -249,10 +246,8 @@ def _answer_row(results: Sequence[AnswerResult], **keys: object) -> dict[str, An
         "exact_match": _mean([r.exact for r in results]),
         "out_of_scope_rate": _mean([float(r.out_of_scope) for r in results]),
         "p_at_10": _mean([r.p_at_10 for r in results]),
-        # the draft guard: turns where it showed the quote instead of the model's reply or beneath it, and the
-        # same run scored with the model's replies
-        "draft_shown": sum(r.model_reply is not None and not r.quoted_beneath for r in results),
-        "quoted_beneath": sum(r.quoted_beneath for r in results),
+        # the draft guard: turns where it showed the quote, and the same run scored with the model's replies
+        "draft_shown": sum(r.model_reply is not None for r in results),
         "f1_without_guard": _mean([r.f1 if r.model_f1 is None else r.model_f1 for r in results]),
         "containment_without_guard": _mean(
             [r.containment if r.model_containment is None else r.model_containment for r in results]),
