@@ -394,6 +394,15 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
     row = "Row 9 in Table 1: Step is syncui, and Description is OpenXT synchronizer UI [Source 1]"
     assert not keeps_draft("syncui, the OpenXT synchronizer UI [Source 1].", step, row)
     assert keeps_draft("It is the synchronizer UI [Source 1].", step, row)
+    # words the quote lacks, all from one sentence of the sources about the question: a correction stands
+    selinux = "What is the SELinux policy language based on?"
+    other = "In both situations the SELinux policy is already in effect, so we use restorecon [Source 1]."
+    te = "It is based on Type Enforcement (TE) [Source 1]."
+    written = "Firstly the SELinux policy is written in a language based on Type Enforcement (TE)."
+    assert not keeps_draft(te, selinux, other, [other, written])
+    assert keeps_draft(te, selinux, other, [other])  # not in the sources: the quote
+    assert keeps_draft(te, selinux, other, ["Type Enforcement (TE) is a MAC model."])  # not about it
+    assert keeps_draft("It is based on Type Enforcement and Lisp.", selinux, other, [written])  # only some
     # a reply with no content words says nothing of the quote; a footnote mark is no number to repeat
     tls = "Syncui listens on port 8080 over TLS [Source 1]."
     assert keeps_draft("It is. [Source 1]", "Which port does syncui use?", tls)

@@ -21,11 +21,13 @@ BENCHMARKS.md, "Answers written from an extractive draft"). Three shapes are rec
   not answer, and a concise answer with one of the unit's words or half its numbers stands. Qwen2.5-0.5B
   rewrote "PCR18 - Trusted OS start-up code (MLE)" as "The Trusted OS start-up code is responsible for MLE",
   or answered another question; BENCHMARKS.md, "Answers that keep the answering unit". Exempt, as none can be
-  compared word for word with the quote: a reply that cites a source the quote does not, or states a number
-  the quote does not that a sentence of the sources sharing a word with the question has (corrections from the
-  sources); one in another language than the quote (a German answer over an English wiki); and "yes" or "no"
-  with none but the question's words, or one of the question's options that a quoted unit names. Paraphrases
-  with synonyms only are not recognised: the quote is shown.
+  compared word for word with the quote: a reply that cites a source the quote does not, states a number
+  the quote does not that a sentence of the sources sharing a word with the question has, or whose every
+  content word that neither the question nor the quote has is in one such sentence or table row ("Type
+  Enforcement" where the quote picked another sentence; corrections from the sources); one in another
+  language than the quote (a German answer over an English wiki); and "yes" or "no" with none but the
+  question's words, or one of the question's options that a quoted unit names. Paraphrases with synonyms only
+  are not recognised: the quote is shown.
 
 Then the quote is the answer, as it would be without a model; any other rewrite is kept.
 """
@@ -95,6 +97,8 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
     numbers = _numbers(strip_markers(answer))
     if _corrects_a_number(numbers - _numbers(" ".join(units)), asked, sources, terms):
         return False
+    if _corrects_in_words(said - asked - set().union(*words), asked, sources, terms):
+        return False
     overlap = [len(w & asked) for w in words]
     most = max(overlap)
     answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
@@ -110,6 +114,15 @@ def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], ter
         return 2 * len(own_numbers & numbers) < len(own_numbers)  # "On 12 November" keeps "12 November 2024"
     own = terms(unit) - asked
     return bool(own) and not own & said
+
+
+def _corrects_in_words(new: set[str], asked: set[str], sources: Sequence[str], terms: Terms) -> bool:
+    """Whether every content word ``new`` to an answer (neither the question's nor its quote's) is in one
+    sentence or table row of the ``sources`` that shares a content word with the question: a correction."""
+    if not new:
+        return False
+    return any(new <= words and words & asked
+               for words in (terms(unit) for source in sources for unit in split_units(source)))
 
 
 def _corrects_a_number(stated: set[str], asked: set[str], sources: Sequence[str], terms: Terms) -> bool:
