@@ -403,6 +403,12 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
     assert keeps_draft(te, selinux, other, [other])  # not in the sources: the quote
     assert keeps_draft(te, selinux, other, ["Type Enforcement (TE) is a MAC model."])  # not about it
     assert keeps_draft("It is based on Type Enforcement and Lisp.", selinux, other, [written])  # only some
+    # a word from a sentence that shares no more of the question than the quote: the page's topic is no proof
+    based = "The SELinux policy language is based on Type Enforcement [Source 1]."
+    page = [based, "In both situations the SELinux policy is in effect. The SELinux kernel module loads it."]
+    for reply in ("It is based on the kernel [Source 1].", "It is used [Source 1].",
+                  "The SELinux policy language is based on restorecon [Source 1]."):
+        assert keeps_draft(reply, selinux, based, page), reply
     # a reply with no content words says nothing of the quote; a footnote mark is no number to repeat
     tls = "Syncui listens on port 8080 over TLS [Source 1]."
     assert keeps_draft("It is. [Source 1]", "Which port does syncui use?", tls)

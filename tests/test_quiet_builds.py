@@ -53,7 +53,7 @@ async def test_a_sync_s_build_waits_until_no_request_has_come_for_the_quiet_peri
 
 
 async def test_a_question_waiting_for_the_worker_postpones_the_build_until_answered(tmp_path: Path) -> None:
-    async with _opened(tmp_path, quiet_s=0.3, max_pending=1000) as idx:
+    async with _opened(tmp_path, quiet_s=0.5, max_pending=1000) as idx:
         await asyncio.wait_for(idx.builds.settled(), 10)  # what opening scheduled (nothing to build)
         idx.builds.builds = 0
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
@@ -61,12 +61,20 @@ async def test_a_question_waiting_for_the_worker_postpones_the_build_until_answe
         assert await idx.optimize() is False
         async with idx._lock:  # the worker busy (a sync's page write): the question waits past quiet_s
             asking = asyncio.create_task(idx.search(_question()))
-            await asyncio.sleep(0.8)
+            await asyncio.sleep(1.2)
             assert idx.builds.builds == 0
         assert await asking != []
         assert idx.builds.builds == 0  # the quiet period counts from the answer
         await asyncio.wait_for(idx.builds.settled(), 10)
         assert idx.builds.builds == 1 and idx.builds.answering == 0
+        async with idx._lock:  # a question given up while it waits is no longer in flight
+            asking = asyncio.create_task(idx.search(_question()))
+            await asyncio.sleep(0.1)
+            assert idx.builds.answering == 1
+            asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asking
+        assert idx.builds.answering == 0
 
 
 async def test_readiness_checks_do_not_postpone_a_build(tmp_path: Path) -> None:

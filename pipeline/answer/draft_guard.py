@@ -23,8 +23,9 @@ BENCHMARKS.md, "Answers written from an extractive draft"). Three shapes are rec
   or answered another question; BENCHMARKS.md, "Answers that keep the answering unit". Exempt, as none can be
   compared word for word with the quote: a reply that cites a source the quote does not, states a number
   the quote does not that a sentence of the sources sharing a word with the question has, or whose every
-  content word that neither the question nor the quote has is in one such sentence or table row ("Type
-  Enforcement" where the quote picked another sentence; corrections from the sources); one in another
+  content word that neither the question nor the quote has is in one sentence or table row sharing more of the
+  question's words than any quoted unit ("Type Enforcement" where the quote picked a sentence about
+  something else; corrections from the sources); one in another
   language than the quote (a German answer over an English wiki); and "yes" or "no" with none but the
   question's words, or one of the question's options that a quoted unit names. Paraphrases with synonyms only
   are not recognised: the quote is shown.
@@ -53,7 +54,7 @@ _ROW = re.compile(r"^Row \d+ in Table \d+:\s*")  # a verbalized table row (``pip
 _UNIT = re.compile(r"\S.*?(?:\s*\[Source \d+\])+\.?", re.DOTALL)  # "fact [Source 1]." as the draft cites
 _NUMBER = re.compile(r"\d+(?:[.,:-]\d+)*")  # "18" of "PCR18", "4.3.3", "10,000", "02:00", "555-0100"
 _THOUSANDS_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+")
-_WRITTEN = re.compile(rf"\[{WORD_JOINER}[^\]]*\]")  # "[\u20603]": page text (``citations.as_written``)
+_WRITTEN = re.compile(rf"[\[(]{WORD_JOINER}[^\])]*[\])]")  # "[\u20603]": page text (``citations.as_written``)
 _YES_NO = frozenset({"yes", "no", "ja", "nein"})
 _NOT = frozenset({"not", "nicht", "kein", "keine"})
 _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
@@ -97,10 +98,10 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
     numbers = _numbers(strip_markers(answer))
     if _corrects_a_number(numbers - _numbers(" ".join(units)), asked, sources, terms):
         return False
-    if _corrects_in_words(said - asked - set().union(*words), asked, sources, terms):
-        return False
     overlap = [len(w & asked) for w in words]
     most = max(overlap)
+    if _corrects_in_words(said - asked - set().union(*words), (asked, most), sources, terms):
+        return False
     answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
     return all(_left_out(_content(u), said, numbers | given, asked, terms) for u in answering)
 
@@ -116,12 +117,16 @@ def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], ter
     return bool(own) and not own & said
 
 
-def _corrects_in_words(new: set[str], asked: set[str], sources: Sequence[str], terms: Terms) -> bool:
+def _corrects_in_words(new: set[str], question: tuple[set[str], int], sources: Sequence[str],
+                       terms: Terms) -> bool:
     """Whether every content word ``new`` to an answer (neither the question's nor its quote's) is in one
-    sentence or table row of the ``sources`` that shares a content word with the question: a correction."""
+    sentence or table row of the ``sources`` that shares more of the question's content words than any
+    quoted unit does (``question``: those words and that most): a correction. Sharing only the page's topic
+    word is not enough, or any word of the page would pass ("It is based on the kernel")."""
+    asked, most = question
     if not new:
         return False
-    return any(new <= words and words & asked
+    return any(new <= words and len(words & asked) > most
                for words in (terms(unit) for source in sources for unit in split_units(source)))
 
 

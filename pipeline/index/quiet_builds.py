@@ -37,7 +37,7 @@ class QuietBuilds:
         self.max_pending = max_pending
         self.pending = 0  # points written since the last build
         self.builds = 0  # builds started (at once or deferred)
-        self.answering = 0  # requests in flight: never quiet while one is (it may wait for the worker)
+        self.answering = 0  # questions in flight: never quiet while one is (it may wait for the worker)
         self._last = time.monotonic()
         self._task: asyncio.Task[None] | None = None
 
@@ -89,7 +89,7 @@ class QuietBuilds:
             wait = self._last + self.quiet_s - time.monotonic()
             if wait <= 0 and not self.answering:
                 break
-            await asyncio.sleep(wait if wait > 0 else self.quiet_s)
+            await asyncio.sleep(wait if wait > 0 else max(self.quiet_s, 0.05))
         try:
             await self._run()
         except EvidentError as exc:
