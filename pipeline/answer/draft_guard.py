@@ -23,12 +23,11 @@ BENCHMARKS.md, "Answers written from an extractive draft"). Three shapes are rec
   or answered another question; BENCHMARKS.md, "Answers that keep the answering unit". Exempt, as none can be
   compared word for word with the quote: a reply that cites a source the quote does not, states a number
   the quote does not that a sentence of the sources sharing a word with the question has, or whose every
-  content word that neither the question nor the quote has is in one sentence or table row sharing more of the
-  question's words than any quoted unit ("Type Enforcement" where the quote picked a sentence about
-  something else; corrections from the sources); one in another
-  language than the quote (a German answer over an English wiki); and "yes" or "no" with none but the
-  question's words, or one of the question's options that a quoted unit names. Paraphrases with synonyms only
-  are not recognised: the quote is shown.
+  content word that neither the question nor the quote has is in one sentence or table row sharing more of
+  the question's words than any quoted unit ("Type Enforcement" where the quote picked a sentence about
+  something else; corrections from the sources); one in another language than the quote (a German answer
+  over an English wiki); and "yes" or "no" with none but the question's words, or one of the question's
+  options that a quoted unit names. Paraphrases with synonyms only are not recognised: the quote is shown.
 
 Then the quote is the answer, as it would be without a model; any other rewrite is kept.
 """
@@ -148,8 +147,8 @@ def _numbers(text: str) -> set[str]:
 
 def _content(unit: str) -> str:
     """A unit's words; a verbalized row's cell values only ("Row 2 in Table 1: Step is syncui, and ..." ->
-    "syncui ..."), as its numbering and headers are no fact a rewrite must repeat; bracketed page text
-    ("note [3]", kept as written) aside, as no rewrite repeats a footnote mark."""
+    "syncui ..."), as its numbering and headers are no fact a rewrite must repeat; marker-like page text
+    ("note [3]", "(Source 2)", kept as written) aside, as no rewrite repeats a footnote mark."""
     unit = _WRITTEN.sub("", unit)
     if not _ROW.match(unit):
         return unit
