@@ -214,6 +214,22 @@ async def access_latencies(index: Any, queries: np.ndarray) -> dict[str, float]:
     return out
 
 
+
+async def dense_top(index: Any, queries: np.ndarray) -> list[set[str]]:
+    """The evidence ids of each query's dense top 10, as the index finds them."""
+    found = []
+    for q in queries:
+        request = SearchRequest(dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10,
+                                scope=EVERYTHING)
+        hits = await index.search(request)
+        found.append({h.evidence.id for h in hits})
+    return found
+
+
+def recall_of(found: list[set[str]], exact: list[set[str]]) -> float:
+    """Mean recall@10 of ``found`` against ``exact`` (``Corpus.exact_top``)."""
+    return float(np.mean([len(f & e) / len(e) for f, e in zip(found, exact, strict=True)]))
+
 async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int,
               with_access: bool = False) -> dict[str, Any]:
     corpus = Corpus(n, vectors)
@@ -241,14 +257,7 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int,
         reopen = time.perf_counter() - t
         lat = await timed(index, queries, [EVERYTHING])
         filtered = await access_latencies(index, queries) if with_access else {}
-        found = []
-        for q in queries:
-            hits = await index.search(
-                SearchRequest(
-                    dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10, scope=EVERYTHING
-                )
-            )
-            found.append({h.evidence.id for h in hits})
+        found = await dense_top(index, queries)
         t = time.perf_counter()
         pages = len(await index.page_hashes())
         hashes_ms = (time.perf_counter() - t) * 1000
@@ -256,8 +265,7 @@ async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int,
         stats = await index.stats()
         size = disk(path)
         await index.close()
-    exact = corpus.exact_top(queries)
-    recall = float(np.mean([len(f & e) / len(e) for f, e in zip(found, exact, strict=True)]))
+    recall = recall_of(found, corpus.exact_top(queries))
     return {
         "points": n,
         "layout": layout_name + (f"({overrides})" if overrides else ""),

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from index_scale import DIM, PAGE, Corpus
+from index_scale import DIM, PAGE, Corpus, dense_top, recall_of
 
 from pipeline.access.scope import EVERYTHING
 from pipeline.index.edge import EdgeIndex
@@ -62,14 +62,7 @@ async def search_ms(index: EdgeIndex, corpus: Corpus) -> tuple[float, float]:
 async def recall(index: EdgeIndex, corpus: Corpus, salts: dict[int, int]) -> float:
     """Dense recall@10 against exact search over the vectors the index holds now (200 queries)."""
     queries = corpus.queries(200)
-    found = []
-    for q in queries:
-        request = SearchRequest(dense=tuple(q.tolist()), sparse=None, mode="dense", dense_k=10, limit=10,
-                                scope=EVERYTHING)
-        hits = await index.search(request)
-        found.append({h.evidence.id for h in hits})
-    exact = corpus.exact_top(queries, salts=salts)
-    return float(np.mean([len(f & e) / len(e) for f, e in zip(found, exact, strict=True)]))
+    return recall_of(await dense_top(index, queries), corpus.exact_top(queries, salts=salts))
 
 
 async def run_plan(path: Path, corpus: Corpus, layout: EdgeLayout, batches: int, per: int,
