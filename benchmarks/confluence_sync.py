@@ -5,10 +5,11 @@ sync and (3) a sync after one edit, with the real index (Qdrant Edge), store (SQ
 ingest, but the hash-based *test* embedder: the numbers show connector + ingest + index overhead, not model
 speed. The pages' edit times are spread over the last ``--spread-hours`` (a busy site), and the cycles run
 once with the site's CQL zone measured (the default) and once without (the 13 h overlap that was the default
-before), in a site zone of ``--tz-min`` minutes east of UTC.
+before), in a site zone of ``--tz-min`` minutes east of UTC. ``--listing-interval`` is
+``EVIDENT_SYNC_LISTING_INTERVAL_S`` (default: the setting's; 0 lists every space every cycle).
 
     python -m benchmarks.confluence_sync [--mode dc|cloud] [--page-limit 50] [--limit N] [--spread-hours 48]
-                                         [--tz-min -300] [--json out.json]
+                                         [--tz-min -300] [--listing-interval S] [--json out.json]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from helpers import ingest_options
 
 from connectors.confluence import ConfluenceClient, ConfluenceSource, sync_confluence
+from connectors.confluence.settings import ConfluenceSettings
 from pipeline.index.edge import EdgeIndex
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.store import Store
@@ -32,7 +34,7 @@ from tests.fake_confluence import FakeConfluence, HashEmbedder, documents_dir, l
 
 
 async def cycles(mode: str, page_limit: int, limit: int | None, spread_h: float, tz_min: int,
-                 zone_probe: bool) -> dict[str, Any]:
+                 zone_probe: bool, listing_s: float) -> dict[str, Any]:
     pages = load_pages(limit=limit)
     now = datetime.now(UTC)
     for n, page in enumerate(pages):  # oldest first, the newest a minute ago
@@ -46,7 +48,8 @@ async def cycles(mode: str, page_limit: int, limit: int | None, spread_h: float,
         spaces = sorted({p.space for p in pages})
         client = ConfluenceClient(fc.url, token=fc.token, user=fc.user if mode == "cloud" else None)
         source = ConfluenceSource(
-            client, spaces=spaces, page_limit=page_limit, overlap_s=600, zone_probe=zone_probe
+            client, spaces=spaces, page_limit=page_limit, overlap_s=600, zone_probe=zone_probe,
+            listing_interval_s=listing_s,
         )
         with tempfile.TemporaryDirectory() as tmp:
             index = EdgeIndex(Path(tmp) / "index")
@@ -86,7 +89,7 @@ async def cycles(mode: str, page_limit: int, limit: int | None, spread_h: float,
 
 
 async def run(
-    mode: str, page_limit: int, limit: int | None, spread_h: float, tz_min: int
+    mode: str, page_limit: int, limit: int | None, spread_h: float, tz_min: int, listing_s: float
 ) -> dict[str, object]:
     return {
         "documents": str(documents_dir()),
@@ -94,8 +97,9 @@ async def run(
         "mode": mode,
         "site_zone_min": tz_min,
         "edits_spread_over_hours": spread_h,
-        "zone_measured": await cycles(mode, page_limit, limit, spread_h, tz_min, zone_probe=True),
-        "zone_unknown_13h_overlap": await cycles(mode, page_limit, limit, spread_h, tz_min, zone_probe=False),
+        "listing_interval_s": listing_s,
+        "zone_measured": await cycles(mode, page_limit, limit, spread_h, tz_min, True, listing_s),
+        "zone_unknown_13h_overlap": await cycles(mode, page_limit, limit, spread_h, tz_min, False, listing_s),
     }
 
 
@@ -106,9 +110,12 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="serve only the first N documents")
     ap.add_argument("--spread-hours", type=float, default=48.0, help="edit times spread over this many hours")
     ap.add_argument("--tz-min", type=int, default=-300, help="the site's CQL zone, minutes east of UTC")
+    ap.add_argument("--listing-interval", type=float, default=ConfluenceSettings().sync_listing_interval_s,
+                    help="EVIDENT_SYNC_LISTING_INTERVAL_S (0: every cycle lists every space)")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args()
-    result = asyncio.run(run(args.mode, args.page_limit, args.limit, args.spread_hours, args.tz_min))
+    result = asyncio.run(run(args.mode, args.page_limit, args.limit, args.spread_hours, args.tz_min,
+                             args.listing_interval))
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -12,11 +12,12 @@ with Slack's HTTP transport against the test suite's fake Slack Web API in this 
 
 Reports: cold sync wall and requests per page; peak RSS of every process (polled every 0.25 s, with their
 children: the index worker); disk; the keyword vocabulary's size; a no-change cycle's requests, bodies and
-seconds; per edit cycle (``--share`` of the pages edited just before serve's next cycle) requests, bodies and
-seconds; edit-to-answer latency (a question about an edited page asked every 5 s until the answer has the
-new text); answer latency (question to answer in Slack) idle against during a sync; event-loop stalls (a
-``/healthz`` request every 50 ms, the response time over its idle median, which also counts this process's
-own loop and the machine's scheduling; and serve's own ``event loop blocked`` warnings, which name where).
+seconds, between listings and with every space listed; per edit cycle (``--share`` of the pages edited just
+before serve's next cycle) requests, bodies and seconds; edit-to-answer latency (a question about an edited
+page asked every 5 s until the answer has the new text); answer latency (question to answer in Slack) idle
+against during a sync; event-loop stalls (a ``/healthz`` request every 50 ms, the response time over its
+idle median, which also counts this process's own loop and the machine's scheduling; and serve's own
+``event loop blocked`` warnings, which name where).
 
 ``--reuse --work DIR --edit-seed N`` starts from an earlier run's data: an incremental sync instead of the
 cold one, and with another ``--edit-seed`` than that run's the edit cycles draw other pages and code words,
@@ -119,6 +120,11 @@ def main() -> None:
         quiet = sync_once("sync (no change)", env, site_conn, sampler)
         print("no-change sync:", json.dumps(quiet), flush=True)
         results["no_change"] = quiet
+        # the same with every space listed, as a cycle does every EVIDENT_SYNC_LISTING_INTERVAL_S
+        listed = sync_once("sync (no change, listed)", env | {"EVIDENT_SYNC_LISTING_INTERVAL_S": "0"},
+                           site_conn, sampler)
+        print("no-change sync, every space listed:", json.dumps(listed), flush=True)
+        results["no_change_listed"] = listed
         site_conn.send(("sample", args.seed))
         sample = site_conn.recv()
         serve = ServeRun(env, site_conn, sampler, interval=args.interval, rate=args.rate, share=args.share,

@@ -34,6 +34,7 @@ def make_confluence_source(settings: ConnectorSettings, **client_options: Any) -
         include_restricted=settings.confluence.include_restricted,
         overlap_s=settings.confluence.sync_overlap_s,
         zone_probe=settings.confluence.sync_zone_probe,
+        listing_interval_s=settings.confluence.sync_listing_interval_s,
         blog_posts=settings.confluence.blog_posts,
         resolve_macros=settings.confluence.resolve_macros,
         attachments=settings.confluence.attachments,

@@ -19,7 +19,8 @@ from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.clock import measure_zone
 from connectors.confluence.cql import pages_cql, parse_utc, quote, since_bound, to_utc_iso
 from connectors.confluence.source import ConfluenceSource
-from connectors.confluence.sync import SyncReport, _Tracker, sync_confluence
+from connectors.confluence.sync import SyncReport, sync_confluence
+from connectors.confluence.tracker import Tracker
 from connectors.factory import make_confluence_source
 from evident.settings import Settings
 from pipeline.errors import AuthError, IndexError_, NotFoundError, RateLimitedError, UnreachableError
@@ -164,13 +165,13 @@ def test_to_utc_iso_normalises_offsets() -> None:
 
 
 def test_tracker_holds_checkpoint_at_first_retryable_failure_and_on_unstable_paging() -> None:
-    t = _Tracker(
+    t = Tracker(
         seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("3", "2024-01-01T00:09:00Z")]
     )
     assert t.checkpoint(set(), None) == "2024-01-01T00:09:00.000Z"
     assert t.checkpoint({"2"}, None) == "2024-01-01T00:00:00.000Z"
     assert t.checkpoint({"1"}, "2023-12-31T00:00:00.000Z") == "2023-12-31T00:00:00.000Z"
-    dup = _Tracker(
+    dup = Tracker(
         seen=[("1", "2024-01-01T00:00:00Z"), ("2", "2024-01-01T00:05:00Z"), ("1", "2024-01-02T00:00:00Z")]
     )
     assert dup.checkpoint(set(), "2023-12-31T00:00:00.000Z") == "2023-12-31T00:00:00.000Z"

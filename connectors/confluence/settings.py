@@ -50,6 +50,14 @@ class ConfluenceSettings(Area):
         "CQL time zone is not known.",
         ge=0,
     )
+    sync_listing_interval_s: int = setting(
+        3600,
+        "EVIDENT_SYNC_LISTING_INTERVAL_S",
+        "How often a sync lists every page of a space, to see what no edit time shows: deletions, moves, "
+        "read restrictions added or lifted without an edit. Between listings a cycle asks only what changed "
+        "(one request a space when nothing did). 0: every cycle; per-user access lists every cycle.",
+        ge=0,
+    )
     sync_zone_probe: bool = setting(
         True,
         "EVIDENT_SYNC_ZONE_PROBE",

@@ -77,6 +77,7 @@ class ConfluenceSource(PageExtras):
         comments: bool = False,
         jira: JiraClient | None = None,
         permissions: PermissionSweep | None = None,
+        listing_interval_s: float = 0.0,
     ) -> None:
         self.client = client
         self.spaces = tuple(spaces)
@@ -87,6 +88,7 @@ class ConfluenceSource(PageExtras):
         self.page_limit = page_limit
         self.id_limit = id_limit
         self.overlap_s = overlap_s
+        self.listing_interval_s = listing_interval_s  # 0: every cycle lists (``confluence.schedule``)
         self.zone_probe = zone_probe
         self.blog_posts = blog_posts
         self.attachments = attachments
@@ -102,9 +104,19 @@ class ConfluenceSource(PageExtras):
         self.permissions = permissions
         self.access: dict[str, PageAccess] = {}
 
+    def restricted_ids(self, space: str) -> set[str]:
+        """The pages of ``space`` with read restrictions of their own, as its last listing found them."""
+        return set(self._restricted.get(space, ()))
+
+    def assume_restricted(self, space: str, ids: set[str]) -> None:
+        """Take ``ids`` as the pages of ``space`` with own read restrictions (kept from an earlier
+        listing), so reading its changed pages needs no listing."""
+        self._restricted[space] = set(ids)
+
     def new_cycle(self) -> None:
-        """Forget what an earlier cycle learnt about pages outside the listings (restrictions change)."""
+        """Forget what an earlier cycle learnt about restrictions (they change)."""
         self._ancestor_restricted.clear()
+        self._restricted.clear()
 
     @property
     def source_key(self) -> str:

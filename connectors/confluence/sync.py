@@ -18,7 +18,6 @@ shifts offsets and may hide another page), the checkpoint is not advanced at all
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -28,12 +27,14 @@ from typing import TYPE_CHECKING
 
 from connectors.confluence.access_sync import settle_access
 from connectors.confluence.clock import site_zone
-from connectors.confluence.cql import parse_utc, since_bound, to_utc_iso
+from connectors.confluence.cql import since_bound
 from connectors.confluence.includes import load_includes, save_includes, stale_includers
 from connectors.confluence.listing import gone_and_moved, rejected_credentials
+from connectors.confluence.schedule import check_space, due_listings, remember_listing, unchanged
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
 from connectors.confluence.sync_extras import extra_items, list_extras
+from connectors.confluence.tracker import Tracker
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
@@ -65,39 +66,6 @@ class SyncReport:
     pages_seen: int = 0
     checkpoints: dict[str, str | None] = field(default_factory=dict)  # space -> checkpoint after the run
     cql_zone_min: int | None = None  # the zone the site reads CQL dates in (minutes east of UTC), if measured
-
-
-@dataclass
-class _Tracker:
-    """Remembers what was handed to ingest, in order, and whether fetching stopped early."""
-
-    seen: list[tuple[str, str | None]] = field(default_factory=list)
-    extra: list[tuple[str, str | None]] = field(default_factory=list)  # read by id, outside the edit order
-    fetch_error: RemoteError | None = None
-
-    async def wrap(self, pages: AsyncIterator[Page], *, order: bool = True) -> AsyncIterator[Page]:
-        """``pages``, remembered: in ``seen`` (they count for the checkpoint), or ``extra`` when not in edit
-        ``order``."""
-        into = self.seen if order else self.extra
-        try:
-            async for page in pages:
-                into.append((page.id, page.updated))
-                yield page
-        except RemoteError as exc:  # retries exhausted: stop here, keep what was ingested
-            self.fetch_error = exc
-
-    def checkpoint(self, blocking: set[str], old: str | None) -> str | None:
-        ids = [pid for pid, _ in self.seen]
-        if len(ids) != len(set(ids)):
-            return old  # unstable paging: a page moved while we paged
-        best = parse_utc(old) if old else None
-        for pid, updated in self.seen:
-            if pid in blocking:
-                break
-            if updated:
-                t = parse_utc(updated)
-                best = t if best is None or t > best else best
-        return to_utc_iso(best.isoformat()) if best else old
 
 
 async def sync_confluence(
@@ -165,23 +133,26 @@ class _Cycle:
 
 
 async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
-    """One sync cycle over ``keys`` after its set-up: listings, deletions and moves, then each space, then the
-    includers an edit in a later space made stale."""
+    """One sync cycle over ``keys`` after its set-up: the listings that are due (``schedule``), deletions and
+    moves, then each space, then the includers an edit in a later space made stale."""
     source, store, report = cycle.source, cycle.store, cycle.report
     await _start(cycle, keys)
-    listings, pages_of, incomplete = await _list_spaces(source, keys, report)
-    zone = await _site_zone(source, store, listings, report) if not cycle.full else None
+    listed_at = datetime.now(UTC)
+    due = await due_listings(source, store, keys, full=cycle.full)
+    listings, pages_of, incomplete = await _list_spaces(source, [k for k in keys if k in due], report)
+    zone = await _site_zone(source, store, keys, listings, report) if not cycle.full else None
     gone, moved, unlisted = await _deletions(cycle, listings, incomplete)
-    known = {key: await load_known(store, source.source_key, key) for key in listings}
-    for key in keys:
-        if key not in listings:
-            continue
+    synced = [k for k in keys if k in listings or k not in due]
+    known = {key: await load_known(store, source.source_key, key) for key in synced}
+    for key in synced:
         report.checkpoints[key] = await _sync_space(
-            key, cycle, moved=moved.get(key, []), zone=zone, containers=pages_of[key], listing=listings[key],
-            elsewhere=_elsewhere(known, key), versions=known[key])
+            key, cycle, moved=moved.get(key, []), zone=zone, containers=pages_of.get(key),
+            listing=listings.get(key), elsewhere=_elsewhere(known, key), versions=known[key])
         known[key] = await load_known(store, source.source_key, key)  # later spaces see what this one read
+        if key in listings and key not in incomplete:
+            await remember_listing(source, store, key, listed_at)
     if source.macros is not None:
-        for key in listings:
+        for key in synced:
             await _refresh_includers(cycle, key, _elsewhere(known, key))
     report.permissions_changed = await settle_access(source, cycle.index, store, listings, gone,
                                                      report.warnings, unlisted=unlisted)
@@ -194,7 +165,7 @@ async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
 async def _start(cycle: _Cycle, keys: Sequence[str]) -> None:
     source = cycle.source
     for key in keys:
-        await _check_space(source, cycle.store, key, again=cycle.full)
+        await check_space(source, cycle.store, key, again=cycle.full)
     source.stats = SourceStats()  # counts are per run
     source.new_cycle()
     if source.macros is not None:
@@ -208,6 +179,8 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
                      incomplete: set[str]) -> tuple[list[str], dict[str, list[str]], set[str]]:
     """Delete what left the synced spaces; the pages moved between them, by space; and what is kept unlisted:
     a space whose attachment or comment listing failed keeps everything indexed under it this cycle."""
+    if not listings:  # no space listed this cycle: nothing can be told gone or moved
+        return [], {}, set()
     indexed = await cycle.index.page_spaces()
     kept = {k: ids | {pid for pid, sp in indexed.items() if sp == k} if k in incomplete else ids
             for k, ids in listings.items()}
@@ -268,41 +241,76 @@ async def _sync_space(
     *,
     moved: Sequence[str],
     zone: int | None,
-    containers: set[str],
-    listing: set[str],
+    containers: set[str] | None,
+    listing: set[str] | None,
     elsewhere: dict[str, str],
     versions: dict[str, str],
 ) -> str | None:
     """Ingest one space's pages changed since its checkpoint, the pages ``moved`` into it (fetched by id,
-    outside
-    the checkpoint's reckoning), and its attachments and comments; ``versions``: the space's known versions.
-    Returns the new checkpoint (never past a page that failed in a way a retry can fix)."""
+    outside the checkpoint's reckoning), and its attachments and comments; ``versions``: the space's known
+    versions; ``listing``/``containers``: every in-scope id and page id, or None when the space was not listed
+    this cycle (then only what changed is asked, ``schedule.unchanged`` first). Returns the new checkpoint
+    (never past a page that failed in a way a retry can fix)."""
     source, store, report = cycle.source, cycle.store, cycle.report
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not cycle.full else None
-    tracker, extras = _Tracker(), _Tracker()
+    if listing is None and since is not None:
+        same = await unchanged(source, key, since, versions)
+        if same is not None:
+            report.unchanged += same
+            return old
+    indexed = await cycle.index.page_spaces() if listing is None else {}
+    if containers is None:  # not listed: the space's indexed pages, and those read now (below)
+        containers = {pid for pid, space in indexed.items() if space == key and pid.isdigit()}
+    tracker, extras = Tracker(), Tracker()
     includes = await load_includes(store, source.source_key, key)
-    known = {pid: when for pid, when in versions.items() if pid in listing}
+    known = versions if listing is None else {pid: w for pid, w in versions.items() if pid in listing}
     source.known = known if since else {}
     if source.macros is not None:
         source.macros.includes.clear()  # from here on: the pages of this space
-    pages = _chain(tracker.wrap(source.iter_space(key, since=since)),
+    pages = _chain(_noting(tracker.wrap(source.iter_space(key, since=since)), containers),
                    source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
                    extras.wrap(extra_items(source, key, containers, moved, since), order=False),
                    _includers(source, key, tracker, includes, elsewhere),
                    tracker.wrap(_unindexed(source, key, tracker, cycle.index, containers - set(known)),
-                                order=False) if since else None)
+                                order=False) if since and listing is not None else None)
     ing = await cycle.ingest(pages)
+    _stopped(key, tracker, extras, report)
+    tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
+    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
+    if source.macros is not None:
+        await save_includes(store, source.source_key, key, includes, source.macros.includes)
+    if listing is None:
+        await _drop_restricted(cycle, key, indexed)
+    return await _settle(source, store, key, tracker, blocking, old, known, listing)
+
+
+def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) -> None:
+    """Raise a fetch stopped by rejected credentials (every space would fail alike); report one that stopped
+    reading the space's pages."""
     for stopped in (tracker.fetch_error, extras.fetch_error):
         if stopped is not None and rejected_credentials(stopped):
             raise stopped
     if tracker.fetch_error is not None:
         report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
-    tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
-    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
-    if source.macros is not None:
-        await save_includes(store, source.source_key, key, includes, source.macros.includes)
-    return await _settle(source, store, key, tracker, blocking, old, known, listing)
+
+
+async def _noting(pages: AsyncIterator[Page], ids: set[str]) -> AsyncIterator[Page]:
+    """``pages``, each id added to ``ids`` (containers of the attachments and comments read after them)."""
+    async for page in pages:
+        ids.add(page.id)
+        yield page
+
+
+async def _drop_restricted(cycle: _Cycle, key: str, indexed: dict[str, str]) -> None:
+    """Between listings: the pages of ``key`` read with read restrictions now (an edit that restricted them)
+    leave the index in this cycle (a listing would have left them out)."""
+    gone = sorted(pid for pid in cycle.source.stats.skipped_restricted if indexed.get(pid) == key)
+    if gone:
+        await cycle.index.delete_pages(gone)
+        cycle.report.deleted += len(gone)
+        if cycle.words is not None:
+            await cycle.words.forget(gone)
 
 
 def _add_up(report: SyncReport, ing: IngestReport) -> None:
@@ -315,45 +323,29 @@ def _add_up(report: SyncReport, ing: IngestReport) -> None:
     report.warnings.extend(ing.warnings)
 
 
-async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: _Tracker,
-                  blocking: set[str], old: str | None, known: dict[str, str], listed: set[str]) -> str | None:
-    """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled."""
+async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: Tracker,
+                  blocking: set[str], old: str | None, known: dict[str, str],
+                  listed: set[str] | None) -> str | None:
+    """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled
+    (of those ``listed``, when the space was listed this cycle)."""
     new = tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
     unsettled = blocking | {pid for pid, _ in source.stats.warnings}  # to be read again: not known
     await save_known(store, source.source_key, key, known,
                      [(pid, when) for pid, when in tracker.seen + tracker.extra + source.stats.unusable
-                      if pid not in unsettled and pid in listed], new)
+                      if pid not in unsettled and (listed is None or pid in listed)], new)
     return new
 
 
-SPACE_CHECK_TTL_S = 6 * 3600
-
-
-async def _check_space(source: ConfluenceSource, store: CheckpointStore, key: str, *, again: bool) -> None:
-    """The space check (wrong key, credentials, base URL), at most every ``SPACE_CHECK_TTL_S`` per space: a
-    passed check is kept in the checkpoint store row ``__space_ok__:<key>``; ``again`` (``--full``) checks
-    anyway. Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave
-    the index."""
-    row = f"__space_ok__:{key}"
-    kept = await store.get_checkpoint(source.source_key, row)
-    now = datetime.now(UTC)
-    if kept and not again:
-        with contextlib.suppress(ValueError):
-            if 0 <= (now - parse_utc(kept)).total_seconds() < SPACE_CHECK_TTL_S:
-                return
-    await source.check_space(key)
-    await store.set_checkpoint(source.source_key, row, now.isoformat())
-
-
-async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings: dict[str, set[str]],
-                     report: SyncReport) -> int | None:
-    """The zone the site reads CQL dates in (``connectors.confluence.clock``), from a space with pages; None
-    (the wide overlap) when switched off or not measurable."""
+async def _site_zone(source: ConfluenceSource, store: CheckpointStore, keys: Sequence[str],
+                     listings: dict[str, set[str]], report: SyncReport) -> int | None:
+    """The zone the site reads CQL dates in (``connectors.confluence.clock``), from a space with pages (the
+    first space not listed this cycle when none listed has any); None (the wide overlap) when switched off or
+    not measurable."""
     if not source.zone_probe:
         return None
-    key = next((k for k, ids in listings.items() if ids), None)
+    key = next((k for k, ids in listings.items() if ids), next((k for k in keys if k not in listings), None))
     if key is None:
         return None
     try:
@@ -363,7 +355,7 @@ async def _site_zone(source: ConfluenceSource, store: CheckpointStore, listings:
     return report.cql_zone_min
 
 
-async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
+async def _includers(source: ConfluenceSource, key: str, tracker: Tracker,
                      includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
     """After the changed pages: the pages showing an older version of one of them, fetched again so the
     included text is current. Runs last, when ``tracker`` has seen every changed page. Included pages of other
@@ -375,7 +367,7 @@ async def _includers(source: ConfluenceSource, key: str, tracker: _Tracker,
             yield page
 
 
-async def _unindexed(source: ConfluenceSource, key: str, tracker: _Tracker, index: Index,
+async def _unindexed(source: ConfluenceSource, key: str, tracker: Tracker, index: Index,
                      candidates: set[str]) -> AsyncIterator[Page]:
     """Last: the in-scope pages that are neither indexed nor were read this run nor were settled at their
     current version by an earlier one: pages whose read restriction was lifted, that gained an included label

@@ -1,0 +1,104 @@
+"""What a sync cycle asks Confluence only now and then: the space check, and the listing of every page.
+
+Listing a space (every in-scope id with its read restrictions, then its attachments and comments) is how a
+sync sees what no edit time shows: pages deleted, archived or moved, read restrictions added or lifted, a
+label gained, a page that came under the configured ancestor. It costs about one request per 200 pages and
+kind, and Confluence has no feed of those changes, so a space is listed when its last listing is older than
+``EVIDENT_SYNC_LISTING_INTERVAL_S`` (and always with ``--full``, with per-user access, whose permissions are
+read afresh every cycle, or when no listing of it is kept). Between listings a cycle asks one question per
+space, what in it (pages, blog posts, attachments, comments) was modified since the checkpoint
+(``unchanged``); when every answer is a version already indexed, nothing else is asked, so a cycle with no
+change costs one request a space.
+
+What a listing learns that later cycles need is kept in the checkpoint store: when it ran and, in space mode,
+which pages carry their own read restrictions (their descendants are left out between listings too). A page
+edited between listings is read with its restrictions, so an edit that also restricted it removes it in that
+cycle; a restriction added without an edit waits for the next listing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from connectors.confluence.cql import parse_utc, quote, version_time
+from connectors.confluence.state import load_row, save_row
+from pipeline.errors import InputError
+from pipeline.protocols import CheckpointStore
+
+if TYPE_CHECKING:
+    from connectors.confluence.source import ConfluenceSource
+
+SPACE_CHECK_TTL_S = 6 * 3600
+
+
+async def check_space(source: ConfluenceSource, store: CheckpointStore, key: str, *, again: bool) -> None:
+    """The space check (wrong key, credentials, base URL), at most every ``SPACE_CHECK_TTL_S`` per space: a
+    passed check is kept in the checkpoint store row ``__space_ok__:<key>``; ``again`` (``--full``) checks
+    anyway. Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave
+    the index."""
+    row = f"__space_ok__:{key}"
+    kept = await store.get_checkpoint(source.source_key, row)
+    now = datetime.now(UTC)
+    if kept and not again:
+        with contextlib.suppress(InputError):  # a damaged row: checked again
+            if 0 <= (now - parse_utc(kept)).total_seconds() < SPACE_CHECK_TTL_S:
+                return
+    await source.check_space(key)
+    await store.set_checkpoint(source.source_key, row, now.isoformat())
+
+
+async def due_listings(source: ConfluenceSource, store: CheckpointStore, keys: Sequence[str], *,
+                       full: bool) -> set[str]:
+    """The spaces of ``keys`` this cycle lists; for the others, what their last listing learnt is restored
+    into ``source`` (the pages with their own read restrictions)."""
+    interval = source.listing_interval_s
+    if full or interval <= 0 or source.permissions is not None:
+        return set(keys)
+    now = datetime.now(UTC)
+    due: set[str] = set()
+    for key in keys:
+        kept = await load_row(store, source.source_key, "listed", key)
+        restricted = kept.get("restricted")
+        try:
+            age = (now - parse_utc(str(kept.get("at", "")))).total_seconds()
+        except InputError:  # never listed, or a damaged row: listed now
+            age = None
+        if age is None or not 0 <= age < interval or not isinstance(restricted, list):
+            due.add(key)
+        else:
+            source.assume_restricted(key, {str(pid) for pid in restricted})
+    return due
+
+
+async def remember_listing(source: ConfluenceSource, store: CheckpointStore, key: str, at: datetime) -> None:
+    """Keep when ``key`` was listed (``at``: when its listing began) and its pages with own read
+    restrictions."""
+    await save_row(store, source.source_key, "listed", key,
+                   {"at": at.isoformat(), "restricted": sorted(source.restricted_ids(key))})
+
+
+async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[str, str]) -> int | None:
+    """When nothing in space ``key`` was modified since the CQL bound ``since`` but versions ``known`` to be
+    indexed, how many such were (re-read in the overlap); None on a change. One request, no bodies; a second
+    results page counts as a change."""
+    kinds = ["page"] + (["blogpost"] if source.blog_posts else []) + (
+        ["attachment"] if source.attachments else []) + (["comment"] if source.comments else [])
+    cql = (f"space = {quote(key)} and type in ({', '.join(kinds)}) and lastmodified >= {quote(since)} "
+           "order by lastmodified asc")
+    limit = source.id_limit
+    seen = 0
+    rows = source.client.search(cql, expand="version", limit=limit)
+    try:
+        async for r in rows:
+            pid, when = str(r.get("id", "")), version_time(r)
+            if when is None or known.get(pid) != when:
+                return None
+            seen += 1
+            if seen >= limit:  # more may follow: not worth a second request to tell
+                return None
+    finally:
+        await rows.aclose()  # type: ignore[attr-defined]
+    return seen

@@ -1,0 +1,132 @@
+"""Listings on their own schedule (``connectors.confluence.schedule``), with the settings' defaults: a cycle
+with no change asks one request a space; what no edit time shows (deletions, restrictions added without an
+edit) waits for the next listing and is seen then; what an edit shows is seen at once, between listings
+too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_plus
+
+import pytest
+from helpers import HashEmbedder, ingest_options
+
+from connectors.confluence.source import ConfluenceSource
+from connectors.confluence.sync import SyncReport, sync_confluence
+from connectors.factory import make_confluence_source
+from evident.settings import Settings
+from pipeline.index.edge import EdgeIndex
+from pipeline.models.sparse import Bm25Encoder
+from pipeline.store import Store
+from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
+
+pytestmark = pytest.mark.slow
+
+
+def _pages() -> list[FakePage]:
+    pages = [FakePage(str(i), f"Page {i}", space, f"<p>notes {i}</p>", BASE_TIME + timedelta(hours=i))
+             for i, space in ((1, "ENG"), (2, "ENG"), (3, "OPS"), (4, "OPS"))]
+    locked = FakePage("5", "Locked", "OPS", "<p>secret</p>", BASE_TIME, restricted_users=["alice"])
+    child = FakePage("6", "Under locked", "OPS", "<p>also secret</p>", BASE_TIME, parent="5")
+    return [*pages, locked, child]
+
+
+class Site:
+    def __init__(self, fc: FakeConfluence, tmp: Path) -> None:
+        self.fc, self.tmp = fc, tmp
+
+    async def __aenter__(self) -> Site:
+        self.embedder = HashEmbedder()
+        self.index = EdgeIndex(self.tmp / "index")
+        await self.index.open(dense_dim=self.embedder.dim, embedder=self.embedder.name)
+        self.store = await Store.open(self.tmp / "s.db")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.index.close()
+        await self.store.close()
+
+    def source(self, **env: Any) -> ConfluenceSource:
+        """Built from the settings as `evident sync` builds it (their defaults unless ``env`` says)."""
+        fc = self.fc
+        return make_confluence_source(Settings.load(
+            env={}, confluence_url=fc.url, confluence_token=fc.token, confluence_user=fc.user,
+            confluence_spaces=("ENG", "OPS"), confluence_attachments=True, confluence_comments=True, **env))
+
+    async def sync(self, src: ConfluenceSource) -> SyncReport:
+        return await sync_confluence(source=src, index=self.index, embedder=self.embedder,
+                                     sparse=Bm25Encoder(), store=self.store, options=ingest_options())
+
+    async def ids(self) -> set[str]:
+        return set(await self.index.page_hashes())
+
+    async def age_listings(self, hours: float) -> None:
+        """As if every space was last listed ``hours`` ago."""
+        for key in ("ENG", "OPS"):
+            row = f"__listed__:{key}"
+            kept = json.loads(await self.store.get_checkpoint(f"confluence:{self.fc.url}", row) or "{}")
+            kept["at"] = (datetime.now(UTC) - timedelta(hours=hours)).isoformat()
+            await self.store.set_checkpoint(f"confluence:{self.fc.url}", row, json.dumps(kept))
+
+
+@pytest.fixture
+async def site(tmp_path: Path) -> AsyncIterator[Site]:
+    async with FakeConfluence(_pages(), mode="cloud") as fc, Site(fc, tmp_path) as s:
+        fc.comment("9101", "1", "<p>a note</p>", when=fc.now())
+        yield s
+
+
+async def test_a_no_change_cycle_between_listings_asks_one_request_a_space(site: Site) -> None:
+    src = site.source()
+    first = await site.sync(src)
+    assert not first.failed and await site.ids() == {"1", "2", "3", "4", "9101"}
+    calls = len(site.fc.requests)
+    again = await site.sync(src)
+    new = [unquote_plus(r) for r in site.fc.requests[calls:]]
+    assert again.added == again.updated == again.deleted == 0 and not again.failed
+    assert len(new) == 2 and all("lastmodified >=" in r for r in new), new
+    assert again.unchanged >= 1  # the comment, re-read in the overlap at its indexed version
+
+
+async def test_what_no_edit_shows_waits_for_the_next_listing(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    site.fc.delete("2")
+    site.fc.restrict("3")  # no edit: lastmodified unchanged
+    quiet = await site.sync(src)
+    assert quiet.deleted == 0 and {"2", "3"} <= await site.ids()  # within the listing interval
+    await site.age_listings(2)
+    listed = await site.sync(src)
+    assert listed.deleted == 2 and await site.ids() == {"1", "4", "9101"}
+    calls = len(site.fc.requests)
+    await site.sync(src)  # listed just now: one request a space again
+    assert len(site.fc.requests) - calls == 2
+
+
+async def test_every_cycle_lists_when_the_interval_is_zero(site: Site) -> None:
+    src = site.source(sync_listing_interval_s=0)
+    await site.sync(src)
+    site.fc.delete("2")
+    assert (await site.sync(src)).deleted == 1 and "2" not in await site.ids()
+
+
+async def test_edits_between_listings_are_read_at_once(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    later = site.fc.now() + timedelta(minutes=1)
+    site.fc.edit("4", body="<p>The rotation code word is zqxv.</p>", when=later)
+    site.fc.add(FakePage("7", "New page", "ENG", "<p>fresh</p>", later))
+    site.fc.comment("9102", "7", "<p>first note on the new page</p>", when=later)
+    site.fc.edit("1", body="<p>now restricted</p>", when=later)
+    site.fc.restrict("1")  # an edit that restricted it: it leaves the index in this cycle
+    site.fc.edit("6", body="<p>still under a restricted page</p>", when=later)
+    report = await site.sync(src)
+    assert not report.failed, report.failed
+    assert await site.ids() == {"2", "3", "4", "7", "9101", "9102"}
+    assert report.deleted == 1 and report.updated == 1 and report.added == 2
+    [point] = [pt async for pt in site.index.export_points(page_ids=["4"])]
+    assert "zqxv" in point.evidence.text
