@@ -55,7 +55,8 @@ class Site:
         fc = self.fc
         return make_confluence_source(Settings.load(
             env={}, confluence_url=fc.url, confluence_token=fc.token, confluence_user=fc.user,
-            confluence_spaces=("ENG", "OPS"), confluence_attachments=True, confluence_comments=True, **env))
+            confluence_spaces=("ENG", "OPS"),
+            **{"confluence_attachments": True, "confluence_comments": True, **env}))
 
     async def sync(self, src: ConfluenceSource) -> SyncReport:
         return await sync_confluence(source=src, index=self.index, embedder=self.embedder,
@@ -121,12 +122,45 @@ async def test_edits_between_listings_are_read_at_once(site: Site) -> None:
     site.fc.edit("4", body="<p>The rotation code word is zqxv.</p>", when=later)
     site.fc.add(FakePage("7", "New page", "ENG", "<p>fresh</p>", later))
     site.fc.comment("9102", "7", "<p>first note on the new page</p>", when=later)
-    site.fc.edit("1", body="<p>now restricted</p>", when=later)
-    site.fc.restrict("1")  # an edit that restricted it: it leaves the index in this cycle
     site.fc.edit("6", body="<p>still under a restricted page</p>", when=later)
     report = await site.sync(src)
     assert not report.failed, report.failed
-    assert await site.ids() == {"2", "3", "4", "7", "9101", "9102"}
-    assert report.deleted == 1 and report.updated == 1 and report.added == 2
+    assert await site.ids() == {"1", "2", "3", "4", "7", "9101", "9102"}
+    assert report.updated == 1 and report.added == 2
     [point] = [pt async for pt in site.index.export_points(page_ids=["4"])]
     assert "zqxv" in point.evidence.text
+
+
+async def test_an_edit_that_restricts_a_page_removes_it_and_lists_its_space_next(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    later = site.fc.now() + timedelta(minutes=1)
+    site.fc.edit("1", body="<p>now restricted</p>", when=later)
+    site.fc.restrict("1")
+    site.fc.comment("9103", "1", "<p>a note on the restricted page</p>", when=later)
+    report = await site.sync(src)
+    assert report.deleted == 1 and await site.ids() == {"2", "3", "4", "9101"}  # its new comment never read
+    listed = await site.sync(src)  # the space is listed now: the page's older comment leaves too
+    assert listed.deleted == 1 and await site.ids() == {"2", "3", "4"}
+    site.fc.restrict("1", users=())  # lifted without an edit: back at the next listing, with its comments
+    await site.age_listings(2)
+    await site.sync(src)
+    assert await site.ids() == {"1", "2", "3", "4", "9101", "9103"}
+
+
+async def test_a_listing_made_under_other_settings_is_due_at_once(site: Site) -> None:
+    await site.sync(site.source())
+    site.fc.delete("2")
+    narrower = site.source(confluence_comments=False)
+    report = await site.sync(narrower)
+    assert report.deleted == 2 and await site.ids() == {"1", "3", "4"}  # the page, and the comment now out
+
+
+async def test_a_failing_question_between_listings_costs_that_space_only(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    site.fc.edit("3", body="<p>OPS changed</p>", when=site.fc.now() + timedelta(minutes=1))
+    site.fc.fail_next(403, count=100, path_contains="ENG")  # every ENG search refused (not the credentials)
+    report = await site.sync(src)
+    assert report.updated == 1 and "space:ENG" in {k for k, _ in report.failed}, report.failed
+    assert all(k.endswith(":ENG") for k, _ in report.failed), report.failed

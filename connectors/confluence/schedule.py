@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from connectors.confluence.cql import parse_utc, quote, version_time
+from connectors.confluence.listing import rejected_credentials
 from connectors.confluence.state import load_row, save_row
-from pipeline.errors import InputError
+from pipeline.errors import InputError, RemoteError
 from pipeline.protocols import CheckpointStore
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ SPACE_CHECK_TTL_S = 6 * 3600
 async def check_space(source: ConfluenceSource, store: CheckpointStore, key: str, *, again: bool) -> None:
     """The space check (wrong key, credentials, base URL), at most every ``SPACE_CHECK_TTL_S`` per space: a
     passed check is kept in the checkpoint store row ``__space_ok__:<key>``; ``again`` (``--full``) checks
-    anyway. Between checks, a space that disappears or becomes unreadable lists no pages, so its pages leave
-    the index."""
+    anyway. Between checks, a space that disappears or becomes unreadable lists no pages at its next listing,
+    so its pages leave the index then."""
     row = f"__space_ok__:{key}"
     kept = await store.get_checkpoint(source.source_key, row)
     now = datetime.now(UTC)
@@ -52,32 +53,47 @@ async def check_space(source: ConfluenceSource, store: CheckpointStore, key: str
 
 async def due_listings(source: ConfluenceSource, store: CheckpointStore, keys: Sequence[str], *,
                        full: bool) -> set[str]:
-    """The spaces of ``keys`` this cycle lists; for the others, what their last listing learnt is restored
-    into ``source`` (the pages with their own read restrictions)."""
+    """The spaces of ``keys`` this cycle lists: all of them when any is due (so that a page moved between two
+    synced spaces is seen leaving one and arriving in the other in the same cycle), else none; when none,
+    what their last listings learnt is restored into ``source`` (the pages with own read restrictions). A
+    listing made with another scope (``_scope``: mode, labels, ancestor, kinds) is due at once."""
     interval = source.listing_interval_s
     if full or interval <= 0 or source.permissions is not None:
         return set(keys)
-    now = datetime.now(UTC)
-    due: set[str] = set()
+    now, scope = datetime.now(UTC), _scope(source)
+    restricted: dict[str, set[str]] = {}
     for key in keys:
         kept = await load_row(store, source.source_key, "listed", key)
-        restricted = kept.get("restricted")
+        ids = kept.get("restricted")
         try:
             age = (now - parse_utc(str(kept.get("at", "")))).total_seconds()
         except InputError:  # never listed, or a damaged row: listed now
-            age = None
-        if age is None or not 0 <= age < interval or not isinstance(restricted, list):
-            due.add(key)
-        else:
-            source.assume_restricted(key, {str(pid) for pid in restricted})
-    return due
+            return set(keys)
+        if not 0 <= age < interval or not isinstance(ids, list) or kept.get("scope") != scope:
+            return set(keys)
+        restricted[key] = {str(pid) for pid in ids}
+    for key, ids in restricted.items():
+        source.assume_restricted(key, ids)
+    return set()
+
+
+def _scope(source: ConfluenceSource) -> str:
+    """What a listing's ids depend on besides the site: a listing made under other settings is out of date."""
+    return repr((source.permissions is not None, source.include_restricted, source.labels_include,
+                 source.labels_exclude, source.ancestor, source.blog_posts, source.attachments,
+                 source.comments))
 
 
 async def remember_listing(source: ConfluenceSource, store: CheckpointStore, key: str, at: datetime) -> None:
     """Keep when ``key`` was listed (``at``: when its listing began) and its pages with own read
     restrictions."""
-    await save_row(store, source.source_key, "listed", key,
-                   {"at": at.isoformat(), "restricted": sorted(source.restricted_ids(key))})
+    row = {"at": at.isoformat(), "restricted": sorted(source.restricted_ids(key)), "scope": _scope(source)}
+    await save_row(store, source.source_key, "listed", key, row)
+
+
+async def forget_listing(source: ConfluenceSource, store: CheckpointStore, key: str) -> None:
+    """Make ``key``'s listing due at the next cycle."""
+    await save_row(store, source.source_key, "listed", key, {})
 
 
 async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[str, str]) -> int | None:
@@ -99,6 +115,10 @@ async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[
             seen += 1
             if seen >= limit:  # more may follow: not worth a second request to tell
                 return None
+    except RemoteError as exc:
+        if rejected_credentials(exc):
+            raise
+        return None  # not told: the space's own queries ask (and report what fails)
     finally:
         await rows.aclose()  # type: ignore[attr-defined]
     return seen

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from connectors.confluence.cql import parse_utc
+from pipeline.errors import InputError
 from pipeline.protocols import CheckpointStore
 
 KNOWN_HORIZON = timedelta(days=1, hours=13)  # no incremental query reaches further behind its checkpoint
@@ -50,10 +51,12 @@ async def load_known(store: CheckpointStore, source_key: str, space: str) -> dic
 
 
 async def save_known(store: CheckpointStore, source_key: str, space: str, kept: dict[str, str],
-                     indexed: Iterable[tuple[str, str | None]], checkpoint: str | None) -> None:
-    """``kept`` with the pages ``indexed`` now (id, version time), less what lies beyond ``KNOWN_HORIZON``
-    behind ``checkpoint`` (an incremental query never returns those again)."""
-    merged = dict(kept)
+                     indexed: Iterable[tuple[str, str | None]], checkpoint: str | None, *,
+                     drop: Iterable[str] = ()) -> None:
+    """``kept`` less ``drop``, with the pages ``indexed`` now (id, version time), less what lies beyond
+    ``KNOWN_HORIZON`` behind ``checkpoint`` (an incremental query never returns those again)."""
+    gone = set(drop)
+    merged = {pid: when for pid, when in kept.items() if pid not in gone}
     merged.update({pid: when for pid, when in indexed if when})
     if checkpoint:
         oldest = parse_utc(checkpoint) - KNOWN_HORIZON
@@ -64,5 +67,5 @@ async def save_known(store: CheckpointStore, source_key: str, space: str, kept: 
 def _after(when: str, oldest: Any) -> bool:
     try:
         return bool(parse_utc(when) >= oldest)
-    except ValueError:
+    except InputError:  # a damaged value: not kept
         return False

@@ -1,11 +1,11 @@
 """Incremental Confluence -> index sync with deletions and per-space checkpoints.
 
-Per space: (1) list the ids currently in scope (cheap, no bodies) and delete indexed pages of that
-space that are gone, archived, restricted, out of scope or moved into a space that is not synced (the index
-says where each page was indexed); (2) stream the pages modified since the checkpoint (minus the overlap,
-see ``connectors.confluence.cql``), plus pages moved in from another synced space (fetched by id: a move
-need not change ``lastmodified``), into ``pipeline.ingest.run``; (3) move the checkpoint to the newest
-``lastmodified`` that is safely behind us.
+Per space: (1) when the listings are due (``connectors.confluence.schedule``), list the ids currently in
+scope (cheap, no bodies) and delete indexed pages of that space that are gone, archived, restricted, out of
+scope or moved into a space that is not synced (the index says where each page was indexed); (2) stream the
+pages modified since the checkpoint (minus the overlap, see ``connectors.confluence.cql``), plus pages moved
+in from another synced space (fetched by id: a move need not change ``lastmodified``), into
+``pipeline.ingest.run``; (3) move the checkpoint to the newest ``lastmodified`` that is safely behind us.
 
 "Safely behind us": pages arrive oldest edit first, so the checkpoint is the newest ``lastmodified``
 of the pages before the first page that failed in a retryable way (an index write or embedding, or a results
@@ -30,7 +30,13 @@ from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import since_bound
 from connectors.confluence.includes import load_includes, save_includes, stale_includers
 from connectors.confluence.listing import gone_and_moved, rejected_credentials
-from connectors.confluence.schedule import check_space, due_listings, remember_listing, unchanged
+from connectors.confluence.schedule import (
+    check_space,
+    due_listings,
+    forget_listing,
+    remember_listing,
+    unchanged,
+)
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
 from connectors.confluence.sync_extras import extra_items, list_extras
@@ -268,7 +274,7 @@ async def _sync_space(
     source.known = known if since else {}
     if source.macros is not None:
         source.macros.includes.clear()  # from here on: the pages of this space
-    pages = _chain(_noting(tracker.wrap(source.iter_space(key, since=since)), containers),
+    pages = _chain(_noting(tracker.wrap(source.iter_space(key, since=since)), containers, source),
                    source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
                    extras.wrap(extra_items(source, key, containers, moved, since), order=False),
                    _includers(source, key, tracker, includes, elsewhere),
@@ -280,9 +286,9 @@ async def _sync_space(
     blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
     if source.macros is not None:
         await save_includes(store, source.source_key, key, includes, source.macros.includes)
-    if listing is None:
-        await _drop_restricted(cycle, key, indexed)
-    return await _settle(source, store, key, tracker, blocking, old, known, listing)
+    # settled no more: dropped now, or not listed any more (a later listing that lists them again reads them)
+    dropped = await _drop_restricted(cycle, key, indexed) if listing is None else set(versions) - listing
+    return await _settle(source, store, key, tracker, blocking, old, versions, listing, dropped)
 
 
 def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) -> None:
@@ -295,22 +301,27 @@ def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) ->
         report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
 
 
-async def _noting(pages: AsyncIterator[Page], ids: set[str]) -> AsyncIterator[Page]:
-    """``pages``, each id added to ``ids`` (containers of the attachments and comments read after them)."""
+async def _noting(pages: AsyncIterator[Page], ids: set[str], source: ConfluenceSource) -> AsyncIterator[Page]:
+    """``pages``, each id added to ``ids`` (containers of the attachments and comments read after them); a
+    page read with read restrictions (skipped) is no container: its comments and attachments are not read."""
     async for page in pages:
         ids.add(page.id)
         yield page
+    ids.difference_update(source.stats.skipped_restricted)
 
 
-async def _drop_restricted(cycle: _Cycle, key: str, indexed: dict[str, str]) -> None:
+async def _drop_restricted(cycle: _Cycle, key: str, indexed: dict[str, str]) -> set[str]:
     """Between listings: the pages of ``key`` read with read restrictions now (an edit that restricted them)
-    leave the index in this cycle (a listing would have left them out)."""
+    leave the index in this cycle, and the space is listed in the next one (their comments, attachments and
+    descendants). Returns the pages removed."""
     gone = sorted(pid for pid in cycle.source.stats.skipped_restricted if indexed.get(pid) == key)
     if gone:
         await cycle.index.delete_pages(gone)
         cycle.report.deleted += len(gone)
         if cycle.words is not None:
             await cycle.words.forget(gone)
+        await forget_listing(cycle.source, cycle.store, key)
+    return set(gone)
 
 
 def _add_up(report: SyncReport, ing: IngestReport) -> None:
@@ -325,16 +336,16 @@ def _add_up(report: SyncReport, ing: IngestReport) -> None:
 
 async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: Tracker,
                   blocking: set[str], old: str | None, known: dict[str, str],
-                  listed: set[str] | None) -> str | None:
+                  listed: set[str] | None, dropped: set[str]) -> str | None:
     """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled
-    (of those ``listed``, when the space was listed this cycle)."""
+    (of those ``listed``, when the space was listed this cycle), ``known`` less ``dropped``."""
     new = tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
     unsettled = blocking | {pid for pid, _ in source.stats.warnings}  # to be read again: not known
     await save_known(store, source.source_key, key, known,
                      [(pid, when) for pid, when in tracker.seen + tracker.extra + source.stats.unusable
-                      if pid not in unsettled and (listed is None or pid in listed)], new)
+                      if pid not in unsettled and (listed is None or pid in listed)], new, drop=dropped)
     return new
 
 
