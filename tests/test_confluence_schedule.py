@@ -93,6 +93,20 @@ async def test_a_no_change_cycle_between_listings_asks_one_request_a_space(site:
     assert again.unchanged >= 1  # the comment, re-read in the overlap at its indexed version
 
 
+async def test_what_a_sync_passes_over_costs_no_more_questions(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    later = site.fc.now() + timedelta(minutes=1)  # newer than the checkpoint: inside every later window
+    site.fc.attach("att9009", "1", "diagram.png", b"\x89PNG", when=later, media_type="image/png")
+    site.fc.add(FakePage("8", "Hidden", "ENG", "<p>for alice</p>", later, restricted_users=["alice"]))
+    site.fc.add(FakePage("9", "Under locked", "OPS", "<p>hidden too</p>", later, parent="5"))
+    first = await site.sync(src)  # read once (nothing to index), then passed over by the question
+    assert first.added == 0 and not first.failed
+    calls = len(site.fc.requests)
+    again = await site.sync(src)
+    assert len(site.fc.requests) - calls == 2 and again.added == again.updated == 0
+
+
 async def test_what_no_edit_shows_waits_for_the_next_listing(site: Site) -> None:
     src = site.source()
     await site.sync(src)

@@ -19,15 +19,16 @@ cycle; a restriction added without an edit waits for the next listing.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from connectors.confluence.cql import parse_utc, quote, version_time
+from connectors.confluence.clock import site_zone
+from connectors.confluence.cql import EXPAND_RESTRICTIONS, parse_utc, quote, version_time
 from connectors.confluence.listing import rejected_credentials
 from connectors.confluence.state import load_row, save_row
 from pipeline.errors import InputError, RemoteError
-from pipeline.protocols import CheckpointStore
+from pipeline.protocols import CheckpointStore, Index
 
 if TYPE_CHECKING:
     from connectors.confluence.source import ConfluenceSource
@@ -96,24 +97,23 @@ async def forget_listing(source: ConfluenceSource, store: CheckpointStore, key: 
     await save_row(store, source.source_key, "listed", key, {})
 
 
-async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[str, str]) -> int | None:
+async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[str, str],
+                    pages: Callable[[], Awaitable[set[str]]]) -> int | None:
     """When nothing in space ``key`` was modified since the CQL bound ``since`` but versions ``known`` to be
-    indexed, how many such were (re-read in the overlap); None on a change. One request, no bodies; a second
-    results page counts as a change."""
+    indexed, or items the sync would pass over (``ConfluenceSource.passes_over``, given the space's indexed
+    ``pages``), how many such were; None on a change. One request, no bodies; a second results page counts as
+    a change."""
     kinds = ["page"] + (["blogpost"] if source.blog_posts else []) + (
         ["attachment"] if source.attachments else []) + (["comment"] if source.comments else [])
     cql = (f"space = {quote(key)} and type in ({', '.join(kinds)}) and lastmodified >= {quote(since)} "
            "order by lastmodified asc")
     limit = source.id_limit
-    seen = 0
-    rows = source.client.search(cql, expand="version", limit=limit)
+    found: list[dict[str, Any]] = []
+    rows = source.client.search(cql, expand=f"version,container,ancestors,{EXPAND_RESTRICTIONS}", limit=limit)
     try:
         async for r in rows:
-            pid, when = str(r.get("id", "")), version_time(r)
-            if when is None or known.get(pid) != when:
-                return None
-            seen += 1
-            if seen >= limit:  # more may follow: not worth a second request to tell
+            found.append(r)
+            if len(found) >= limit:  # more may follow: not worth a second request to tell
                 return None
     except RemoteError as exc:
         if rejected_credentials(exc):
@@ -121,4 +121,41 @@ async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[
         return None  # not told: the space's own queries ask (and report what fails)
     finally:
         await rows.aclose()  # type: ignore[attr-defined]
-    return seen
+    new = [r for r in found if (when := version_time(r)) is None or known.get(str(r.get("id", ""))) != when]
+    if new:
+        indexed = await pages()
+        if not all(source.passes_over(r, key, indexed) for r in new):
+            return None
+    return len(found)
+
+
+class IndexedPages:
+    """The index's page -> space map, read once and only when asked (between listings, where it stands in for
+    the listing: the pages whose attachments and comments are read)."""
+
+    def __init__(self, index: Index, key: str) -> None:
+        self.index, self.key = index, key
+        self.spaces: dict[str, str] = {}
+
+    async def pages(self) -> set[str]:
+        """The ids of the pages (not attachments) indexed under the space."""
+        if not self.spaces:
+            self.spaces = await self.index.page_spaces()
+        return {pid for pid, space in self.spaces.items() if space == self.key and pid.isdigit()}
+
+
+async def cycle_zone(source: ConfluenceSource, store: CheckpointStore, keys: Sequence[str],
+                     listings: dict[str, set[str]], warnings: list[tuple[str, str]]) -> int | None:
+    """The zone the site reads CQL dates in (``connectors.confluence.clock``, measured every 6 h), from a
+    space with pages (the first space not listed this cycle when none listed has any); None (the wide
+    overlap) when switched off or not measurable (a warning)."""
+    if not source.zone_probe:
+        return None
+    key = next((k for k, ids in listings.items() if ids), next((k for k in keys if k not in listings), None))
+    if key is None:
+        return None
+    try:
+        return await site_zone(source.client, store, source.source_key, source.scope_cql(key))
+    except RemoteError as exc:
+        warnings.append(("cql zone", f"not measured, using the wide overlap: {exc}"))
+        return None

@@ -310,6 +310,19 @@ class ConfluenceSource(PageExtras):
         None in space mode, where restricted pages are not indexed."""
         return self.access.get(page_id) if self.permissions is not None else None
 
+    def passes_over(self, r: dict[str, Any], space: str, pages: set[str]) -> bool:
+        """Whether a sync would leave search result ``r`` out without indexing or removing anything, ``pages``
+        being the space's indexed pages: an attachment that is no document or whose page is not indexed, a
+        comment on a page not indexed, a page with read restrictions (own or inherited) that is not indexed
+        (space mode). Anything else may change the index."""
+        kind, pid = r.get("type") or "page", str(r.get("id", ""))
+        if kind == "attachment":
+            return not self._wanted_attachment(r, pages)
+        if kind == "comment":
+            return _container(r) not in pages
+        drop = not self.include_restricted and self.permissions is None
+        return drop and pid not in pages and self._is_restricted(r, self._restricted.get(space, set()))
+
     def _is_restricted(self, r: dict[str, Any], own: set[str]) -> bool:
         if _has_read_restrictions(r):
             return True
@@ -317,6 +330,10 @@ class ConfluenceSource(PageExtras):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _container(r: dict[str, Any]) -> str:
+    return str((r.get("container") or {}).get("id", ""))
 
 
 def _with_body(r: dict[str, Any], bodies: dict[str, str]) -> dict[str, Any]:

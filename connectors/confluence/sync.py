@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from connectors.confluence.access_sync import settle_access
-from connectors.confluence.clock import site_zone
 from connectors.confluence.cql import since_bound
 from connectors.confluence.includes import load_includes, save_includes, stale_includers
 from connectors.confluence.listing import gone_and_moved, rejected_credentials
 from connectors.confluence.schedule import (
+    IndexedPages,
     check_space,
+    cycle_zone,
     due_listings,
     forget_listing,
     remember_listing,
@@ -146,7 +147,8 @@ async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
     listed_at = datetime.now(UTC)
     due = await due_listings(source, store, keys, full=cycle.full)
     listings, pages_of, incomplete = await _list_spaces(source, [k for k in keys if k in due], report)
-    zone = await _site_zone(source, store, keys, listings, report) if not cycle.full else None
+    zone = await cycle_zone(source, store, keys, listings, report.warnings) if not cycle.full else None
+    report.cql_zone_min = zone
     gone, moved, unlisted = await _deletions(cycle, listings, incomplete)
     synced = [k for k in keys if k in listings or k not in due]
     known = {key: await load_known(store, source.source_key, key) for key in synced}
@@ -260,14 +262,13 @@ async def _sync_space(
     source, store, report = cycle.source, cycle.store, cycle.report
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not cycle.full else None
+    indexed = IndexedPages(cycle.index, key)  # not listed: the space's indexed pages (and those read below)
     if listing is None and since is not None:
-        same = await unchanged(source, key, since, versions)
+        same = await unchanged(source, key, since, versions, indexed.pages)
         if same is not None:
             report.unchanged += same
             return old
-    indexed = await cycle.index.page_spaces() if listing is None else {}
-    if containers is None:  # not listed: the space's indexed pages, and those read now (below)
-        containers = {pid for pid, space in indexed.items() if space == key and pid.isdigit()}
+    containers = await indexed.pages() if containers is None else containers
     tracker, extras = Tracker(), Tracker()
     includes = await load_includes(store, source.source_key, key)
     known = versions if listing is None else {pid: w for pid, w in versions.items() if pid in listing}
@@ -287,7 +288,7 @@ async def _sync_space(
     if source.macros is not None:
         await save_includes(store, source.source_key, key, includes, source.macros.includes)
     # settled no more: dropped now, or not listed any more (a later listing that lists them again reads them)
-    dropped = await _drop_restricted(cycle, key, indexed) if listing is None else set(versions) - listing
+    dropped = set(versions) - listing if listing is not None else await _drop_restricted(cycle, key, indexed)
     return await _settle(source, store, key, tracker, blocking, old, versions, listing, dropped)
 
 
@@ -310,11 +311,11 @@ async def _noting(pages: AsyncIterator[Page], ids: set[str], source: ConfluenceS
     ids.difference_update(source.stats.skipped_restricted)
 
 
-async def _drop_restricted(cycle: _Cycle, key: str, indexed: dict[str, str]) -> set[str]:
+async def _drop_restricted(cycle: _Cycle, key: str, indexed: IndexedPages) -> set[str]:
     """Between listings: the pages of ``key`` read with read restrictions now (an edit that restricted them)
     leave the index in this cycle, and the space is listed in the next one (their comments, attachments and
     descendants). Returns the pages removed."""
-    gone = sorted(pid for pid in cycle.source.stats.skipped_restricted if indexed.get(pid) == key)
+    gone = sorted(cycle.source.stats.skipped_restricted & await indexed.pages())
     if gone:
         await cycle.index.delete_pages(gone)
         cycle.report.deleted += len(gone)
@@ -347,23 +348,6 @@ async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tr
                      [(pid, when) for pid, when in tracker.seen + tracker.extra + source.stats.unusable
                       if pid not in unsettled and (listed is None or pid in listed)], new, drop=dropped)
     return new
-
-
-async def _site_zone(source: ConfluenceSource, store: CheckpointStore, keys: Sequence[str],
-                     listings: dict[str, set[str]], report: SyncReport) -> int | None:
-    """The zone the site reads CQL dates in (``connectors.confluence.clock``), from a space with pages (the
-    first space not listed this cycle when none listed has any); None (the wide overlap) when switched off or
-    not measurable."""
-    if not source.zone_probe:
-        return None
-    key = next((k for k, ids in listings.items() if ids), next((k for k in keys if k not in listings), None))
-    if key is None:
-        return None
-    try:
-        report.cql_zone_min = await site_zone(source.client, store, source.source_key, source.scope_cql(key))
-    except RemoteError as exc:
-        report.warnings.append(("cql zone", f"not measured, using the wide overlap: {exc}"))
-    return report.cql_zone_min
 
 
 async def _includers(source: ConfluenceSource, key: str, tracker: Tracker,
