@@ -10,18 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import HashEmbedder, ingest_options
+from sync_site import SyncSite
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.permissions import PermissionSweep
 from connectors.confluence.source import ConfluenceSource
-from connectors.confluence.sync import SyncReport, sync_confluence
+from connectors.confluence.sync import SyncReport
 from evident.settings import Settings
 from pipeline.access.people import People
 from pipeline.access.scope import AccessScope, Reader
-from pipeline.index.edge import EdgeIndex
 from pipeline.models.sparse import Bm25Encoder
-from pipeline.store import Store
 from pipeline.types import SearchRequest
 from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
 from tests.fake_confluence_people import Person, SiteDirectory
@@ -50,9 +48,10 @@ def _directory() -> SiteDirectory:
                        "HR": [("group", "hr"), ("user", "acc-cat")]})
 
 
-class Site:
+class Site(SyncSite):
     def __init__(self, fc: FakeConfluence, tmp: Path) -> None:
-        self.fc, self.tmp = fc, tmp
+        super().__init__(tmp)
+        self.fc = fc
         settings = Settings.load(env={}, access="per-user")
         client = ConfluenceClient(fc.url, token=fc.token, user=fc.user if fc.mode == "cloud" else None,
                                   backoff_base_s=0.01, backoff_max_s=0.05)
@@ -60,20 +59,8 @@ class Site:
             client, site_groups=settings.access.site_groups))
         self.settings = settings
 
-    async def __aenter__(self) -> Site:
-        self.embedder = HashEmbedder()
-        self.index = EdgeIndex(self.tmp / "index")
-        await self.index.open(dense_dim=self.embedder.dim, embedder=self.embedder.name)
-        self.store = await Store.open(self.tmp / "s.db")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.index.close()
-        await self.store.close()
-
     async def sync(self) -> SyncReport:
-        return await sync_confluence(source=self.source, index=self.index, embedder=self.embedder,
-                                     sparse=Bm25Encoder(), store=self.store, options=ingest_options())
+        return await self.run(self.source)
 
     async def reader(self, email: str) -> Reader:
         return (await People(self.store, self.settings.access).identity(email)).reader

@@ -12,15 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import HashEmbedder, ingest_options
 from pdf_maker import minimal_pdf
+from sync_site import SyncSite
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.source import ConfluenceSource
-from connectors.confluence.sync import SyncReport, sync_confluence
-from pipeline.index.edge import EdgeIndex
-from pipeline.models.sparse import Bm25Encoder
-from pipeline.store import Store
+from connectors.confluence.sync import SyncReport
 from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
 
 pytestmark = pytest.mark.slow
@@ -31,20 +28,10 @@ def _pages() -> list[FakePage]:
             for i, space in ((1, "ENG"), (2, "ENG"), (3, "OPS"))]
 
 
-class Harness:
+class Harness(SyncSite):
     def __init__(self, fc: FakeConfluence, tmp: Path) -> None:
-        self.fc, self.tmp = fc, tmp
-
-    async def __aenter__(self) -> Harness:
-        self.embedder = HashEmbedder()
-        self.index = EdgeIndex(self.tmp / "index")
-        await self.index.open(dense_dim=self.embedder.dim, embedder=self.embedder.name)
-        self.store = await Store.open(self.tmp / "s.db")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.index.close()
-        await self.store.close()
+        super().__init__(tmp)
+        self.fc = fc
 
     def source(self, **kw: Any) -> ConfluenceSource:
         fc = self.fc
@@ -53,17 +40,7 @@ class Harness:
         return ConfluenceSource(client, spaces=("ENG", "OPS"), **kw)
 
     async def sync(self, src: ConfluenceSource) -> SyncReport:
-        return await sync_confluence(
-            source=src,
-            index=self.index,
-            embedder=self.embedder,
-            sparse=Bm25Encoder(),
-            store=self.store,
-            options=ingest_options(),
-        )
-
-    async def ids(self) -> set[str]:
-        return set(await self.index.page_hashes())
+        return await self.run(src)
 
 
 @pytest.fixture

@@ -13,15 +13,12 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 import pytest
-from helpers import HashEmbedder, ingest_options
+from sync_site import SyncSite
 
 from connectors.confluence.source import ConfluenceSource
-from connectors.confluence.sync import SyncReport, sync_confluence
+from connectors.confluence.sync import SyncReport
 from connectors.factory import make_confluence_source
 from evident.settings import Settings
-from pipeline.index.edge import EdgeIndex
-from pipeline.models.sparse import Bm25Encoder
-from pipeline.store import Store
 from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
 
 pytestmark = pytest.mark.slow
@@ -35,20 +32,10 @@ def _pages() -> list[FakePage]:
     return [*pages, locked, child]
 
 
-class Site:
+class Site(SyncSite):
     def __init__(self, fc: FakeConfluence, tmp: Path) -> None:
-        self.fc, self.tmp = fc, tmp
-
-    async def __aenter__(self) -> Site:
-        self.embedder = HashEmbedder()
-        self.index = EdgeIndex(self.tmp / "index")
-        await self.index.open(dense_dim=self.embedder.dim, embedder=self.embedder.name)
-        self.store = await Store.open(self.tmp / "s.db")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.index.close()
-        await self.store.close()
+        super().__init__(tmp)
+        self.fc = fc
 
     def source(self, **env: Any) -> ConfluenceSource:
         """Built from the settings as `evident sync` builds it (their defaults unless ``env`` says)."""
@@ -59,11 +46,7 @@ class Site:
             **{"confluence_attachments": True, "confluence_comments": True, **env}))
 
     async def sync(self, src: ConfluenceSource) -> SyncReport:
-        return await sync_confluence(source=src, index=self.index, embedder=self.embedder,
-                                     sparse=Bm25Encoder(), store=self.store, options=ingest_options())
-
-    async def ids(self) -> set[str]:
-        return set(await self.index.page_hashes())
+        return await self.run(src)
 
     async def age_listings(self, hours: float) -> None:
         """As if every space was last listed ``hours`` ago."""
