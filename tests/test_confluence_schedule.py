@@ -71,6 +71,7 @@ async def test_a_no_change_cycle_between_listings_asks_one_request_a_space(site:
     calls = len(site.fc.requests)
     again = await site.sync(src)
     new = [unquote_plus(r) for r in site.fc.requests[calls:]]
+    assert first.listed == 2 and again.listed == 0
     assert again.added == again.updated == again.deleted == 0 and not again.failed
     assert len(new) == 2 and all("lastmodified >=" in r for r in new), new
     assert again.unchanged >= 1  # the comment, re-read in the overlap at its indexed version

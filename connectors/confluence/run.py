@@ -92,5 +92,5 @@ def summary(report: SyncReport) -> str:
         f"added {report.added}, updated {report.updated}, deleted {report.deleted}, unchanged "
         f"{report.unchanged}, "
         f"skipped-restricted {report.skipped_restricted}, failed {len(report.failed)}{partial}, "
-        f"API calls {report.api_calls}, {report.seconds:.1f} s"
+        f"API calls {report.api_calls}, {report.seconds:.1f} s, spaces listed {report.listed}"
     )

@@ -73,6 +73,7 @@ class SyncReport:
     pages_seen: int = 0
     checkpoints: dict[str, str | None] = field(default_factory=dict)  # space -> checkpoint after the run
     cql_zone_min: int | None = None  # the zone the site reads CQL dates in (minutes east of UTC), if measured
+    listed: int = 0  # spaces listed this cycle (``connectors.confluence.schedule``)
 
 
 async def sync_confluence(
@@ -147,6 +148,7 @@ async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
     listed_at = datetime.now(UTC)
     due = await due_listings(source, store, keys, full=cycle.full)
     listings, pages_of, incomplete = await _list_spaces(source, [k for k in keys if k in due], report)
+    report.listed = len(listings)
     zone = await cycle_zone(source, store, keys, listings, report.warnings) if not cycle.full else None
     report.cql_zone_min = zone
     gone, moved, unlisted = await _deletions(cycle, listings, incomplete)
