@@ -162,3 +162,16 @@ async def test_a_failing_question_between_listings_costs_that_space_only(site: S
     report = await site.sync(src)
     assert report.updated == 1 and "space:ENG" in {k for k, _ in report.failed}, report.failed
     assert all(k.endswith(":ENG") for k, _ in report.failed), report.failed
+
+
+async def test_a_page_back_in_scope_brings_its_older_comments_and_files(site: Site) -> None:
+    site.fc.comment("9104", "5", "<p>an old note on the locked page</p>", when=BASE_TIME)
+    site.fc.attach("att9010", "5", "notes.md", b"# Notes\n\nThe old runbook.", when=BASE_TIME,
+                   media_type="text/markdown")
+    src = site.source()
+    await site.sync(src)
+    assert not {"5", "6", "9104", "att9010"} & await site.ids()
+    site.fc.restrict("5", users=())  # lifted without an edit; the note and the file are older than any window
+    await site.age_listings(2)
+    report = await site.sync(src)
+    assert not report.failed and {"5", "6", "9104", "att9010"} <= await site.ids()

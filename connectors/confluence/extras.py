@@ -27,6 +27,7 @@ class PageExtras:
 
     access: dict[str, PageAccess]
     known: dict[str, str]  # id -> version time indexed lately (the sync sets it per space)
+    container_of: dict[str, str]  # attachment or comment id -> its page, as this cycle's listings found them
 
     def access_of(self, page_id: str) -> PageAccess | None:
         raise NotImplementedError
@@ -107,6 +108,7 @@ class PageExtras:
     def _inherit(self, container_of: dict[str, str]) -> set[str]:
         """The ids of ``container_of`` (item -> its page); each item may be read by whoever may read its
         page."""
+        self.container_of.update(container_of)
         for item, page in container_of.items():
             access = self.access_of(page)
             if access is not None:

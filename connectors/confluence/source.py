@@ -98,6 +98,7 @@ class ConfluenceSource(PageExtras):
                                     jira.summaries if jira is not None else None) if resolve_macros else None
         self.stats = SourceStats()
         self.known: dict[str, str] = {}  # page id -> version time indexed lately (the sync sets it per space)
+        self.container_of: dict[str, str] = {}
         self._restricted: dict[str, set[str]] = {}  # space -> ids with own read restrictions
         self._ancestor_restricted: dict[str, bool] = {}  # ancestor outside the listings -> restricted
         # per-user access: restricted pages are indexed, each with who may read it (page id -> access)
@@ -117,6 +118,7 @@ class ConfluenceSource(PageExtras):
         """Forget what an earlier cycle learnt about restrictions (they change)."""
         self._ancestor_restricted.clear()
         self._restricted.clear()
+        self.container_of.clear()
 
     @property
     def source_key(self) -> str:

@@ -40,7 +40,7 @@ from connectors.confluence.schedule import (
 )
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.state import load_known, save_known
-from connectors.confluence.sync_extras import extra_items, list_extras
+from connectors.confluence.sync_extras import extra_items, list_extras, returning, returning_items
 from connectors.confluence.tracker import Tracker
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
@@ -131,6 +131,7 @@ class _Cycle:
     report: SyncReport
     words: VocabularyRun | None
     step_aside: StepAside | None = None
+    indexed_before: set[str] = field(default_factory=set)  # every id indexed when this cycle's listing ran
 
     async def ingest(self, pages: AsyncIterator[Page]) -> IngestReport:
         ing = await ingest_pages(pages, index=self.index, embedder=self.embedder, sparse=self.sparse,
@@ -192,6 +193,7 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
     if not listings:  # no space listed this cycle: nothing can be told gone or moved
         return [], {}, set()
     indexed = await cycle.index.page_spaces()
+    cycle.indexed_before = set(indexed)
     kept = {k: ids | {pid for pid, sp in indexed.items() if sp == k} if k in incomplete else ids
             for k, ids in listings.items()}
     gone, moved = gone_and_moved(indexed, kept)
@@ -280,6 +282,9 @@ async def _sync_space(
     pages = _chain(_noting(tracker.wrap(source.iter_space(key, since=since)), containers, source),
                    source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
                    extras.wrap(extra_items(source, key, containers, moved, since), order=False),
+                   extras.wrap(returning_items(source, key, containers, returning(
+                       source, containers, cycle.indexed_before, known, extras.extra)),
+                       order=False) if since and listing is not None else None,
                    _includers(source, key, tracker, includes, elsewhere),
                    tracker.wrap(_unindexed(source, key, tracker, cycle.index, containers - set(known)),
                                 order=False) if since and listing is not None else None)

@@ -51,6 +51,28 @@ async def extra_items(source: ConfluenceSource, key: str, containers: set[str], 
         ("comments", source.iter_comments(key, containers=containers, only=moved_in)
          if source.comments and moved_in else None),
     ]
+    async for page in _each(source, key, kinds):
+        yield page
+
+
+async def returning_items(source: ConfluenceSource, key: str, containers: set[str],
+                          wanted: Callable[[], set[str]]) -> AsyncIterator[Page]:
+    """The attachments and comments ``wanted()`` names (asked when their turn comes), read by id whatever
+    their time: those of pages that came into scope without an edit (a read restriction lifted, a label
+    gained), older than any incremental query reaches."""
+    ids = wanted()
+    kinds: list[tuple[str, AsyncIterator[Page] | None]] = [
+        ("attachments", source.iter_attachments(key, containers=containers, only=ids)
+         if source.attachments and any(is_attachment(i) for i in ids) else None),
+        ("comments", source.iter_comments(key, containers=containers, only=ids)
+         if source.comments and any(i.isdigit() for i in ids) else None),
+    ]
+    async for page in _each(source, key, kinds):
+        yield page
+
+
+async def _each(source: ConfluenceSource, key: str,
+                kinds: list[tuple[str, AsyncIterator[Page] | None]]) -> AsyncIterator[Page]:
     for what, items in kinds:
         if items is None or f"{what}:{key}" in source.stats.unlisted:
             continue
@@ -61,3 +83,15 @@ async def extra_items(source: ConfluenceSource, key: str, containers: set[str], 
             if rejected_credentials(exc):
                 raise
             source.stats.failed.append((f"{what}:{key}", f"not fetched this cycle: {exc}"))
+
+
+def returning(source: ConfluenceSource, containers: set[str], indexed: set[str], known: dict[str, str],
+              read: list[tuple[str, str | None]]) -> Callable[[], set[str]]:
+    """What ``returning_items`` reads in a listing cycle: the listed attachments and comments of listed pages
+    that were not indexed before the cycle (``indexed``: every id indexed then), unless indexed, settled
+    (``known``) or ``read`` this cycle already (id, version)."""
+    def wanted() -> set[str]:
+        back = containers - indexed
+        done = indexed | known.keys() | {pid for pid, _ in read}
+        return {item for item, page in source.container_of.items() if page in back and item not in done}
+    return wanted
