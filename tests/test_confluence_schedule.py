@@ -175,3 +175,48 @@ async def test_a_page_back_in_scope_brings_its_older_comments_and_files(site: Si
     await site.age_listings(2)
     report = await site.sync(src)
     assert not report.failed and {"5", "6", "9104", "att9010"} <= await site.ids()
+
+
+async def test_a_page_back_by_an_edit_between_listings_brings_older_items_at_the_next(site: Site) -> None:
+    site.fc.comment("9104", "5", "<p>an old note on the locked page</p>", when=BASE_TIME)
+    src = site.source()
+    await site.sync(src)
+    site.fc.restrict("5", users=())
+    site.fc.edit("5", body="<p>open now</p>", when=site.fc.now() + timedelta(minutes=1))
+    await site.sync(src)  # between listings: the page, read by its edit; its old note is no change
+    assert "5" in await site.ids() and "9104" not in await site.ids()
+    await site.age_listings(2)
+    await site.sync(src)
+    assert "9104" in await site.ids()
+
+
+async def test_a_failed_read_of_returning_items_is_tried_again_at_the_next_listing(site: Site) -> None:
+    site.fc.comment("9104", "5", "<p>an old note on the locked page</p>", when=BASE_TIME)
+    src = site.source()
+    await site.sync(src)
+    site.fc.restrict("5", users=())
+    await site.age_listings(2)
+    site.fc.fail_next(403, count=1, path_contains="9104")  # the by-id read of the note is refused
+    report = await site.sync(src)
+    assert "5" in await site.ids() and "9104" not in await site.ids()
+    assert "comments:OPS" in {k for k, _ in report.failed}
+    await site.age_listings(2)
+    await site.sync(src)
+    assert "9104" in await site.ids()
+
+
+async def test_what_failed_for_its_content_is_reported_once_not_at_every_listing(site: Site) -> None:
+    site.fc.add(FakePage("10", "Empty", "ENG", "", BASE_TIME - timedelta(days=30)))  # past the known horizon
+    site.fc.attach("att9011", "5", "huge.md", b"# Big\n\n" + b"x" * 5000, when=BASE_TIME,
+                   media_type="text/markdown")
+    src = site.source(confluence_max_attachment_bytes=1000)
+    first = await site.sync(src)
+    assert [pid for pid, _ in first.failed] == ["10"]
+    site.fc.restrict("5", users=())  # the page comes back with a file over the size cap
+    await site.age_listings(2)
+    back = await site.sync(src)
+    assert [pid for pid, _ in back.failed] == ["att9011"]
+    for _ in range(2):
+        await site.age_listings(2)
+        again = await site.sync(src)
+        assert again.listed == 2 and again.failed == []

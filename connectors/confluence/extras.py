@@ -121,11 +121,19 @@ class PageExtras:
         each a page of its own: "Comment on <page>", linked to the comment on its page, the page as
         breadcrumb."""
         cql = self._comments_cql(space, since)
-        if only is not None:  # comment ids are numeric: ask for just those (bodies included)
+        if only is not None:  # comment ids are numeric: ask for just those, 100 a search (bodies included)
             ids = sorted(i for i in only if i.isdigit())
-            if not ids:
-                return
-            cql = cql.replace(" order by", f" and id in ({', '.join(ids)}) order by")
+            for n in range(0, len(ids), 100):
+                chunk = cql.replace(" order by", f" and id in ({', '.join(ids[n:n + 100])}) order by")
+                async for page in self._comments(space, chunk, containers, only):
+                    yield page
+            return
+        async for page in self._comments(space, cql, containers, None):
+            yield page
+
+    async def _comments(self, space: str, cql: str, containers: set[str],
+                        only: set[str] | None) -> AsyncIterator[Page]:
+        """The comments ``cql`` finds on ``containers`` (of ``only``, or changed: known versions skipped)."""
         expand = "container,version" if self.client.v2_bodies else "body.storage,container,version"
         rows = self.client.search(cql, expand=expand, limit=self.page_limit)
         async for r in rows:

@@ -28,7 +28,7 @@ from connectors.confluence.cql import EXPAND_RESTRICTIONS, parse_utc, quote, ver
 from connectors.confluence.listing import rejected_credentials
 from connectors.confluence.state import load_row, save_row
 from pipeline.errors import InputError, RemoteError
-from pipeline.protocols import CheckpointStore, Index
+from pipeline.protocols import CheckpointStore
 
 if TYPE_CHECKING:
     from connectors.confluence.source import ConfluenceSource
@@ -127,21 +127,6 @@ async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[
         if not all(source.passes_over(r, key, indexed) for r in new):
             return None
     return len(found)
-
-
-class IndexedPages:
-    """The index's page -> space map, read once and only when asked (between listings, where it stands in for
-    the listing: the pages whose attachments and comments are read)."""
-
-    def __init__(self, index: Index, key: str) -> None:
-        self.index, self.key = index, key
-        self.spaces: dict[str, str] = {}
-
-    async def pages(self) -> set[str]:
-        """The ids of the pages (not attachments) indexed under the space."""
-        if not self.spaces:
-            self.spaces = await self.index.page_spaces()
-        return {pid for pid, space in self.spaces.items() if space == self.key and pid.isdigit()}
 
 
 async def cycle_zone(source: ConfluenceSource, store: CheckpointStore, keys: Sequence[str],

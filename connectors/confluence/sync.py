@@ -30,7 +30,6 @@ from connectors.confluence.cql import since_bound
 from connectors.confluence.includes import load_includes, save_includes, stale_includers
 from connectors.confluence.listing import gone_and_moved, rejected_credentials
 from connectors.confluence.schedule import (
-    IndexedPages,
     check_space,
     cycle_zone,
     due_listings,
@@ -39,6 +38,15 @@ from connectors.confluence.schedule import (
     unchanged,
 )
 from connectors.confluence.source import ConfluenceSource, SourceStats
+from connectors.confluence.space_reads import (
+    Held,
+    IndexedPages,
+    chain,
+    includers,
+    noting,
+    settle_held,
+    unindexed,
+)
 from connectors.confluence.state import load_known, save_known
 from connectors.confluence.sync_extras import extra_items, list_extras, returning, returning_items
 from connectors.confluence.tracker import Tracker
@@ -131,7 +139,10 @@ class _Cycle:
     report: SyncReport
     words: VocabularyRun | None
     step_aside: StepAside | None = None
-    indexed_before: set[str] = field(default_factory=set)  # every id indexed when this cycle's listing ran
+    indexed: IndexedPages = field(init=False)  # the index's pages before this cycle wrote any
+
+    def __post_init__(self) -> None:
+        self.indexed = IndexedPages(self.index)
 
     async def ingest(self, pages: AsyncIterator[Page]) -> IngestReport:
         ing = await ingest_pages(pages, index=self.index, embedder=self.embedder, sparse=self.sparse,
@@ -192,8 +203,7 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
     a space whose attachment or comment listing failed keeps everything indexed under it this cycle."""
     if not listings:  # no space listed this cycle: nothing can be told gone or moved
         return [], {}, set()
-    indexed = await cycle.index.page_spaces()
-    cycle.indexed_before = set(indexed)
+    indexed = await cycle.indexed.all()
     kept = {k: ids | {pid for pid, sp in indexed.items() if sp == k} if k in incomplete else ids
             for k, ids in listings.items()}
     gone, moved = gone_and_moved(indexed, kept)
@@ -266,37 +276,49 @@ async def _sync_space(
     source, store, report = cycle.source, cycle.store, cycle.report
     old = await store.get_checkpoint(source.source_key, key)
     since = since_bound(old, source.overlap_s, zone) if old and not cycle.full else None
-    indexed = IndexedPages(cycle.index, key)  # not listed: the space's indexed pages (and those read below)
     if listing is None and since is not None:
-        same = await unchanged(source, key, since, versions, indexed.pages)
+        same = await unchanged(source, key, since, versions, lambda: cycle.indexed.pages(key))
         if same is not None:
             report.unchanged += same
             return old
-    containers = await indexed.pages() if containers is None else containers
+    # not listed: the space's indexed pages (and those read below) are the containers
+    containers = set(await cycle.indexed.pages(key)) if containers is None else containers
+    held = await Held.load(source, store, key, containers)
     tracker, extras = Tracker(), Tracker()
     includes = await load_includes(store, source.source_key, key)
     known = versions if listing is None else {pid: w for pid, w in versions.items() if pid in listing}
     source.known = known if since else {}
     if source.macros is not None:
         source.macros.includes.clear()  # from here on: the pages of this space
-    pages = _chain(_noting(tracker.wrap(source.iter_space(key, since=since)), containers, source),
-                   source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
-                   extras.wrap(extra_items(source, key, containers, moved, since), order=False),
-                   extras.wrap(returning_items(source, key, containers, returning(
-                       source, containers, cycle.indexed_before, known, extras.extra)),
-                       order=False) if since and listing is not None else None,
-                   _includers(source, key, tracker, includes, elsewhere),
-                   tracker.wrap(_unindexed(source, key, tracker, cycle.index, containers - set(known)),
-                                order=False) if since and listing is not None else None)
+    listed_now = since is not None and listing is not None
+    pages = chain(noting(tracker.wrap(source.iter_space(key, since=since)), containers, source),
+                  source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
+                  extras.wrap(extra_items(source, key, containers, moved, since), order=False),
+                  extras.wrap(returning_items(source, key, containers, returning(
+                      source, await cycle.indexed.all(), held, known, extras.extra)),
+                      order=False) if listed_now else None,
+                  includers(source, key, tracker, includes, elsewhere),
+                  tracker.wrap(unindexed(source, key, tracker, cycle.indexed,
+                                         containers - set(known) - set(held.unusable)),
+                               order=False) if listed_now else None)
     ing = await cycle.ingest(pages)
     _stopped(key, tracker, extras, report)
     tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
-    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
     if source.macros is not None:
         await save_includes(store, source.source_key, key, includes, source.macros.includes)
+    return await _close(cycle, key, tracker, ing, held, old, versions, listing)
+
+
+async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, held: Held, old: str | None,
+                 versions: dict[str, str], listing: set[str] | None) -> str | None:
+    """What a space's read settles: its versions, what failed for its content, the pages back, the
+    checkpoint (returned)."""
+    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
     # settled no more: dropped now, or not listed any more (a later listing that lists them again reads them)
-    dropped = set(versions) - listing if listing is not None else await _drop_restricted(cycle, key, indexed)
-    return await _settle(source, store, key, tracker, blocking, old, versions, listing, dropped)
+    dropped = set(versions) - listing if listing is not None else await _drop_restricted(cycle, key)
+    await settle_held(cycle.source, cycle.store, key, held, tracker.seen + tracker.extra,
+                      [f for f in ing.failed if f[0] not in blocking], await cycle.indexed.all(), listing)
+    return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped)
 
 
 def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) -> None:
@@ -309,20 +331,11 @@ def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) ->
         report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
 
 
-async def _noting(pages: AsyncIterator[Page], ids: set[str], source: ConfluenceSource) -> AsyncIterator[Page]:
-    """``pages``, each id added to ``ids`` (containers of the attachments and comments read after them); a
-    page read with read restrictions (skipped) is no container: its comments and attachments are not read."""
-    async for page in pages:
-        ids.add(page.id)
-        yield page
-    ids.difference_update(source.stats.skipped_restricted)
-
-
-async def _drop_restricted(cycle: _Cycle, key: str, indexed: IndexedPages) -> set[str]:
+async def _drop_restricted(cycle: _Cycle, key: str) -> set[str]:
     """Between listings: the pages of ``key`` read with read restrictions now (an edit that restricted them)
     leave the index in this cycle, and the space is listed in the next one (their comments, attachments and
     descendants). Returns the pages removed."""
-    gone = sorted(cycle.source.stats.skipped_restricted & await indexed.pages())
+    gone = sorted(cycle.source.stats.skipped_restricted & await cycle.indexed.pages(key))
     if gone:
         await cycle.index.delete_pages(gone)
         cycle.report.deleted += len(gone)
@@ -355,35 +368,3 @@ async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tr
                      [(pid, when) for pid, when in tracker.seen + tracker.extra + source.stats.unusable
                       if pid not in unsettled and (listed is None or pid in listed)], new, drop=dropped)
     return new
-
-
-async def _includers(source: ConfluenceSource, key: str, tracker: Tracker,
-                     includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
-    """After the changed pages: the pages showing an older version of one of them, fetched again so the
-    included text is current. Runs last, when ``tracker`` has seen every changed page. Included pages of other
-    synced spaces count by the version those spaces indexed lately (``elsewhere``); spaces synced later in the
-    cycle are caught up by ``_refresh_includers``."""
-    stale = stale_includers({pid: updated or "" for pid, updated in tracker.seen}, includes, elsewhere)
-    if stale:
-        async for page in source.iter_ids(key, stale):
-            yield page
-
-
-async def _unindexed(source: ConfluenceSource, key: str, tracker: Tracker, index: Index,
-                     candidates: set[str]) -> AsyncIterator[Page]:
-    """Last: the in-scope pages that are neither indexed nor were read this run nor were settled at their
-    current version by an earlier one: pages whose read restriction was lifted, that gained an included label
-    or came under the configured ancestor; none of that changes ``lastmodified``. Fetched by id."""
-    seen = {pid for pid, _ in tracker.seen}
-    indexed = await index.page_spaces()
-    wanted = sorted(pid for pid in candidates - seen if pid not in indexed)
-    if wanted:
-        async for page in source.iter_ids(key, wanted):
-            yield page
-
-
-async def _chain(*parts: AsyncIterator[Page] | None) -> AsyncIterator[Page]:
-    for part in parts:
-        if part is not None:
-            async for page in part:
-                yield page

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from connectors.confluence.listing import is_attachment, rejected_credentials
 from connectors.confluence.source import ConfluenceSource
+from connectors.confluence.space_reads import Held
 from pipeline.errors import RemoteError
 from pipeline.types import Page
 
@@ -85,13 +86,19 @@ async def _each(source: ConfluenceSource, key: str,
             source.stats.failed.append((f"{what}:{key}", f"not fetched this cycle: {exc}"))
 
 
-def returning(source: ConfluenceSource, containers: set[str], indexed: set[str], known: dict[str, str],
+def returning(source: ConfluenceSource, indexed: dict[str, str], held: Held, known: dict[str, str],
               read: list[tuple[str, str | None]]) -> Callable[[], set[str]]:
-    """What ``returning_items`` reads in a listing cycle: the listed attachments and comments of listed pages
-    that were not indexed before the cycle (``indexed``: every id indexed then), unless indexed, settled
-    (``known``) or ``read`` this cycle already (id, version)."""
+    """What ``returning_items`` reads in a listing cycle: the listed attachments and comments of the pages
+    that are back (``Held.back_pages``: not indexed before the cycle, ``indexed`` being every id indexed
+    then), unless indexed, settled (``known``), failed for their content (``held.unusable``, this cycle's
+    failures) or ``read`` this cycle already (id, version)."""
     def wanted() -> set[str]:
-        back = containers - indexed
-        done = indexed | known.keys() | {pid for pid, _ in read}
-        return {item for item, page in source.container_of.items() if page in back and item not in done}
+        back = held.back_pages(indexed)
+        if not back:
+            return set()
+        unusable = {pid for pid, _ in source.stats.unusable} | {pid for pid, _ in source.stats.failed}
+        done = {pid for pid, _ in read}
+        return {item for item, page in source.container_of.items() if page in back and item not in indexed
+                and item not in known and item not in held.unusable and item not in unusable
+                and item not in done}
     return wanted

@@ -1,0 +1,128 @@
+"""The parts of one space's read in a sync cycle that come after its changed pages, and what they are told
+by: the index's pages (read once a cycle), and per space, what a listing should bring back and what only an
+edit can fix (both kept in the checkpoint store, with no horizon)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from connectors.confluence.includes import stale_includers
+from connectors.confluence.source import ConfluenceSource
+from connectors.confluence.state import load_row, save_row
+from connectors.confluence.tracker import Tracker
+from pipeline.protocols import CheckpointStore, Index
+from pipeline.types import Page
+
+
+class IndexedPages:
+    """The index's page -> space map as it was when first asked this cycle (one read a cycle, only when asked:
+    between listings it stands in for the listing; in a listing cycle it tells which pages are back)."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.spaces: dict[str, str] | None = None
+
+    async def all(self) -> dict[str, str]:
+        if self.spaces is None:
+            self.spaces = await self.index.page_spaces()
+        return self.spaces
+
+    async def pages(self, key: str) -> set[str]:
+        """The ids of the pages (not attachments) indexed under space ``key``."""
+        return {pid for pid, space in (await self.all()).items() if space == key and pid.isdigit()}
+
+
+async def load_ids(store: CheckpointStore, source_key: str, name: str, key: str) -> dict[str, str]:
+    """A per-space map of id -> version time kept without horizon (``unusable``: what failed for its content,
+    which only an edit can fix; ``back``: pages read between listings that were not indexed before)."""
+    return {k: str(v) for k, v in (await load_row(store, source_key, name, key)).items()}
+
+
+async def save_ids(store: CheckpointStore, source_key: str, name: str, key: str, ids: dict[str, str],
+                   before: dict[str, str]) -> None:
+    await save_row(store, source_key, name, key, ids, before=before)
+
+
+@dataclass
+class Held:
+    """What one space's read starts from besides its known versions (see ``load_ids``)."""
+
+    before: set[str]  # its pages before the read: listed ones, or indexed ones between listings
+    unusable_from: int  # where this space's entries in ``SourceStats.unusable`` begin
+    unusable: dict[str, str]
+    back: dict[str, str]
+
+    @classmethod
+    async def load(cls, source: ConfluenceSource, store: CheckpointStore, key: str, before: set[str]) -> Held:
+        return cls(set(before), len(source.stats.unusable),
+                   await load_ids(store, source.source_key, "unusable", key),
+                   await load_ids(store, source.source_key, "back", key))
+
+    def back_pages(self, indexed: dict[str, str]) -> set[str]:
+        """In a listing cycle: the listed pages not indexed before it, and those kept as back."""
+        return (self.before - indexed.keys()) | self.back.keys()
+
+
+async def settle_held(source: ConfluenceSource, store: CheckpointStore, key: str, held: Held,
+                      read: Sequence[tuple[str, str | None]], failed: Sequence[tuple[str, str]],
+                      indexed: dict[str, str], listing: set[str] | None) -> None:
+    """After the space's read: ``unusable`` gains what failed for its content now (``failed``: not retryable)
+    and loses what was ``read`` fine or is no longer listed; ``back`` gains the pages read between listings
+    that were not indexed before, and is emptied by a listing cycle whose attachment and comment reads all
+    answered (else it keeps every page that cycle should have brought back)."""
+    when = {pid: w or "" for pid, w in read}
+    bad = {pid for pid, _ in failed}
+    now = {pid: w or "" for pid, w in source.stats.unusable[held.unusable_from:]}
+    now |= {pid: when.get(pid, "") for pid in bad}
+    unusable = {pid: w for pid, w in held.unusable.items()
+                if (pid not in when or pid in bad) and (listing is None or pid in listing)} | now
+    await save_ids(store, source.source_key, "unusable", key, unusable, held.unusable)
+    if listing is None:
+        back = held.back | {pid: w for pid, w in when.items() if pid.isdigit() and pid not in held.before}
+    elif any(k in (f"attachments:{key}", f"comments:{key}") for k, _ in source.stats.failed):
+        back = dict.fromkeys(held.back_pages(indexed), "")
+    else:
+        back = {}
+    await save_ids(store, source.source_key, "back", key, back, held.back)
+
+
+async def noting(pages: AsyncIterator[Page], ids: set[str], source: ConfluenceSource) -> AsyncIterator[Page]:
+    """``pages``, each id added to ``ids`` (containers of the attachments and comments read after them); a
+    page read with read restrictions (skipped) is no container: its comments and attachments are not read."""
+    async for page in pages:
+        ids.add(page.id)
+        yield page
+    ids.difference_update(source.stats.skipped_restricted)
+
+
+async def includers(source: ConfluenceSource, key: str, tracker: Tracker,
+                    includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
+    """After the changed pages: the pages showing an older version of one of them, fetched again so the
+    included text is current. Runs when ``tracker`` has seen every changed page. Included pages of other
+    synced spaces count by the version those spaces indexed lately (``elsewhere``); spaces synced later in the
+    cycle are caught up by the sync's ``_refresh_includers``."""
+    stale = stale_includers({pid: updated or "" for pid, updated in tracker.seen}, includes, elsewhere)
+    if stale:
+        async for page in source.iter_ids(key, stale):
+            yield page
+
+
+async def unindexed(source: ConfluenceSource, key: str, tracker: Tracker, indexed: IndexedPages,
+                    candidates: set[str]) -> AsyncIterator[Page]:
+    """Last: the in-scope pages that are neither indexed nor were read this run nor were settled at their
+    current version by an earlier one: pages whose read restriction was lifted, that gained an included label
+    or came under the configured ancestor; none of that changes ``lastmodified``. Fetched by id."""
+    seen = {pid for pid, _ in tracker.seen}
+    now = await indexed.all()
+    wanted = sorted(pid for pid in candidates - seen if pid not in now)
+    if wanted:
+        async for page in source.iter_ids(key, wanted):
+            yield page
+
+
+async def chain(*parts: AsyncIterator[Page] | None) -> AsyncIterator[Page]:
+    for part in parts:
+        if part is not None:
+            async for page in part:
+                yield page
