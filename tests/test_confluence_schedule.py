@@ -220,3 +220,33 @@ async def test_what_failed_for_its_content_is_reported_once_not_at_every_listing
         await site.age_listings(2)
         again = await site.sync(src)
         assert again.listed == 2 and again.failed == []
+
+
+async def test_a_refused_comment_listing_keeps_the_pages_back_for_the_next_listing(site: Site) -> None:
+    site.fc.comment("9104", "5", "<p>an old note on the locked page</p>", when=BASE_TIME)
+    src = site.source()
+    await site.sync(src)
+    listing = next(r for r in site.fc.requests
+                   if 'space = "OPS" and type = comment order by' in unquote_plus(r))
+    site.fc.restrict("5", users=())
+    await site.age_listings(2)
+    site.fc.fail_next(403, count=1, path_contains=listing.split("?", 1)[1].split("&")[0])
+    report = await site.sync(src)
+    assert "comments:OPS" in {k for k, _ in report.failed} and "9104" not in await site.ids()
+    await site.age_listings(2)
+    await site.sync(src)
+    assert "9104" in await site.ids()
+
+
+async def test_an_empty_page_fixed_by_an_edit_read_as_restricted_comes_back_with_it(site: Site) -> None:
+    site.fc.add(FakePage("10", "Empty", "ENG", "", BASE_TIME - timedelta(days=30)))
+    src = site.source()
+    assert [pid for pid, _ in (await site.sync(src)).failed] == ["10"]
+    site.fc.edit("10", body="<p>Filled in at last.</p>", when=site.fc.now() + timedelta(minutes=1))
+    site.fc.restrict("10")
+    site.fc.edit("2", body="<p>later</p>", when=site.fc.now() + timedelta(minutes=30))  # moves the window on
+    await site.sync(src)  # between listings: read with its restriction, not indexed
+    site.fc.restrict("10", users=())
+    await site.age_listings(2)
+    await site.sync(src)
+    assert "10" in await site.ids()

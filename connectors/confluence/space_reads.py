@@ -64,24 +64,33 @@ class Held:
         return (self.before - indexed.keys()) | self.back.keys()
 
 
+# failures that an upgrade or more memory may fix, not an edit: read again at every listing
+NOT_CONTENT = ("too complex to parse", "could not be parsed")
+
+
 async def settle_held(source: ConfluenceSource, store: CheckpointStore, key: str, held: Held,
-                      read: Sequence[tuple[str, str | None]], failed: Sequence[tuple[str, str]],
-                      indexed: dict[str, str], listing: set[str] | None) -> None:
-    """After the space's read: ``unusable`` gains what failed for its content now (``failed``: not retryable)
-    and loses what was ``read`` fine or is no longer listed; ``back`` gains the pages read between listings
-    that were not indexed before, and is emptied by a listing cycle whose attachment and comment reads all
-    answered (else it keeps every page that cycle should have brought back)."""
+                      pages: Sequence[tuple[str, str | None]], read: Sequence[tuple[str, str | None]],
+                      failed: Sequence[tuple[str, str]], *, retry: bool, indexed: dict[str, str],
+                      listing: set[str] | None) -> None:
+    """After the space's read (``pages`` in edit order, ``read``: every item handed to ingest): ``unusable``
+    gains what failed for its content now (``failed``: not retryable) and loses what was read fine, read with
+    read restrictions (an edit that was not read may have fixed it) or is no longer listed; ``back`` gains the
+    pages read between listings that were not indexed before, and is emptied by a listing cycle whose
+    attachment and comment listings and reads all answered and nothing waits for a ``retry`` (else it keeps
+    every listed page that cycle should have brought back)."""
     when = {pid: w or "" for pid, w in read}
-    bad = {pid for pid, _ in failed}
+    bad = {pid for pid, why in failed if not why.startswith(NOT_CONTENT)}
     now = {pid: w or "" for pid, w in source.stats.unusable[held.unusable_from:]}
     now |= {pid: when.get(pid, "") for pid in bad}
-    unusable = {pid: w for pid, w in held.unusable.items()
-                if (pid not in when or pid in bad) and (listing is None or pid in listing)} | now
+    gone = source.stats.skipped_restricted
+    unusable = {pid: w for pid, w in held.unusable.items() if (pid not in when or pid in bad)
+                and pid not in gone and (listing is None or pid in listing)} | now
     await save_ids(store, source.source_key, "unusable", key, unusable, held.unusable)
+    kinds = (f"attachments:{key}", f"comments:{key}")
     if listing is None:
-        back = held.back | {pid: w for pid, w in when.items() if pid.isdigit() and pid not in held.before}
-    elif any(k in (f"attachments:{key}", f"comments:{key}") for k, _ in source.stats.failed):
-        back = dict.fromkeys(held.back_pages(indexed), "")
+        back = held.back | {pid: w or "" for pid, w in pages if pid.isdigit() and pid not in held.before}
+    elif retry or any(k in kinds for k, _ in source.stats.failed) or source.stats.unlisted & set(kinds):
+        back = dict.fromkeys(held.back_pages(indexed) & held.before, "")
     else:
         back = {}
     await save_ids(store, source.source_key, "back", key, back, held.back)

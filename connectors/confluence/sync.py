@@ -316,8 +316,9 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
     blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
     # settled no more: dropped now, or not listed any more (a later listing that lists them again reads them)
     dropped = set(versions) - listing if listing is not None else await _drop_restricted(cycle, key)
-    await settle_held(cycle.source, cycle.store, key, held, tracker.seen + tracker.extra,
-                      [f for f in ing.failed if f[0] not in blocking], await cycle.indexed.all(), listing)
+    await settle_held(cycle.source, cycle.store, key, held, tracker.seen, tracker.seen + tracker.extra,
+                      [f for f in ing.failed if f[0] not in blocking], retry=bool(blocking),
+                      indexed=await cycle.indexed.all(), listing=listing)
     return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped)
 
 
