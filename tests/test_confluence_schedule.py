@@ -250,3 +250,18 @@ async def test_an_empty_page_fixed_by_an_edit_read_as_restricted_comes_back_with
     await site.age_listings(2)
     await site.sync(src)
     assert "10" in await site.ids()
+
+
+async def test_an_edit_outside_the_configured_labels_costs_no_more_questions(site: Site) -> None:
+    for pid in ("1", "2", "3", "4"):
+        site.fc.set_labels(pid, ["faq"])
+    src = site.source(confluence_labels_include=("faq",))
+    await site.sync(src)
+    site.fc.edit("2", body="<p>no longer an faq</p>", when=site.fc.now() + timedelta(minutes=1))
+    site.fc.set_labels("2", ["draft"])
+    site.fc.edit("4", body="<p>faq, edited</p>", when=site.fc.now() + timedelta(minutes=1))
+    first = await site.sync(src)
+    assert first.updated == 1  # the page still in scope
+    calls = len(site.fc.requests)
+    again = await site.sync(src)
+    assert len(site.fc.requests) - calls == 2 and again.updated == 0

@@ -109,7 +109,9 @@ async def unchanged(source: ConfluenceSource, key: str, since: str, known: dict[
            "order by lastmodified asc")
     limit = source.id_limit
     found: list[dict[str, Any]] = []
-    rows = source.client.search(cql, expand=f"version,container,ancestors,{EXPAND_RESTRICTIONS}", limit=limit)
+    labels = ",metadata.labels" if source.labels_include or source.labels_exclude else ""
+    rows = source.client.search(cql, expand=f"version,container,ancestors{labels},{EXPAND_RESTRICTIONS}",
+                                limit=limit)
     try:
         async for r in rows:
             found.append(r)

@@ -316,14 +316,28 @@ class ConfluenceSource(PageExtras):
         """Whether a sync would leave search result ``r`` out without indexing or removing anything, ``pages``
         being the space's indexed pages: an attachment that is no document or whose page is not indexed, a
         comment on a page not indexed, a page with read restrictions (own or inherited) that is not indexed
-        (space mode). Anything else may change the index."""
+        (space mode), a page outside the configured labels or ancestor (the incremental query leaves it out).
+        Anything else may change the index."""
         kind, pid = r.get("type") or "page", str(r.get("id", ""))
         if kind == "attachment":
             return not self._wanted_attachment(r, pages)
         if kind == "comment":
             return _container(r) not in pages
+        if not self._in_scope(r):
+            return True
         drop = not self.include_restricted and self.permissions is None
         return drop and pid not in pages and self._is_restricted(r, self._restricted.get(space, set()))
+
+    def _in_scope(self, r: dict[str, Any]) -> bool:
+        """Whether a page (expanded with ``metadata.labels`` and ``ancestors``) has the configured labels and
+        lies under the configured ancestor, as ``pages_cql`` selects."""
+        labels = {str(lb.get("name", "")) for lb in
+                  (((r.get("metadata") or {}).get("labels") or {}).get("results") or [])}
+        if self.labels_include and not labels & set(self.labels_include):
+            return False
+        if labels & set(self.labels_exclude):
+            return False
+        return not self.ancestor or self.ancestor in {str(a.get("id", "")) for a in r.get("ancestors") or []}
 
     def _is_restricted(self, r: dict[str, Any], own: set[str]) -> bool:
         if _has_read_restrictions(r):
