@@ -265,17 +265,3 @@ async def test_an_edit_outside_the_configured_labels_costs_no_more_questions(sit
     calls = len(site.fc.requests)
     again = await site.sync(src)
     assert len(site.fc.requests) - calls == 2 and again.updated == 0
-
-
-async def test_a_kind_whose_listing_is_refused_does_not_make_every_cycle_list(site: Site) -> None:
-    site.fc.comment("9105", "3", "<p>a note in OPS</p>", when=site.fc.now())
-    src = site.source()
-    await site.sync(src)
-    listing = next(r for r in site.fc.requests
-                   if 'space = "OPS" and type = comment order by' in unquote_plus(r))
-    await site.age_listings(2)
-    site.fc.fail_next(403, count=None, path_contains=listing.split("?", 1)[1].split("&")[0])
-    refused = await site.sync(src)
-    assert refused.listed == 2 and "comments:OPS" in {k for k, _ in refused.failed}
-    assert "9105" in await site.ids()  # kept while its listing is refused
-    assert (await site.sync(src)).listed == 0

@@ -171,7 +171,7 @@ async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
             key, cycle, moved=moved.get(key, []), zone=zone, containers=pages_of.get(key),
             listing=listings.get(key), elsewhere=_elsewhere(known, key), versions=known[key])
         known[key] = await load_known(store, source.source_key, key)  # later spaces see what this one read
-        if key in listings:  # one refused kind keeps what it indexed until the next listing, like any change
+        if key in listings and key not in incomplete:
             await remember_listing(source, store, key, listed_at)
     if source.macros is not None:
         for key in synced:
