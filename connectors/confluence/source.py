@@ -333,7 +333,9 @@ class ConfluenceSource(PageExtras):
         lies under the configured ancestor, as ``pages_cql`` selects."""
         labels = {str(lb.get("name", "")) for lb in
                   (((r.get("metadata") or {}).get("labels") or {}).get("results") or [])}
-        if self.labels_include and not labels & set(self.labels_include):
+        # in case CQL matches labels without case: in scope when it might be (a change then asks again)
+        folded = {v.casefold() for v in labels}
+        if self.labels_include and not folded & {v.casefold() for v in self.labels_include}:
             return False
         if labels & set(self.labels_exclude):
             return False
