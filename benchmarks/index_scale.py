@@ -214,7 +214,6 @@ async def access_latencies(index: Any, queries: np.ndarray) -> dict[str, float]:
     return out
 
 
-
 async def dense_top(index: Any, queries: np.ndarray) -> list[set[str]]:
     """The evidence ids of each query's dense top 10, as the index finds them."""
     found = []
@@ -229,6 +228,7 @@ async def dense_top(index: Any, queries: np.ndarray) -> list[set[str]]:
 def recall_of(found: list[set[str]], exact: list[set[str]]) -> float:
     """Mean recall@10 of ``found`` against ``exact`` (``Corpus.exact_top``)."""
     return float(np.mean([len(f & e) / len(e) for f, e in zip(found, exact, strict=True)]))
+
 
 async def one(n: int, layout_name: str, overrides: str, vectors: str, nq: int,
               with_access: bool = False) -> dict[str, Any]:

@@ -22,6 +22,7 @@ class IndexedPages:
     def __init__(self, index: Index) -> None:
         self.index = index
         self.spaces: dict[str, str] | None = None
+        self._by_space: dict[str, set[str]] | None = None
 
     async def all(self) -> dict[str, str]:
         if self.spaces is None:
@@ -29,19 +30,19 @@ class IndexedPages:
         return self.spaces
 
     async def pages(self, key: str) -> set[str]:
-        """The ids of the pages (not attachments) indexed under space ``key``."""
-        return {pid for pid, space in (await self.all()).items() if space == key and pid.isdigit()}
+        """The ids of the pages (not attachments) indexed under space ``key`` (a copy to change freely)."""
+        if self._by_space is None:  # grouped once a cycle, not scanned per space
+            self._by_space = {}
+            for pid, space in (await self.all()).items():
+                if pid.isdigit():
+                    self._by_space.setdefault(space, set()).add(pid)
+        return set(self._by_space.get(key, ()))
 
 
 async def load_ids(store: CheckpointStore, source_key: str, name: str, key: str) -> dict[str, str]:
     """A per-space map of id -> version time kept without horizon (``unusable``: what failed for its content,
     which only an edit can fix; ``back``: pages read between listings that were not indexed before)."""
     return {k: str(v) for k, v in (await load_row(store, source_key, name, key)).items()}
-
-
-async def save_ids(store: CheckpointStore, source_key: str, name: str, key: str, ids: dict[str, str],
-                   before: dict[str, str]) -> None:
-    await save_row(store, source_key, name, key, ids, before=before)
 
 
 @dataclass
@@ -85,7 +86,7 @@ async def settle_held(source: ConfluenceSource, store: CheckpointStore, key: str
     gone = source.stats.skipped_restricted
     unusable = {pid: w for pid, w in held.unusable.items() if (pid not in when or pid in bad)
                 and pid not in gone and (listing is None or pid in listing)} | now
-    await save_ids(store, source.source_key, "unusable", key, unusable, held.unusable)
+    await save_row(store, source.source_key, "unusable", key, unusable, before=held.unusable)
     kinds = (f"attachments:{key}", f"comments:{key}")
     if listing is None:
         back = held.back | {pid: w or "" for pid, w in pages if pid.isdigit() and pid not in held.before}
@@ -93,7 +94,7 @@ async def settle_held(source: ConfluenceSource, store: CheckpointStore, key: str
         back = dict.fromkeys(held.back_pages(indexed) & held.before, "")
     else:
         back = {}
-    await save_ids(store, source.source_key, "back", key, back, held.back)
+    await save_row(store, source.source_key, "back", key, back, before=held.back)
 
 
 async def noting(pages: AsyncIterator[Page], ids: set[str], source: ConfluenceSource) -> AsyncIterator[Page]:

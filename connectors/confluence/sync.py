@@ -282,7 +282,7 @@ async def _sync_space(
             report.unchanged += same
             return old
     # not listed: the space's indexed pages (and those read below) are the containers
-    containers = set(await cycle.indexed.pages(key)) if containers is None else containers
+    containers = await cycle.indexed.pages(key) if containers is None else containers
     held = await Held.load(source, store, key, containers)
     tracker, extras = Tracker(), Tracker()
     includes = await load_includes(store, source.source_key, key)
