@@ -16,6 +16,7 @@ import pytest
 from sync_site import SyncSite
 
 from connectors.confluence.source import ConfluenceSource
+from connectors.confluence.state import load_known
 from connectors.confluence.sync import SyncReport
 from connectors.factory import make_confluence_source
 from evident.settings import Settings
@@ -265,3 +266,16 @@ async def test_an_edit_outside_the_configured_labels_costs_no_more_questions(sit
     calls = len(site.fc.requests)
     again = await site.sync(src)
     assert len(site.fc.requests) - calls == 2 and again.updated == 0
+
+
+async def test_a_file_that_failed_in_one_space_is_not_recorded_in_the_next(site: Site) -> None:
+    src = site.source(confluence_max_attachment_bytes=1000)
+    await site.sync(src)
+    later = site.fc.now() + timedelta(minutes=1)
+    site.fc.attach("att9012", "1", "huge.md", b"# Big\n\n" + b"x" * 5000, when=later, media_type="text/markdown")
+    site.fc.edit("3", body="<p>an OPS edit, so OPS is read too</p>", when=later)
+    report = await site.sync(src)
+    assert report.listed == 0 and [pid for pid, _ in report.failed] == ["att9012"]
+    key = f"confluence:{site.fc.url}"
+    assert "att9012" in await load_known(site.store, key, "ENG")
+    assert "att9012" not in await load_known(site.store, key, "OPS")

@@ -319,7 +319,9 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
     await settle_held(cycle.source, cycle.store, key, held, tracker.seen, tracker.seen + tracker.extra,
                       [f for f in ing.failed if f[0] not in blocking], retry=bool(blocking),
                       indexed=await cycle.indexed.all(), listing=listing)
-    return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped)
+    unusable = cycle.source.stats.unusable[held.unusable_from:]  # this space's, not the cycle's
+    return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped,
+                         unusable)
 
 
 def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) -> None:
@@ -358,14 +360,16 @@ def _add_up(report: SyncReport, ing: IngestReport) -> None:
 
 async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: Tracker,
                   blocking: set[str], old: str | None, known: dict[str, str],
-                  listed: set[str] | None, dropped: set[str]) -> str | None:
+                  listed: set[str] | None, dropped: set[str],
+                  unusable: Sequence[tuple[str, str | None]]) -> str | None:
     """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled
-    (of those ``listed``, when the space was listed this cycle), ``known`` less ``dropped``."""
+    (of those ``listed``, when the space was listed this cycle; and the space's ``unusable`` items), ``known``
+    less ``dropped``."""
     new = tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
     unsettled = blocking | {pid for pid, _ in source.stats.warnings}  # to be read again: not known
     await save_known(store, source.source_key, key, known,
-                     [(pid, when) for pid, when in tracker.seen + tracker.extra + source.stats.unusable
+                     [(pid, when) for pid, when in [*tracker.seen, *tracker.extra, *unusable]
                       if pid not in unsettled and (listed is None or pid in listed)], new, drop=dropped)
     return new
