@@ -16,10 +16,14 @@ import pytest
 from sync_site import SyncSite
 
 from connectors.confluence.source import ConfluenceSource
+from connectors.confluence.cql import parse_utc
 from connectors.confluence.state import load_known
 from connectors.confluence.sync import SyncReport
 from connectors.factory import make_confluence_source
 from evident.settings import Settings
+from pipeline.ingest import run as run_module
+from pipeline.ingest.options import IngestOptions
+from pipeline.types import Page
 from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
 
 pytestmark = pytest.mark.slow
@@ -279,3 +283,35 @@ async def test_a_file_that_failed_in_one_space_is_not_recorded_in_the_next(site:
     key = f"confluence:{site.fc.url}"
     assert "att9012" in await load_known(site.store, key, "ENG")
     assert "att9012" not in await load_known(site.store, key, "OPS")
+
+
+async def test_a_damaged_checkpoint_costs_a_full_read_of_its_space_not_the_sync(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    key = f"confluence:{site.fc.url}"
+    await site.store.set_checkpoint(key, "ENG", "not a time")
+    site.fc.edit("3", body="<p>an OPS edit after the damage</p>", when=site.fc.now() + timedelta(minutes=1))
+    report = await site.sync(src)
+    assert ("space:ENG", "checkpoint 'not a time' is not a time: read in full") in report.warnings
+    assert report.failed == [] and report.checkpoints["OPS"] and report.updated == 1
+    assert parse_utc(await site.store.get_checkpoint(key, "ENG") or "") > BASE_TIME  # sound again
+
+
+async def test_a_page_the_parser_failed_on_is_read_again_at_the_next_listing(
+        site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    site.fc.add(FakePage("10", "Deep", "ENG", "<p>deep text</p>", BASE_TIME + timedelta(minutes=30)))
+    real = run_module.split_page
+
+    def failing(page: Page, options: IngestOptions) -> run_module.PageEvidence:
+        if page.id == "10":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(page, options)
+
+    monkeypatch.setattr(run_module, "split_page", failing)
+    src = site.source()
+    first = await site.sync(src)
+    assert [(pid, why.split(" (")[0]) for pid, why in first.failed] == [("10", "too complex to parse")]
+    monkeypatch.setattr(run_module, "split_page", real)  # an upgrade that parses it
+    await site.age_listings(2)
+    await site.sync(src)
+    assert "10" in await site.ids()

@@ -19,6 +19,21 @@ from pipeline.protocols import CheckpointStore
 KNOWN_HORIZON = timedelta(days=1, hours=13)  # no incremental query reaches further behind its checkpoint
 
 
+async def load_checkpoint(store: CheckpointStore, source_key: str, space: str,
+                          warnings: list[tuple[str, str]]) -> str | None:
+    """The space's checkpoint (UTC ISO), or None: never kept, or damaged (not a time: reported in
+    ``warnings``, and the space is read as if never synced, which writes a sound one)."""
+    raw = await store.get_checkpoint(source_key, space)
+    if not raw:
+        return None
+    try:
+        parse_utc(raw)
+    except InputError:
+        warnings.append((f"space:{space}", f"checkpoint {raw[:40]!r} is not a time: read in full"))
+        return None
+    return raw
+
+
 def _row(name: str, space: str) -> str:
     return f"__{name}__:{space}"
 

@@ -39,6 +39,7 @@ from connectors.confluence.schedule import (
 )
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.space_reads import (
+    NOT_CONTENT,
     Held,
     IndexedPages,
     chain,
@@ -47,7 +48,7 @@ from connectors.confluence.space_reads import (
     settle_held,
     unindexed,
 )
-from connectors.confluence.state import load_known, save_known
+from connectors.confluence.state import load_checkpoint, load_known, save_known
 from connectors.confluence.sync_extras import extra_items, list_extras, returning, returning_items
 from connectors.confluence.tracker import Tracker
 from pipeline.errors import ConfigError, RemoteError
@@ -274,7 +275,7 @@ async def _sync_space(
     this cycle (then only what changed is asked, ``schedule.unchanged`` first). Returns the new checkpoint
     (never past a page that failed in a way a retry can fix)."""
     source, store, report = cycle.source, cycle.store, cycle.report
-    old = await store.get_checkpoint(source.source_key, key)
+    old = await load_checkpoint(store, source.source_key, key, report.warnings)
     since = since_bound(old, source.overlap_s, zone) if old and not cycle.full else None
     if listing is None and since is not None:
         same = await unchanged(source, key, since, versions, lambda: cycle.indexed.pages(key))
@@ -320,8 +321,9 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
                       [f for f in ing.failed if f[0] not in blocking], retry=bool(blocking),
                       indexed=await cycle.indexed.all(), listing=listing)
     unusable = cycle.source.stats.unusable[held.unusable_from:]  # this space's, not the cycle's
+    parser_failed = {pid for pid, why in ing.failed if why.startswith(NOT_CONTENT)}
     return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped,
-                         unusable)
+                         unusable, parser_failed)
 
 
 def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) -> None:
@@ -361,14 +363,15 @@ def _add_up(report: SyncReport, ing: IngestReport) -> None:
 async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: Tracker,
                   blocking: set[str], old: str | None, known: dict[str, str],
                   listed: set[str] | None, dropped: set[str],
-                  unusable: Sequence[tuple[str, str | None]]) -> str | None:
+                  unusable: Sequence[tuple[str, str | None]], parser_failed: set[str]) -> str | None:
     """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled
     (of those ``listed``, when the space was listed this cycle; and the space's ``unusable`` items), ``known``
     less ``dropped``."""
     new = tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
-    unsettled = blocking | {pid for pid, _ in source.stats.warnings}  # to be read again: not known
+    # to be read again, not known: retryable failures, warnings, and parser failures (at every listing)
+    unsettled = blocking | {pid for pid, _ in source.stats.warnings} | parser_failed
     await save_known(store, source.source_key, key, known,
                      [(pid, when) for pid, when in [*tracker.seen, *tracker.extra, *unusable]
                       if pid not in unsettled and (listed is None or pid in listed)], new, drop=dropped)
