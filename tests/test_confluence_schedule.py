@@ -315,3 +315,20 @@ async def test_a_page_the_parser_failed_on_is_read_again_at_the_next_listing(
     await site.age_listings(2)
     await site.sync(src)
     assert "10" in await site.ids()
+
+
+async def test_a_file_not_fetched_is_not_passed_by_a_later_page_edit(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    now = site.fc.now()
+    site.fc.attach("att9013", "1", "notes.md", b"# Runbook\n\nRotate the keys monthly.", when=now,
+                   media_type="text/markdown")
+    site.fc.edit("2", body="<p>a later edit</p>", when=now + timedelta(minutes=30))
+    site.fc.fail_next(403, count=1, path_contains="/download/attachments/1/notes.md")
+    first = await site.sync(src)
+    assert "attachments:ENG" in {k for k, _ in first.failed} and "att9013" not in await site.ids()
+    second = await site.sync(src)  # between listings, the checkpoint past the file's time
+    assert second.listed == 0 and second.failed == []
+    assert "att9013" in await site.ids()
+    third = await site.sync(src)  # read: nothing pending any more, the probe alone again
+    assert third.api_calls == 2

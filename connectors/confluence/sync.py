@@ -49,7 +49,15 @@ from connectors.confluence.space_reads import (
     unindexed,
 )
 from connectors.confluence.state import load_checkpoint, load_known, save_known
-from connectors.confluence.sync_extras import extra_items, list_extras, returning, returning_items
+from connectors.confluence.sync_extras import (
+    extra_items,
+    extras_since,
+    list_extras,
+    load_pending,
+    returning,
+    returning_items,
+    settle_pending,
+)
 from connectors.confluence.tracker import Tracker
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
@@ -277,11 +285,9 @@ async def _sync_space(
     source, store, report = cycle.source, cycle.store, cycle.report
     old = await load_checkpoint(store, source.source_key, key, report.warnings)
     since = since_bound(old, source.overlap_s, zone) if old and not cycle.full else None
-    if listing is None and since is not None:
-        same = await unchanged(source, key, since, versions, lambda: cycle.indexed.pages(key))
-        if same is not None:
-            report.unchanged += same
-            return old
+    pending = await load_pending(store, source.source_key, key)
+    if listing is None and since is not None and pending is None and await _same(cycle, key, since, versions):
+        return old
     # not listed: the space's indexed pages (and those read below) are the containers
     containers = await cycle.indexed.pages(key) if containers is None else containers
     held = await Held.load(source, store, key, containers)
@@ -294,7 +300,8 @@ async def _sync_space(
     listed_now = since is not None and listing is not None
     pages = chain(noting(tracker.wrap(source.iter_space(key, since=since)), containers, source),
                   source.iter_ids(key, [m for m in moved if m.isdigit()]) if moved else None,
-                  extras.wrap(extra_items(source, key, containers, moved, since), order=False),
+                  extras.wrap(extra_items(source, key, containers, moved, extras_since(
+                      since, old, pending, source.overlap_s, zone)), order=False),
                   extras.wrap(returning_items(source, key, containers, returning(
                       source, await cycle.indexed.all(), held, known, extras.extra)),
                       order=False) if listed_now else None,
@@ -307,14 +314,23 @@ async def _sync_space(
     tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
     if source.macros is not None:
         await save_includes(store, source.source_key, key, includes, source.macros.includes)
+    await settle_pending(source, store, key, old, pending, tracker.extra, _blocking(ing))
     return await _close(cycle, key, tracker, ing, held, old, versions, listing)
+
+
+async def _same(cycle: _Cycle, key: str, since: str, versions: dict[str, str]) -> bool:
+    """Between listings: the space's probe found nothing to read (``schedule.unchanged``; counted)."""
+    same = await unchanged(cycle.source, key, since, versions, lambda: cycle.indexed.pages(key))
+    if same is not None:
+        cycle.report.unchanged += same
+    return same is not None
 
 
 async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, held: Held, old: str | None,
                  versions: dict[str, str], listing: set[str] | None) -> str | None:
     """What a space's read settles: its versions, what failed for its content, the pages back, the
     checkpoint (returned)."""
-    blocking = {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
+    blocking = _blocking(ing)
     # settled no more: dropped now, or not listed any more (a later listing that lists them again reads them)
     dropped = set(versions) - listing if listing is not None else await _drop_restricted(cycle, key)
     await settle_held(cycle.source, cycle.store, key, held, tracker.seen, tracker.seen + tracker.extra,
@@ -324,6 +340,11 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
     parser_failed = {pid for pid, why in ing.failed if why.startswith(NOT_CONTENT)}
     return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped,
                          unusable, parser_failed)
+
+
+def _blocking(ing: IngestReport) -> set[str]:
+    """What failed in a way a retry can fix: not settled, the checkpoint waits for it."""
+    return {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
 
 
 def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) -> None:

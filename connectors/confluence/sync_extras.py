@@ -1,16 +1,62 @@
 """Attachments and comments in a sync cycle: listed and fetched so that one refused or failing request costs
 those items, never the space's pages nor the run; items indexed at their current version are skipped (their
-own known versions), so a no-change cycle downloads and reads nothing."""
+own known versions), so a no-change cycle downloads and reads nothing.
+
+Attachments and comments are asked for since the space's checkpoint, which only page edits move. So that a
+refused or failing request, or an item whose embedding or index write failed, is not passed by the next
+page edit, the checkpoint such a cycle started from is kept (``pending``, the row ``__extras_from__:<space>``)
+and later cycles ask for attachments and comments since it (and do not skip the space on its probe) until one
+reads them all."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from connectors.confluence.cql import since_bound
 from connectors.confluence.listing import is_attachment, rejected_credentials
 from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.space_reads import Held
+from connectors.confluence.state import load_row, save_row
 from pipeline.errors import RemoteError
+from pipeline.protocols import CheckpointStore
 from pipeline.types import Page
+
+_PENDING = "extras_from"
+
+
+async def load_pending(store: CheckpointStore, source_key: str, key: str) -> str | None:
+    """Where the space's attachments and comments must be asked from (a checkpoint, or "" for all of them);
+    None when the last cycle read them all."""
+    at = (await load_row(store, source_key, _PENDING, key)).get("at")
+    return at if isinstance(at, str) else None
+
+
+def extras_since(since: str | None, old: str | None, pending: str | None, overlap_s: int,
+                 zone: int | None) -> str | None:
+    """The CQL bound of this cycle's attachment and comment queries: the pages' ``since``, or earlier where
+    an item is ``pending`` from a checkpoint before ``old`` (None: all of them)."""
+    if pending is None or since is None:
+        return since
+    return since_bound(min(pending, old), overlap_s, zone) if pending and old else None
+
+
+async def settle_pending(source: ConfluenceSource, store: CheckpointStore, key: str, old: str | None,
+                         pending: str | None, extras: Sequence[tuple[str, str | None]],
+                         blocking: set[str]) -> None:
+    """After the space's read: keep the earliest checkpoint from which an attachment or comment is still to
+    be read (a listing or query of them failed, or one of ``extras`` failed in a way a retry can fix), or
+    clear it."""
+    kinds = {f"attachments:{key}", f"comments:{key}"}
+    failed = (any(k in kinds for k, _ in source.stats.failed) or bool(source.stats.unlisted & kinds)
+              or any(pid in blocking for pid, _ in extras))
+    if not failed:
+        keep = None
+    elif old is None or pending == "":
+        keep = ""
+    else:
+        keep = min(pending, old) if pending else old
+    if keep != pending:
+        await save_row(store, source.source_key, _PENDING, key, {} if keep is None else {"at": keep})
 
 
 async def list_extras(source: ConfluenceSource, key: str, containers: set[str],
