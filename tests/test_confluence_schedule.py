@@ -15,8 +15,8 @@ from urllib.parse import unquote_plus
 import pytest
 from sync_site import SyncSite
 
-from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.cql import parse_utc
+from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.state import load_known
 from connectors.confluence.sync import SyncReport
 from connectors.factory import make_confluence_source
@@ -276,7 +276,8 @@ async def test_a_file_that_failed_in_one_space_is_not_recorded_in_the_next(site:
     src = site.source(confluence_max_attachment_bytes=1000)
     await site.sync(src)
     later = site.fc.now() + timedelta(minutes=1)
-    site.fc.attach("att9012", "1", "huge.md", b"# Big\n\n" + b"x" * 5000, when=later, media_type="text/markdown")
+    site.fc.attach("att9012", "1", "huge.md", b"# Big\n\n" + b"x" * 5000, when=later,
+                   media_type="text/markdown")
     site.fc.edit("3", body="<p>an OPS edit, so OPS is read too</p>", when=later)
     report = await site.sync(src)
     assert report.listed == 0 and [pid for pid, _ in report.failed] == ["att9012"]
@@ -332,3 +333,24 @@ async def test_a_file_not_fetched_is_not_passed_by_a_later_page_edit(site: Site)
     assert "att9013" in await site.ids()
     third = await site.sync(src)  # read: nothing pending any more, the probe alone again
     assert third.api_calls == 2
+
+
+async def test_a_page_hidden_by_an_edit_while_the_search_paged_is_read_next_cycle(site: Site) -> None:
+    src = site.source()
+    src.page_limit = 2
+    await site.sync(src)
+    t = BASE_TIME + timedelta(hours=2)  # page 2's time, ENG's checkpoint
+    for n, pid in enumerate(("11", "12", "13"), start=1):
+        site.fc.add(FakePage(pid, f"New {pid}", "ENG", f"<p>new page {pid}</p>", t + timedelta(minutes=n)))
+
+    def edit_page_2_before_the_second_results_page(path_qs: str) -> None:
+        text = unquote_plus(path_qs)
+        if "content/search" in text and '"ENG"' in text and "start=2" in text and site.fc.on_request:
+            site.fc.on_request = None
+            site.fc.edit("2", body="<p>edited while paging</p>", when=t + timedelta(hours=1))
+
+    site.fc.on_request = edit_page_2_before_the_second_results_page
+    await site.sync(src)  # known page 2 skipped on the first results page; 12 slides onto it unseen
+    assert site.fc.on_request is None and "12" not in await site.ids()
+    await site.sync(src)
+    assert "12" in await site.ids()

@@ -50,6 +50,8 @@ class SourceStats:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     # "comments:ENG": a listing refused this run (not fetched)
     unlisted: set[str] = field(default_factory=set)
+    # spaces whose search served a row twice (an edit while it paged may have hidden another row)
+    unstable: set[str] = field(default_factory=set)
 
 
 class ConfluenceSource(PageExtras):
@@ -187,8 +189,12 @@ class ConfluenceSource(PageExtras):
                 await self.list_space(space)
         own = self._restricted.get(space, set())
         batch: list[dict[str, Any]] = []
+        served: set[str] = set()  # rows skipped below count too: an edit moves a row whatever became of it
         async for r in self.client.search(cql, expand=expand, limit=self.page_limit):
             pid = str(r.get("id", ""))
+            if pid in served:
+                self.stats.unstable.add(space)
+            served.add(pid)
             if drop and self._is_restricted(r, own):
                 self.stats.skipped_restricted.add(pid)
                 continue

@@ -388,7 +388,7 @@ async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tr
     """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled
     (of those ``listed``, when the space was listed this cycle; and the space's ``unusable`` items), ``known``
     less ``dropped``."""
-    new = tracker.checkpoint(blocking, old)
+    new = old if key in source.stats.unstable else tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
     # to be read again, not known: retryable failures, warnings, and parser failures (at every listing)
