@@ -31,6 +31,7 @@ from pipeline.answer.engine import Engine
 from pipeline.answer.options import EngineOptions
 from pipeline.answer.prompts import PromptLibrary
 from pipeline.answer.settings import RetrievalSettings
+from pipeline.errors import EmbeddingError
 from pipeline.factory import engine_options
 from pipeline.factory import ingest_options as factory_ingest_options
 from pipeline.index.edge import EdgeIndex
@@ -42,6 +43,7 @@ from pipeline.ingest.storage import parse_page
 from pipeline.ingest.storage.walker import Element
 from pipeline.models.llm import OpenAILLM
 from pipeline.models.sparse import Bm25Encoder
+from pipeline.protocols import Embedder
 from pipeline.store import Store
 from pipeline.types import Evidence, Page
 
@@ -53,6 +55,26 @@ RAG_MEETING_URL = "https://acme.example/wiki/spaces/ACME/pages/100002/RAG+meetin
 ONCALL_URL = "https://acme.example/wiki/spaces/ACME/pages/100003/On+call+rotation"
 DEPLOY_URL = "https://acme.example/wiki/spaces/ACME/pages/100004/Deployment+runbook"
 HARDWARE_URL = "https://acme.example/wiki/spaces/ACME/pages/100005/Hardware+inventory"
+
+
+class FailingEmbedder:
+    """``inner``, failing every batch that holds a text with all of ``words`` while ``armed``: a transient
+    embedder fault at the model boundary."""
+
+    def __init__(self, inner: Embedder, *words: str) -> None:
+        self.inner, self.words, self.armed = inner, words, True
+        self.name, self.dim = inner.name, inner.dim
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if self.armed and any(all(w in t for w in self.words) for t in texts):
+            raise EmbeddingError("the embedder is restarting")
+        return self.inner.embed_documents(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_queries(texts)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class HashEmbedder:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 import pytest
-from helpers import ingest_options
+from helpers import FailingEmbedder, ingest_options
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.clock import measure_zone
@@ -900,6 +900,32 @@ async def test_an_included_page_edit_reaches_its_includers_at_the_next_sync(
     calls = len(fake.requests)
     await _sync(_source(fake), index, store)
     assert not _fetched_by_id(fake.requests[calls:], host)
+
+
+async def test_an_includer_whose_refresh_failed_is_refreshed_later(
+    fake: FakeConfluence, index: EdgeIndex, store: Store
+) -> None:
+    space = _spaces(fake)[0]
+    host, shared = sorted(fake.visible_ids(space))[:2]
+    now = fake.now()
+    fake.edit(shared, title="Shared escalation", body="<p>Escalate to the night shift lead.</p>",
+              when=now - timedelta(days=2))
+    fake.edit(host, body="<p>How we escalate:</p>" + _include("include", "Shared escalation"),
+              when=now - timedelta(days=3))
+    embedder = FailingEmbedder(HashEmbedder(), "How we escalate", "on-call manager")
+
+    async def sync() -> SyncReport:
+        return await sync_confluence(source=_source(fake), index=index, embedder=embedder,
+                                     sparse=Bm25Encoder(), store=store, options=ingest_options())
+
+    await sync()
+    fake.edit(shared, body="<p>Escalate to the on-call manager.</p>", when=now + timedelta(hours=1))
+    failed = await sync()  # the host is read again for the new text, and its embedding fails
+    assert [pid for pid, why in failed.failed if why.startswith("embedding failed")] == [host]
+    embedder.armed = False
+    await sync()
+    [after] = [pt.evidence.text async for pt in index.export_points(page_ids=[host])]
+    assert "on-call manager" in after
 
 
 async def test_an_included_page_edit_in_another_synced_space_reaches_its_includer(

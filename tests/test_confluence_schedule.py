@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 import pytest
+from helpers import FailingEmbedder
 from sync_site import SyncSite
 
 from connectors.confluence.cql import parse_utc
@@ -354,3 +355,20 @@ async def test_a_page_hidden_by_an_edit_while_the_search_paged_is_read_next_cycl
     assert site.fc.on_request is None and "12" not in await site.ids()
     await site.sync(src)
     assert "12" in await site.ids()
+
+
+async def test_an_includer_whose_refresh_failed_is_refreshed_between_listings(site: Site) -> None:
+    include = ('<ac:structured-macro ac:name="include" ac:schema-version="1"><ac:parameter ac:name="">'
+               '<ac:link><ri:page ri:content-title="Page 2"/></ac:link></ac:parameter></ac:structured-macro>')
+    site.fc.edit("1", body="<p>Included below:</p>" + include)
+    src = site.source()
+    await site.sync(src)
+    site.embedder = embedder = FailingEmbedder(site.embedder, "Included below", "rotated")
+    site.fc.edit("2", body="<p>The keys are rotated weekly.</p>", when=site.fc.now() + timedelta(minutes=1))
+    failed = await site.sync(src)
+    assert failed.listed == 0 and [pid for pid, _ in failed.failed] == ["1"], failed.failed
+    embedder.armed = False
+    again = await site.sync(src)  # nothing was edited since: the stale includer alone makes ENG read
+    assert again.listed == 0 and again.failed == []
+    [after] = [pt.evidence.text async for pt in site.index.export_points(page_ids=["1"])]
+    assert "rotated weekly" in after

@@ -10,10 +10,14 @@ that space indexed lately (its known versions, ``connectors.confluence.state``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
 
 from connectors.confluence.state import load_row, save_row
 from pipeline.protocols import CheckpointStore
+
+if TYPE_CHECKING:
+    from connectors.confluence.macros import MacroResolver
 
 
 async def load_includes(store: CheckpointStore, source_key: str, space: str) -> dict[str, dict[str, str]]:
@@ -23,16 +27,26 @@ async def load_includes(store: CheckpointStore, source_key: str, space: str) -> 
 
 
 async def save_includes(store: CheckpointStore, source_key: str, space: str, kept: dict[str, dict[str, str]],
-                        resolved: Mapping[str, dict[str, str]]) -> None:
-    """``kept`` updated with what this run's resolved pages include now (a page that includes nothing
-    leaves)."""
+                        macros: MacroResolver | None, *, unsettled: Collection[str] = ()) -> None:
+    """``kept`` updated with what this run's resolved pages include now (``macros.includes``; a page that
+    includes nothing leaves), except the pages to be read again (``unsettled``: their entries stay as they
+    were, so they show as stale includers until a read of them succeeds)."""
+    if macros is None:
+        return
     merged = dict(kept)
-    for page_id, shown in resolved.items():
+    for page_id, shown in macros.includes.items():
+        if page_id in unsettled:
+            continue
         if shown:
             merged[page_id] = dict(shown)
         else:
             merged.pop(page_id, None)
     await save_row(store, source_key, "includes", space, merged, before=kept)
+
+
+def known_elsewhere(known: Mapping[str, dict[str, str]], key: str) -> dict[str, str]:
+    """The known versions of the synced spaces' pages but ``key``'s (includes across spaces count by them)."""
+    return {pid: when for other, versions in known.items() if other != key for pid, when in versions.items()}
 
 
 def stale_includers(seen: dict[str, str], includes: dict[str, dict[str, str]],

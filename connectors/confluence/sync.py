@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from connectors.confluence.access_sync import settle_access
 from connectors.confluence.cql import since_bound
-from connectors.confluence.includes import load_includes, save_includes, stale_includers
+from connectors.confluence.includes import known_elsewhere, load_includes, save_includes, stale_includers
 from connectors.confluence.listing import gone_and_moved, rejected_credentials
 from connectors.confluence.schedule import (
     check_space,
@@ -58,7 +58,7 @@ from connectors.confluence.sync_extras import (
     returning_items,
     settle_pending,
 )
-from connectors.confluence.tracker import Tracker
+from connectors.confluence.tracker import Tracker, stopped
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
@@ -91,6 +91,16 @@ class SyncReport:
     checkpoints: dict[str, str | None] = field(default_factory=dict)  # space -> checkpoint after the run
     cql_zone_min: int | None = None  # the zone the site reads CQL dates in (minutes east of UTC), if measured
     listed: int = 0  # spaces listed this cycle (``connectors.confluence.schedule``)
+
+    def add(self, ing: IngestReport) -> None:
+        """Count one ingest run of the cycle in."""
+        self.pages_seen += ing.pages_seen
+        self.added += ing.added
+        self.updated += ing.updated
+        self.unchanged += ing.unchanged
+        self.failed.extend(ing.failed)
+        self.partial.extend(ing.partial)
+        self.warnings.extend(ing.warnings)
 
 
 async def sync_confluence(
@@ -157,7 +167,7 @@ class _Cycle:
         ing = await ingest_pages(pages, index=self.index, embedder=self.embedder, sparse=self.sparse,
                                  options=self.options, progress=self.progress, vocabulary=self.words,
                                  step_aside=self.step_aside)
-        _add_up(self.report, ing)
+        self.report.add(ing)
         return ing
 
 
@@ -178,13 +188,13 @@ async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
     for key in synced:
         report.checkpoints[key] = await _sync_space(
             key, cycle, moved=moved.get(key, []), zone=zone, containers=pages_of.get(key),
-            listing=listings.get(key), elsewhere=_elsewhere(known, key), versions=known[key])
+            listing=listings.get(key), elsewhere=known_elsewhere(known, key), versions=known[key])
         known[key] = await load_known(store, source.source_key, key)  # later spaces see what this one read
         if key in listings and key not in incomplete:
             await remember_listing(source, store, key, listed_at)
     if source.macros is not None:
         for key in synced:
-            await _refresh_includers(cycle, key, _elsewhere(known, key))
+            await _refresh_includers(cycle, key, known_elsewhere(known, key))
     report.permissions_changed = await settle_access(source, cycle.index, store, listings, gone,
                                                      report.warnings, unlisted=unlisted)
     report.failed.extend(source.stats.failed)
@@ -224,11 +234,6 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
     return gone, moved, {pid for k in incomplete for pid in kept[k] - listings[k]}
 
 
-def _elsewhere(known: dict[str, dict[str, str]], key: str) -> dict[str, str]:
-    """The known versions of the other synced spaces' pages (includes across spaces count by them)."""
-    return {pid: when for other, versions in known.items() if other != key for pid, when in versions.items()}
-
-
 async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: dict[str, str]) -> None:
     """Pages of ``key`` that include a page of another space that changed after ``key`` was synced this cycle:
     read again now, so the included text is current in the same cycle."""
@@ -239,8 +244,9 @@ async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: dict[str, str])
         return
     assert source.macros is not None
     source.macros.includes.clear()
-    await cycle.ingest(source.iter_ids(key, stale))
-    await save_includes(store, source.source_key, key, includes, source.macros.includes)
+    ing = await cycle.ingest(source.iter_ids(key, stale))
+    await save_includes(store, source.source_key, key, includes, source.macros,
+                        unsettled=_unsettled(source, ing))
 
 
 async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
@@ -286,7 +292,8 @@ async def _sync_space(
     old = await load_checkpoint(store, source.source_key, key, report.warnings)
     since = since_bound(old, source.overlap_s, zone) if old and not cycle.full else None
     pending = await load_pending(store, source.source_key, key)
-    if listing is None and since is not None and pending is None and await _same(cycle, key, since, versions):
+    if listing is None and since is not None and pending is None and await _same(cycle, key, since, versions,
+                                                                                  elsewhere):
         return old
     # not listed: the space's indexed pages (and those read below) are the containers
     containers = await cycle.indexed.pages(key) if containers is None else containers
@@ -305,21 +312,25 @@ async def _sync_space(
                   extras.wrap(returning_items(source, key, containers, returning(
                       source, await cycle.indexed.all(), held, known, extras.extra)),
                       order=False) if listed_now else None,
-                  includers(source, key, tracker, includes, elsewhere),
+                  includers(source, key, tracker, includes, {**elsewhere, **versions}),
                   tracker.wrap(unindexed(source, key, tracker, cycle.indexed,
                                          containers - set(known) - set(held.unusable)),
                                order=False) if listed_now else None)
     ing = await cycle.ingest(pages)
-    _stopped(key, tracker, extras, report)
+    stopped(key, tracker, extras, report.failed)
     tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
-    if source.macros is not None:
-        await save_includes(store, source.source_key, key, includes, source.macros.includes)
-    await settle_pending(source, store, key, old, pending, tracker.extra, _blocking(ing))
+    await save_includes(store, source.source_key, key, includes, source.macros,
+                        unsettled=_unsettled(source, ing))
     return await _close(cycle, key, tracker, ing, held, old, versions, listing)
 
 
-async def _same(cycle: _Cycle, key: str, since: str, versions: dict[str, str]) -> bool:
-    """Between listings: the space's probe found nothing to read (``schedule.unchanged``; counted)."""
+async def _same(cycle: _Cycle, key: str, since: str, versions: dict[str, str],
+                elsewhere: dict[str, str]) -> bool:
+    """Between listings: no includer of the space shows an older version of a page than is indexed, and the
+    space's probe found nothing to read (``schedule.unchanged``; counted)."""
+    if cycle.source.macros is not None and stale_includers(
+            {}, await load_includes(cycle.store, cycle.source.source_key, key), {**elsewhere, **versions}):
+        return False
     same = await unchanged(cycle.source, key, since, versions, lambda: cycle.indexed.pages(key))
     if same is not None:
         cycle.report.unchanged += same
@@ -331,6 +342,7 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
     """What a space's read settles: its versions, what failed for its content, the pages back, the
     checkpoint (returned)."""
     blocking = _blocking(ing)
+    await settle_pending(cycle.source, cycle.store, key, old, tracker.extra, blocking)
     # settled no more: dropped now, or not listed any more (a later listing that lists them again reads them)
     dropped = set(versions) - listing if listing is not None else await _drop_restricted(cycle, key)
     await settle_held(cycle.source, cycle.store, key, held, tracker.seen, tracker.seen + tracker.extra,
@@ -347,14 +359,9 @@ def _blocking(ing: IngestReport) -> set[str]:
     return {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
 
 
-def _stopped(key: str, tracker: Tracker, extras: Tracker, report: SyncReport) -> None:
-    """Raise a fetch stopped by rejected credentials (every space would fail alike); report one that stopped
-    reading the space's pages."""
-    for stopped in (tracker.fetch_error, extras.fetch_error):
-        if stopped is not None and rejected_credentials(stopped):
-            raise stopped
-    if tracker.fetch_error is not None:
-        report.failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
+def _unsettled(source: ConfluenceSource, ing: IngestReport) -> set[str]:
+    """What is to be read again: retryable failures and pages read with a warning (their macros)."""
+    return _blocking(ing) | {pid for pid, _ in source.stats.warnings}
 
 
 async def _drop_restricted(cycle: _Cycle, key: str) -> set[str]:
@@ -369,16 +376,6 @@ async def _drop_restricted(cycle: _Cycle, key: str) -> set[str]:
             await cycle.words.forget(gone)
         await forget_listing(cycle.source, cycle.store, key)
     return set(gone)
-
-
-def _add_up(report: SyncReport, ing: IngestReport) -> None:
-    report.pages_seen += ing.pages_seen
-    report.added += ing.added
-    report.updated += ing.updated
-    report.unchanged += ing.unchanged
-    report.failed.extend(ing.failed)
-    report.partial.extend(ing.partial)
-    report.warnings.extend(ing.warnings)
 
 
 async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: Tracker,

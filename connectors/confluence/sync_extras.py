@@ -41,11 +41,11 @@ def extras_since(since: str | None, old: str | None, pending: str | None, overla
 
 
 async def settle_pending(source: ConfluenceSource, store: CheckpointStore, key: str, old: str | None,
-                         pending: str | None, extras: Sequence[tuple[str, str | None]],
-                         blocking: set[str]) -> None:
+                         extras: Sequence[tuple[str, str | None]], blocking: set[str]) -> None:
     """After the space's read: keep the earliest checkpoint from which an attachment or comment is still to
     be read (a listing or query of them failed, or one of ``extras`` failed in a way a retry can fix), or
     clear it."""
+    pending = await load_pending(store, source.source_key, key)
     kinds = {f"attachments:{key}", f"comments:{key}"}
     failed = (any(k in kinds for k, _ in source.stats.failed) or bool(source.stats.unlisted & kinds)
               or any(pid in blocking for pid, _ in extras))

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from connectors.confluence.cql import parse_utc, to_utc_iso
+from connectors.confluence.listing import rejected_credentials
 from pipeline.errors import RemoteError
 from pipeline.types import Page
 
@@ -42,3 +43,13 @@ class Tracker:
                 t = parse_utc(updated)
                 best = t if best is None or t > best else best
         return to_utc_iso(best.isoformat()) if best else old
+
+
+def stopped(key: str, tracker: Tracker, extras: Tracker, failed: list[tuple[str, str]]) -> None:
+    """After a space's read: raise a fetch stopped by rejected credentials (every space would fail alike);
+    report in ``failed`` one that stopped reading the space's pages."""
+    for error in (tracker.fetch_error, extras.fetch_error):
+        if error is not None and rejected_credentials(error):
+            raise error
+    if tracker.fetch_error is not None:
+        failed.append((f"space:{key}", f"stopped fetching: {tracker.fetch_error}"))
