@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote_plus, urlsplit
@@ -153,9 +153,10 @@ def test_pages_cql_scope_and_order() -> None:
 
 
 def test_since_bound_subtracts_overlap_and_floors_to_minute() -> None:
-    assert since_bound("2024-05-01T10:05:59.900Z", 600, 0) == "2024-05-01 09:55"
-    assert since_bound("2024-05-01T20:05:00+10:00", 0, 0) == "2024-05-01 10:05"
-    assert since_bound("2024-05-01T10:05:00Z", 60, -300) == "2024-05-01 05:04"  # written in the site's zone
+    # a measured zone: an hour earlier still, as daylight saving may have moved it since (ZONE_SHIFT_S)
+    assert since_bound("2024-05-01T10:05:59.900Z", 600, 0) == "2024-05-01 08:55"
+    assert since_bound("2024-05-01T20:05:00+10:00", 0, 0) == "2024-05-01 09:05"
+    assert since_bound("2024-05-01T10:05:00Z", 60, -300) == "2024-05-01 04:04"  # written in the site's zone
     assert since_bound("2024-05-01T10:05:00Z", 60, None) == "2024-04-30 21:04"  # unknown zone: 13 h wider
 
 
@@ -527,6 +528,24 @@ async def test_an_edit_a_minute_after_the_checkpoint_is_found_in_any_zone(
         assert any(f'space = "{space}"' in q and f'lastmodified >= "{bound}"' in q for q in queries)
         assert not any("order by lastmodified desc" in q for q in queries)  # the zone came from the store
         assert [s.space for s in await store.sync_status()] == sorted(_spaces(fc))  # not the zone's row
+
+
+async def test_an_edit_is_found_when_daylight_saving_moved_the_zone_since_it_was_measured(
+    index: EdgeIndex, store: Store
+) -> None:
+    """Measured at UTC+2; the site then falls back to UTC+1 within the hours the measurement is kept. An edit
+    20 minutes after the checkpoint is still found, although a later edit moves the checkpoint past it."""
+    async with FakeConfluence(_pages(), tz_offset_min=120) as fc:
+        src = _source(fc, overlap_s=60)
+        assert (await _sync(src, index, store)).cql_zone_min == 120
+        fc.tz = timezone(timedelta(minutes=60))
+        space = _spaces(fc)[0]
+        cp = parse_utc(await store.get_checkpoint(src.source_key, space) or "")
+        first, second = sorted(fc.visible_ids(space))[:2]
+        fc.edit(first, body="<p>Edited 20 minutes after the checkpoint.</p>", when=cp + timedelta(minutes=20))
+        fc.edit(second, body="<p>Edited 65 minutes after it.</p>", when=cp + timedelta(minutes=65))
+        report = await _sync(src, index, store)
+        assert report.updated == 2 and report.cql_zone_min == 120  # still the kept measurement
 
 
 async def test_without_the_zone_probe_the_overlap_is_widened_by_13_hours(

@@ -57,12 +57,18 @@ def to_utc_iso(stamp: str) -> str:
 WIDE_OVERLAP_S = 13 * 3600
 
 
+# added to a measured zone: daylight saving may have moved the site's zone back by an hour since it was
+# measured (``clock.ZONE_TTL_S``), and a bound read an hour late would miss that hour's edits for good
+ZONE_SHIFT_S = 3600
+
+
 def since_bound(checkpoint_utc: str, overlap_s: int, zone_min: int | None = None) -> str:
     """The ``lastmodified`` bound for an incremental query: checkpoint minus overlap as wall time in the
-    site's CQL zone (``zone_min`` east of UTC), floored to the minute; an unknown zone widens the overlap by
-    13 h."""
+    site's CQL zone (``zone_min`` east of UTC) less ``ZONE_SHIFT_S``, floored to the minute; an unknown zone
+    widens the overlap by 13 h."""
     dt = parse_utc(checkpoint_utc) - timedelta(seconds=max(0, overlap_s))
-    dt += timedelta(seconds=-WIDE_OVERLAP_S) if zone_min is None else timedelta(minutes=zone_min)
+    dt += timedelta(seconds=-WIDE_OVERLAP_S) if zone_min is None else timedelta(
+        minutes=zone_min, seconds=-ZONE_SHIFT_S)
     return dt.strftime("%Y-%m-%d %H:%M")
 
 
