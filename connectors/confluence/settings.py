@@ -46,8 +46,8 @@ class ConfluenceSettings(Area):
         600,
         "EVIDENT_SYNC_OVERLAP_S",
         "Overlap of incremental sync queries behind the "
-        "checkpoint, for the search index's lag behind edits; 13 h more when the site's "
-        "CQL time zone is not known.",
+        "checkpoint, for the search index's lag behind edits; 1 h more for daylight saving when the "
+        "site's CQL time zone is measured, 13 h more when it is not known.",
         ge=0,
     )
     sync_listing_interval_s: int = setting(
