@@ -373,3 +373,16 @@ async def test_an_includer_whose_refresh_failed_is_refreshed_between_listings(si
     assert again.listed == 0 and again.failed == []
     [after] = [pt.evidence.text async for pt in site.index.export_points(page_ids=["1"])]
     assert "rotated weekly" in after
+
+
+async def test_a_comment_on_a_page_moved_between_listings_is_read_at_the_next_listing(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    site.fc.move("1", "OPS")  # no edit: lastmodified unchanged
+    site.fc.comment("9105", "1", "<p>a note after the move</p>", when=site.fc.now())
+    site.fc.edit("3", body="<p>a later OPS edit</p>", when=site.fc.now() + timedelta(hours=3))
+    await site.sync(src)  # between listings: the comment's page is indexed under ENG, not OPS
+    await site.sync(src)
+    await site.age_listings(2)
+    report = await site.sync(src)
+    assert report.listed == 2 and "9105" in await site.ids()

@@ -310,7 +310,7 @@ async def _sync_space(
                   extras.wrap(extra_items(source, key, containers, moved, extras_since(
                       since, old, pending, source.overlap_s, zone)), order=False),
                   extras.wrap(returning_items(source, key, containers, returning(
-                      source, await cycle.indexed.all(), held, known, extras.extra)),
+                      source, await cycle.indexed.all(), held, known, extras.extra, moved)),
                       order=False) if listed_now else None,
                   includers(source, key, tracker, includes, {**elsewhere, **versions}),
                   tracker.wrap(unindexed(source, key, tracker, cycle.indexed,

@@ -133,13 +133,14 @@ async def _each(source: ConfluenceSource, key: str,
 
 
 def returning(source: ConfluenceSource, indexed: dict[str, str], held: Held, known: dict[str, str],
-              read: list[tuple[str, str | None]]) -> Callable[[], set[str]]:
+              read: list[tuple[str, str | None]], moved: Sequence[str] = ()) -> Callable[[], set[str]]:
     """What ``returning_items`` reads in a listing cycle: the listed attachments and comments of the pages
     that are back (``Held.back_pages``: not indexed before the cycle, ``indexed`` being every id indexed
-    then), unless indexed, settled (``known``), failed for their content (``held.unusable``, this cycle's
-    failures) or ``read`` this cycle already (id, version)."""
+    then) or ``moved`` into the space (items added after a move no edit showed), unless indexed, settled
+    (``known``), failed for their content (``held.unusable``, this cycle's failures) or ``read`` this cycle
+    already (id, version)."""
     def wanted() -> set[str]:
-        back = held.back_pages(indexed)
+        back = held.back_pages(indexed) | set(moved)
         if not back:
             return set()
         unusable = {pid for pid, _ in source.stats.unusable} | {pid for pid, _ in source.stats.failed}
