@@ -65,7 +65,9 @@ class Held:
         return (self.before - indexed.keys()) | self.back.keys()
 
 
-# failures that an upgrade or more memory may fix, not an edit: read again at every listing
+# failures that an upgrade or more memory may fix, not an edit: not kept as unusable, so a listing reads them
+# again once their version has left the known versions (``state.KNOWN_HORIZON``); until then they count as
+# settled, as re-reading one every cycle would parse and report it every cycle
 NOT_CONTENT = ("too complex to parse", "could not be parsed")
 
 

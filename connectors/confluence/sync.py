@@ -39,7 +39,6 @@ from connectors.confluence.schedule import (
 )
 from connectors.confluence.source import ConfluenceSource, SourceStats
 from connectors.confluence.space_reads import (
-    NOT_CONTENT,
     Held,
     IndexedPages,
     chain,
@@ -349,9 +348,8 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
                       [f for f in ing.failed if f[0] not in blocking], retry=bool(blocking),
                       indexed=await cycle.indexed.all(), listing=listing)
     unusable = cycle.source.stats.unusable[held.unusable_from:]  # this space's, not the cycle's
-    parser_failed = {pid for pid, why in ing.failed if why.startswith(NOT_CONTENT)}
     return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped,
-                         unusable, parser_failed)
+                         unusable)
 
 
 def _blocking(ing: IngestReport) -> set[str]:
@@ -381,15 +379,14 @@ async def _drop_restricted(cycle: _Cycle, key: str) -> set[str]:
 async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tracker: Tracker,
                   blocking: set[str], old: str | None, known: dict[str, str],
                   listed: set[str] | None, dropped: set[str],
-                  unusable: Sequence[tuple[str, str | None]], parser_failed: set[str]) -> str | None:
+                  unusable: Sequence[tuple[str, str | None]]) -> str | None:
     """Advance the space's checkpoint (never past a page a retry can fix) and record the versions settled
     (of those ``listed``, when the space was listed this cycle; and the space's ``unusable`` items), ``known``
     less ``dropped``."""
     new = old if key in source.stats.unstable else tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
-    # to be read again, not known: retryable failures, warnings, and parser failures (at every listing)
-    unsettled = blocking | {pid for pid, _ in source.stats.warnings} | parser_failed
+    unsettled = blocking | {pid for pid, _ in source.stats.warnings}  # to be read again: not known
     await save_known(store, source.source_key, key, known,
                      [(pid, when) for pid, when in [*tracker.seen, *tracker.extra, *unusable]
                       if pid not in unsettled and (listed is None or pid in listed)], new, drop=dropped)
