@@ -385,3 +385,19 @@ async def test_a_comment_on_a_page_moved_between_listings_is_read_at_the_next_li
     await site.age_listings(2)
     report = await site.sync(src)
     assert report.listed == 2 and "9105" in await site.ids()
+
+
+async def test_an_includer_deleted_before_its_included_page_changed_costs_no_more_questions(
+        site: Site) -> None:
+    include = ('<ac:structured-macro ac:name="include" ac:schema-version="1"><ac:parameter ac:name="">'
+               '<ac:link><ri:page ri:content-title="Page 1"/></ac:link></ac:parameter></ac:structured-macro>')
+    site.fc.edit("2", body="<p>Included below:</p>" + include)
+    src = site.source()
+    await site.sync(src)
+    site.fc.delete("2")
+    await site.age_listings(2)
+    await site.sync(src)  # the listing removes the includer
+    site.fc.edit("1", body="<p>The keys are rotated weekly.</p>", when=site.fc.now() + timedelta(minutes=1))
+    await site.sync(src)
+    quiet = await site.sync(src)
+    assert "2" not in await site.ids() and quiet.listed == 0 and quiet.api_calls == 2

@@ -108,13 +108,24 @@ async def noting(pages: AsyncIterator[Page], ids: set[str], source: ConfluenceSo
     ids.difference_update(source.stats.skipped_restricted)
 
 
-async def includers(source: ConfluenceSource, key: str, tracker: Tracker,
+async def still_indexed(indexed: IndexedPages, key: str, pages: list[str]) -> list[str]:
+    """Those of ``pages`` indexed under ``key`` now: an includer deleted, moved or restricted since its
+    includes were recorded is no longer refreshed (its entry lapses). No index read when ``pages`` is
+    empty."""
+    if not pages:
+        return []
+    now = await indexed.pages(key)
+    return [pid for pid in pages if pid in now]
+
+
+async def includers(source: ConfluenceSource, key: str, tracker: Tracker, indexed: IndexedPages,
                     includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
-    """After the changed pages: the pages showing an older version of one of them, fetched again so the
-    included text is current. Runs when ``tracker`` has seen every changed page. Included pages of other
-    synced spaces count by the version those spaces indexed lately (``elsewhere``); spaces synced later in the
-    cycle are caught up by the sync's ``_refresh_includers``."""
-    stale = stale_includers({pid: updated or "" for pid, updated in tracker.seen}, includes, elsewhere)
+    """After the changed pages: the indexed pages showing an older version of one of them, fetched again so
+    the included text is current. Runs when ``tracker`` has seen every changed page. Included pages not read
+    now count by the version indexed lately (``elsewhere``: the known versions of every synced space); spaces
+    synced later in the cycle are caught up by the sync's ``_refresh_includers``."""
+    stale = await still_indexed(indexed, key, stale_includers(
+        {pid: updated or "" for pid, updated in tracker.seen}, includes, elsewhere))
     if stale:
         async for page in source.iter_ids(key, stale):
             yield page

@@ -45,6 +45,7 @@ from connectors.confluence.space_reads import (
     includers,
     noting,
     settle_held,
+    still_indexed,
     unindexed,
 )
 from connectors.confluence.state import load_checkpoint, load_known, save_known
@@ -238,7 +239,7 @@ async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: dict[str, str])
     read again now, so the included text is current in the same cycle."""
     source, store = cycle.source, cycle.store
     includes = await load_includes(store, source.source_key, key)
-    stale = stale_includers({}, includes, elsewhere)
+    stale = await still_indexed(cycle.indexed, key, stale_includers({}, includes, elsewhere))
     if not stale:  # the usual case: no request, no ingest run
         return
     assert source.macros is not None
@@ -311,7 +312,7 @@ async def _sync_space(
                   extras.wrap(returning_items(source, key, containers, returning(
                       source, await cycle.indexed.all(), held, known, extras.extra, moved)),
                       order=False) if listed_now else None,
-                  includers(source, key, tracker, includes, {**elsewhere, **versions}),
+                  includers(source, key, tracker, cycle.indexed, includes, {**elsewhere, **versions}),
                   tracker.wrap(unindexed(source, key, tracker, cycle.indexed,
                                          containers - set(known) - set(held.unusable)),
                                order=False) if listed_now else None)
@@ -327,8 +328,8 @@ async def _same(cycle: _Cycle, key: str, since: str, versions: dict[str, str],
                 elsewhere: dict[str, str]) -> bool:
     """Between listings: no includer of the space shows an older version of a page than is indexed, and the
     space's probe found nothing to read (``schedule.unchanged``; counted)."""
-    if cycle.source.macros is not None and stale_includers(
-            {}, await load_includes(cycle.store, cycle.source.source_key, key), {**elsewhere, **versions}):
+    if cycle.source.macros is not None and await still_indexed(cycle.indexed, key, stale_includers(
+            {}, await load_includes(cycle.store, cycle.source.source_key, key), {**elsewhere, **versions})):
         return False
     same = await unchanged(cycle.source, key, since, versions, lambda: cycle.indexed.pages(key))
     if same is not None:
