@@ -325,9 +325,10 @@ async def test_a_file_not_fetched_is_not_passed_by_a_later_page_edit(site: Site)
     site.fc.attach("att9013", "1", "notes.md", b"# Runbook\n\nRotate the keys monthly.", when=now,
                    media_type="text/markdown")
     site.fc.edit("2", body="<p>a later edit</p>", when=now + timedelta(minutes=30))
-    site.fc.fail_next(403, count=1, path_contains="/download/attachments/1/notes.md")
+    src.client.max_retries = 0  # a server error that outlasts the client's retries
+    site.fc.fail_next(503, count=1, path_contains="/download/attachments/1/notes.md")
     first = await site.sync(src)
-    assert "attachments:ENG" in {k for k, _ in first.failed} and "att9013" not in await site.ids()
+    assert [k for k, _ in first.failed] == ["att9013"] and "att9013" not in await site.ids()
     second = await site.sync(src)  # between listings, the checkpoint past the file's time
     assert second.listed == 0 and second.failed == []
     assert "att9013" in await site.ids()
@@ -401,3 +402,35 @@ async def test_an_includer_deleted_before_its_included_page_changed_costs_no_mor
     await site.sync(src)
     quiet = await site.sync(src)
     assert "2" not in await site.ids() and quiet.listed == 0 and quiet.api_calls == 2
+
+
+
+async def test_a_file_refused_for_good_is_reported_once_and_costs_only_itself(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    now = site.fc.now()
+    for att, name in (("att9014", "gone.md"), ("att9015", "fine.md")):
+        site.fc.attach(att, "1", name, b"# Notes\n\nSome text.", when=now, media_type="text/markdown")
+    site.fc.fail_next(404, count=1, path_contains="/download/attachments/1/gone.md")
+    first = await site.sync(src)
+    assert [k for k, _ in first.failed] == ["att9014"] and "att9015" in await site.ids()
+    again = await site.sync(src)
+    assert again.failed == [] and again.api_calls == 2
+
+
+async def test_files_failing_for_a_day_are_left_until_edited(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    src.client.max_retries = 0
+    site.fc.attach("att9016", "1", "flaky.md", b"# Notes", when=site.fc.now(), media_type="text/markdown")
+    site.fc.fail_next(503, count=1, path_contains="/download/attachments/1/flaky.md")
+    await site.sync(src)
+    key, row = f"confluence:{site.fc.url}", "__extras_from__:ENG"
+    kept = json.loads(await site.store.get_checkpoint(key, row) or "{}")
+    kept["first"] = (datetime.now(UTC) - timedelta(hours=25)).isoformat()
+    await site.store.set_checkpoint(key, row, json.dumps(kept))
+    site.fc.fail_next(503, count=1, path_contains="/download/attachments/1/flaky.md")
+    report = await site.sync(src)
+    assert [k for k, _ in report.failed] == ["att9016"]
+    assert any(k == "space:ENG" and "24 h" in w for k, w in report.warnings)
+    assert json.loads(await site.store.get_checkpoint(key, row) or "{}") == {}

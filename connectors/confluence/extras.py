@@ -10,9 +10,10 @@ from typing import Any
 
 from connectors.confluence.client import ConfluenceClient
 from connectors.confluence.cql import quote, to_utc_iso, version_time
+from connectors.confluence.listing import rejected_credentials
 from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
 from pipeline.access.scope import PageAccess
-from pipeline.errors import InputError
+from pipeline.errors import InputError, RemoteError
 from pipeline.types import Page
 
 
@@ -56,11 +57,29 @@ class PageExtras:
                 only is not None and str(r.get("id")) not in only
             ) or (only is None and self._known(r)):
                 continue
-            try:
-                yield await self._attachment_page(r, space)
-            except InputError as exc:  # reported once: this version is settled, the next edit is read again
-                self.stats.failed.append((str(r.get("id", "")), f"attachment {r.get('title', '')!r}: {exc}"))
-                self.stats.unusable.append((str(r.get("id", "")), version_time(r)))
+            page = await self._attachment_or_none(r, space)
+            if page is not None:
+                yield page
+
+    async def _attachment_or_none(self, r: dict[str, Any], space: str) -> Page | None:
+        """The attachment as a page, or None, reported: kept as unusable when it cannot be read as it is (too
+        large, no link, refused or gone: this version is settled, the next edit is read again), else left for
+        a later cycle (``stats.unread``: a server error or timeout after the client's retries)."""
+        try:
+            return await self._attachment_page(r, space)
+        except InputError as exc:
+            why, final = str(exc), True
+        except RemoteError as exc:
+            if rejected_credentials(exc):
+                raise
+            status = exc.status or 0
+            why, final = f"download failed: {exc}", 400 <= status < 500 and status != 429
+        self.stats.failed.append((str(r.get("id", "")), f"attachment {r.get('title', '')!r}: {why}"))
+        if final:
+            self.stats.unusable.append((str(r.get("id", "")), version_time(r)))
+        else:
+            self.stats.unread.add(space)
+        return None
 
     def _known(self, r: dict[str, Any]) -> bool:
         """Indexed lately at this very version: nothing to download or read (``known`` versions)."""

@@ -10,18 +10,21 @@ reads them all."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 
-from connectors.confluence.cql import since_bound
+from connectors.confluence.cql import parse_utc, since_bound
 from connectors.confluence.listing import is_attachment, rejected_credentials
 from connectors.confluence.source import ConfluenceSource
 from connectors.confluence.space_reads import Held
 from connectors.confluence.state import load_row, save_row
-from pipeline.errors import RemoteError
+from pipeline.errors import InputError, RemoteError
 from pipeline.protocols import CheckpointStore
 from pipeline.types import Page
 
 _PENDING = "extras_from"
+GIVE_UP_S = 24 * 3600  # how long attachments and comments that keep failing are asked for again
 
 
 async def load_pending(store: CheckpointStore, source_key: str, key: str) -> str | None:
@@ -43,20 +46,28 @@ def extras_since(since: str | None, old: str | None, pending: str | None, overla
 async def settle_pending(source: ConfluenceSource, store: CheckpointStore, key: str, old: str | None,
                          extras: Sequence[tuple[str, str | None]], blocking: set[str]) -> None:
     """After the space's read: keep the earliest checkpoint from which an attachment or comment is still to
-    be read (a listing or query of them failed, or one of ``extras`` failed in a way a retry can fix), or
-    clear it."""
-    pending = await load_pending(store, source.source_key, key)
+    be read (a listing or query of them failed, one of them failed to download with a server error, or one
+    of ``extras`` failed in a way a retry can fix), or clear it. After ``GIVE_UP_S`` of failing it is
+    cleared with a warning: what still fails waits for an edit (or ``--full``), not every cycle."""
+    kept = await load_row(store, source.source_key, _PENDING, key)
+    pending = kept.get("at") if isinstance(kept.get("at"), str) else None
     kinds = {f"attachments:{key}", f"comments:{key}"}
     failed = (any(k in kinds for k, _ in source.stats.failed) or bool(source.stats.unlisted & kinds)
-              or any(pid in blocking for pid, _ in extras))
+              or key in source.stats.unread or any(pid in blocking for pid, _ in extras))
+    now = datetime.now(UTC)
+    first = str(kept.get("first") or now.isoformat())
+    with contextlib.suppress(InputError):
+        if failed and (now - parse_utc(first)).total_seconds() > GIVE_UP_S:
+            source.stats.warnings.append((f"space:{key}", "attachments or comments failing for 24 h are left "
+                                                           "until edited (evident sync --full reads them)"))
+            failed = False
     if not failed:
-        keep = None
-    elif old is None or pending == "":
-        keep = ""
+        row: dict[str, str] = {}
     else:
-        keep = min(pending, old) if pending else old
-    if keep != pending:
-        await save_row(store, source.source_key, _PENDING, key, {} if keep is None else {"at": keep})
+        at = "" if old is None or pending == "" else min(pending, old) if pending else old
+        row = {"at": at, "first": first}
+    await save_row(store, source.source_key, _PENDING, key, row, before=kept)
+
 
 
 async def list_extras(source: ConfluenceSource, key: str, containers: set[str],
