@@ -434,3 +434,17 @@ async def test_files_failing_for_a_day_are_left_until_edited(site: Site) -> None
     assert [k for k, _ in report.failed] == ["att9016"]
     assert any(k == "space:ENG" and "24 h" in w for k, w in report.warnings)
     assert json.loads(await site.store.get_checkpoint(key, row) or "{}") == {}
+
+
+async def test_a_comment_whose_body_is_gone_costs_only_itself(site: Site) -> None:
+    src = site.source()
+    await site.sync(src)
+    now = site.fc.now()
+    site.fc.comment("9106", "1", "<p>gone by the time its body is read</p>", when=now)
+    site.fc.comment("9107", "2", "<p>a note that stays</p>", when=now)
+    site.fc.fail_next(404, count=2, path_contains="-comments/9106")  # footer, then inline
+    report = await site.sync(src)
+    assert [k for k, _ in report.warnings] == ["9106"] and report.failed == []
+    assert "9107" in await site.ids() and "9106" not in await site.ids()
+    await site.sync(src)
+    assert "9106" in await site.ids()  # it was there after all: read again, as it is not settled

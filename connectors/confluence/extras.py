@@ -13,7 +13,7 @@ from connectors.confluence.cql import quote, to_utc_iso, version_time
 from connectors.confluence.listing import rejected_credentials
 from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
 from pipeline.access.scope import PageAccess
-from pipeline.errors import InputError, RemoteError
+from pipeline.errors import InputError, NotFoundError, RemoteError
 from pipeline.types import Page
 
 
@@ -160,7 +160,11 @@ class PageExtras:
                     only is None and self._known(r)):
                 continue
             if self.client.v2_bodies:  # Cloud: the body from REST v2 (v1 search may refuse to expand it)
-                r = {**r, "body": {"storage": {"value": await self.client.comment_body(str(r["id"]))}}}
+                try:
+                    r = {**r, "body": {"storage": {"value": await self.client.comment_body(str(r["id"]))}}}
+                except NotFoundError:  # deleted since the search: the next listing removes it
+                    self.stats.warnings.append((str(r["id"]), "comment not found when its body was read"))
+                    continue
             container, cid = r.get("container") or {}, str(r["id"])
             webui = str(((container.get("_links") or {}).get("webui")) or "")
             page_url = self.client.url + webui if webui.startswith("/") else self.client.url
