@@ -1031,6 +1031,23 @@ async def test_jira_macros_show_issue_summaries_when_a_jira_site_is_configured(f
         await runner.cleanup()
 
 
+async def test_a_jira_outage_costs_the_summaries_only_not_the_pages_includes(fake: FakeConfluence) -> None:
+    from connectors.confluence.jira import JiraClient
+
+    space = _spaces(fake)[0]
+    host, shared = sorted(fake.visible_ids(space))[:2]
+    fake.edit(shared, title="Shared escalation", body="<p>Escalate to the night shift lead.</p>")
+    fake.edit(host, body="<p>How we escalate:</p>" + _include("include", "Shared escalation")
+              + "<p>Tracked in " + _jira_macro("key", "ENG-1") + ".</p>")
+    with socket.socket() as closed:  # a port nothing listens on: Jira is down
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    src = _source(fake, jira=JiraClient(f"http://127.0.0.1:{port}", token="jira-pat"))
+    [page] = [p async for p in src.iter_ids(space, [host])]
+    assert "night shift lead" in page.body and "ENG-1" in page.body
+    assert [k for k, _ in src.stats.warnings] == [f"jira:{host}"]  # not the page's id: it is settled
+
+
 async def test_responses_are_decoded_off_the_event_loop(fake: FakeConfluence,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A page of bodies or restrictions is hundreds of kB of JSON: decoding one on the loop blocked serve."""

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pipeline.access.scope import PageAccess
+from pipeline.errors import RemoteError
 
 MAX_DEPTH = 3
 MAX_MACROS = 50
@@ -84,6 +85,7 @@ class MacroResolver:
     summaries: Summaries | None = None
     _pages: dict[tuple[str, str], Linked | None] = field(default_factory=dict)
     resolved: int = 0
+    jira_error: RemoteError | None = None  # why the last page's Jira summaries could not be read
     # page id -> {id: version time} of the pages its include / excerpt-include macros showed (nested ones
     # too),
     # for the pages resolved in this run: a newer version of an included page re-fetches its includers
@@ -106,7 +108,14 @@ class MacroResolver:
         self.includes[page_id] = {}
         body = await self._resolve(body, page_id=page_id, space=space, depth=0, seen=frozenset({page_id}),
                                    budget=budget)
-        return await self._jira(body) if self.summaries is not None else body
+        self.jira_error = None
+        if self.summaries is None:
+            return body
+        try:
+            return await self._jira(body)
+        except RemoteError as exc:  # the page keeps its includes; its Jira macros stay as stored
+            self.jira_error = exc
+            return body
 
     async def _jira(self, body: str) -> str:
         """Single-issue Jira macros as "KEY: summary" (one search for the page's keys)."""

@@ -248,6 +248,8 @@ class ConfluenceSource(PageExtras):
         try:
             body = await self.macros.resolve(page.body, page_id=page.id, space=page.space, access=page.access,
                                              per_user=self.permissions is not None)
+            if (jira := self.macros.jira_error) is not None:  # keyed apart from the page: not read again
+                self.stats.warnings.append((f"jira:{page.id}", f"Jira summaries not read: {jira}"))
             return replace(page, body=body)
         except RemoteError as exc:
             self.stats.warnings.append((page.id, f"macros not resolved: {exc}"))
