@@ -13,7 +13,7 @@ from connectors.confluence.cql import quote, to_utc_iso, version_time
 from connectors.confluence.listing import rejected_credentials
 from connectors.local_formats import DOCUMENT_SUFFIXES, document_body
 from pipeline.access.scope import PageAccess
-from pipeline.errors import InputError, NotFoundError, RemoteError
+from pipeline.errors import InputError, NotFoundError, RateLimitedError, RemoteError, TransientError
 from pipeline.types import Page
 
 
@@ -64,7 +64,7 @@ class PageExtras:
     async def _attachment_or_none(self, r: dict[str, Any], space: str) -> Page | None:
         """The attachment as a page, or None, reported: kept as unusable when it cannot be read as it is (too
         large, no link, refused or gone: this version is settled, the next edit is read again), else left for
-        a later cycle (``stats.unread``: a server error or timeout after the client's retries)."""
+        a later cycle (``stats.unread``: a server error, timeout or throttling)."""
         try:
             return await self._attachment_page(r, space)
         except InputError as exc:
@@ -73,12 +73,14 @@ class PageExtras:
             if rejected_credentials(exc):
                 raise
             status = exc.status or 0
-            why, final = f"download failed: {exc}", 400 <= status < 500 and status != 429
-        self.stats.failed.append((str(r.get("id", "")), f"attachment {r.get('title', '')!r}: {why}"))
+            final = not isinstance(exc, RateLimitedError | TransientError) and 400 <= status < 500
+            why = f"download failed: {exc}"
+        pid = str(r.get("id", ""))
+        self.stats.failed.append((pid, f"attachment {r.get('title', '')!r}: {why}"))
         if final:
-            self.stats.unusable.append((str(r.get("id", "")), version_time(r)))
+            self.stats.unusable.append((pid, version_time(r)))
         else:
-            self.stats.unread.add(space)
+            self.stats.unread.append((space, pid, version_time(r)))
         return None
 
     def _known(self, r: dict[str, Any]) -> bool:
@@ -162,8 +164,9 @@ class PageExtras:
             if self.client.v2_bodies:  # Cloud: the body from REST v2 (v1 search may refuse to expand it)
                 try:
                     r = {**r, "body": {"storage": {"value": await self.client.comment_body(str(r["id"]))}}}
-                except NotFoundError:  # deleted since the search: the next listing removes it
-                    self.stats.warnings.append((str(r["id"]), "comment not found when its body was read"))
+                except NotFoundError:  # deleted since the search: settled at this version (not asked again)
+                    self.stats.warnings.append((f"comment:{r['id']}", "not found when its body was read"))
+                    self.stats.unusable.append((str(r["id"]), version_time(r)))
                     continue
             container, cid = r.get("container") or {}, str(r["id"])
             webui = str(((container.get("_links") or {}).get("webui")) or "")

@@ -50,8 +50,8 @@ class SourceStats:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     # "comments:ENG": a listing refused this run (not fetched)
     unlisted: set[str] = field(default_factory=set)
-    # spaces with an attachment or comment to read again later (a server error or timeout on it)
-    unread: set[str] = field(default_factory=set)
+    # (space, id, version time) of attachments to read again later (a server error or timeout on them)
+    unread: list[tuple[str, str, str | None]] = field(default_factory=list)
     # spaces whose search served a row twice (an edit while it paged may have hidden another row)
     unstable: set[str] = field(default_factory=set)
 

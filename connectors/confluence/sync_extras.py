@@ -10,7 +10,6 @@ reads them all."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 
@@ -52,15 +51,20 @@ async def settle_pending(source: ConfluenceSource, store: CheckpointStore, key: 
     kept = await load_row(store, source.source_key, _PENDING, key)
     pending = kept.get("at") if isinstance(kept.get("at"), str) else None
     kinds = {f"attachments:{key}", f"comments:{key}"}
+    unread = [(pid, when) for space, pid, when in source.stats.unread if space == key]
     failed = (any(k in kinds for k, _ in source.stats.failed) or bool(source.stats.unlisted & kinds)
-              or key in source.stats.unread or any(pid in blocking for pid, _ in extras))
+              or bool(unread) or any(pid in blocking for pid, _ in extras))
     now = datetime.now(UTC)
     first = str(kept.get("first") or now.isoformat())
-    with contextlib.suppress(InputError):
-        if failed and (now - parse_utc(first)).total_seconds() > GIVE_UP_S:
-            source.stats.warnings.append((f"space:{key}", "attachments or comments failing for 24 h are left "
-                                                           "until edited (evident sync --full reads them)"))
-            failed = False
+    try:
+        expired = (now - parse_utc(first)).total_seconds() > GIVE_UP_S
+    except InputError:  # a damaged row: starts again from now
+        first, expired = now.isoformat(), False
+    if failed and expired:
+        source.stats.warnings.append((f"space:{key}", "attachments or comments failing for 24 h are left "
+                                                       "until edited (evident sync --full reads them)"))
+        source.stats.unusable.extend(unread)  # settled at their versions: not asked for every cycle
+        failed = False
     if not failed:
         row: dict[str, str] = {}
     else:
