@@ -212,7 +212,7 @@ async def test_report_schema(tmp_path: Path, stub: StubLLMServer) -> None:
     assert report["config"]["questions"] == "completed" and report["config"]["asked"] == 2
     keys = {"method", "n", "accuracy", "llm_calls_mean", "explain_answer_ratio", "explain_answer_ratio_p50",
             "explain_ms_mean", "answer_ms_mean", "partial", "errors", "comprehensiveness", "sufficiency",
-            "deletion_auc"}
+            "deletion_auc", "evidence_deletion_auc"}
     assert [set(r) for r in report["rows"]] == [keys, keys, keys]
     assert {"comprehensiveness", "sufficiency", "deletion_auc"} <= set(report["questions"][0])
     assert set(report["breakdowns"]) == {"lang", "source", "q_type"}
@@ -235,7 +235,7 @@ async def test_faithfulness_rewards_the_evidence_the_answer_rests_on(tmp_path: P
     rows = {r["method"]: r for r in report["rows"]}
     assert rows["cfa"]["sufficiency"] > 0.99 and rows["cfa"]["comprehensiveness"] > 0.3
     for other in ("naive", "first_source"):
-        for metric in ("comprehensiveness", "sufficiency", "deletion_auc"):
+        for metric in ("comprehensiveness", "sufficiency", "deletion_auc", "evidence_deletion_auc"):
             assert rows["cfa"][metric] >= rows[other][metric] - 1e-9, (metric, other, rows)
     (cfa,) = [p for p in report["faithfulness_paired"] if p["method"] == "cfa"]
     assert cfa["n"] == 3 and 0.0 < cfa["comprehensiveness_p"] <= 1.0
@@ -431,3 +431,28 @@ def test_cli_refuses_logprob_without_the_endpoint_capability(tmp_path: Path) -> 
     assert result.exit_code == 2
     assert "EVIDENT_LLM_PROMPT_LOGPROBS" in result.output
     assert not (tmp_path / "data" / "eval-index").exists()  # refused before the index build
+
+
+async def test_evidence_deletion_removes_as_much_for_every_method() -> None:
+    """Group metrics favour methods that credit larger groups (each step removes a whole page); the evidence
+    curve removes one evidence a step whatever the grouping, so the same credit order at evidence level scores
+    the same, and removing more per step no longer scores more."""
+    from helpers import HashEmbedder
+
+    from pipeline.evaluation.faithfulness import Regenerations
+    from tests.test_attribution import make_hits
+
+    hits = make_hits(("a", "alpha", "p1"), ("b", "beta", "p1"), ("c", "gamma", "p1"), ("d", "delta", "p2"))
+    seen: list[int] = []
+
+    async def generate(subset: Sequence[Any]) -> str:  # the answer is the evidence it was given
+        seen.append(len(subset))
+        return " ".join(h.evidence.text for h in subset)
+
+    regen = Regenerations("q", "alpha beta gamma delta", hits, generate, HashEmbedder())
+    by_page = await regen.measure([[0, 1, 2], [3]])
+    one_by_one = await regen.measure([[0], [1], [2], [3]])
+    assert by_page is not None and one_by_one is not None
+    assert by_page.evidence_deletion_auc == pytest.approx(one_by_one.evidence_deletion_auc)
+    assert by_page.deletion_auc > one_by_one.deletion_auc  # whole pages removed per step
+    assert by_page.comprehensiveness > one_by_one.comprehensiveness

@@ -359,7 +359,7 @@ def paired_counts(outcomes: Sequence[AttributionOutcome]) -> list[dict[str, Any]
 def format_attribution_table(report: dict[str, Any]) -> str:
     cfg = report["config"]
     lines = [f"eligible questions (gold page among shown evidence): {cfg['eligible']} of {cfg['asked']}",
-             f"{'method':<20}{'n':>5}{'acc':>8}{'comp':>7}{'suff':>7}{'del':>7}{'calls':>7}{'ratio':>7}"
+             f"{'method':<20}{'n':>5}{'acc':>8}{'comp':>7}{'suff':>7}{'del':>7}{'del1':>7}{'calls':>7}{'ratio':>7}"
              f"{'p50':>7}{'errors':>7}"]
     for r in report["rows"]:
         ratio = "-" if r["explain_answer_ratio"] is None else f"{r['explain_answer_ratio']:.2f}"

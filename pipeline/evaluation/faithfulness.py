@@ -12,6 +12,11 @@ being explained (cosine of the "question + answer" embeddings, as the counterfac
 - **deletion AUC** = the mean of 1 − similarity as the credited groups are removed cumulatively in credit
   order (up to ``DELETION_STEPS``): high when the answer falls apart fastest along the credit order.
 
+Those three remove a method's whole groups, so a method that credits larger groups (a page, a cluster of
+near-copies) removes more evidence per step and is favoured by construction. **Evidence deletion AUC** is the
+size-matched curve: the evidence removed one at a time in credit order (groups in their order, a group's
+evidence in the order shown), up to ``DELETION_STEPS``, so every method removes the same number at each step.
+
 Regenerations are shared by every method of a question (the same evidence subset is generated once), and
 ``first_source`` (credit the first evidence shown, then the next…) is scored beside the methods as the
 baseline that retrieval rank alone would give. ``paired`` compares each method with ``naive`` per question
@@ -34,7 +39,7 @@ from pipeline.protocols import Embedder
 from pipeline.types import Hit
 
 DELETION_STEPS = 5
-METRICS = ("comprehensiveness", "sufficiency", "deletion_auc")
+METRICS = ("comprehensiveness", "sufficiency", "deletion_auc", "evidence_deletion_auc")
 Generate = Callable[[Sequence[Hit]], Awaitable[str]]
 
 
@@ -43,6 +48,7 @@ class Faithfulness:
     comprehensiveness: float
     sufficiency: float
     deletion_auc: float
+    evidence_deletion_auc: float
 
     def as_dict(self) -> dict[str, float]:
         return {m: round(getattr(self, m), 4) for m in METRICS}
@@ -96,13 +102,18 @@ class Regenerations:
         top = list(order[0])
         comprehensiveness = 1.0 - await self.similarity(without(self.hits, top))
         sufficiency = await self.similarity(only(self.hits, top))
+        return Faithfulness(comprehensiveness, sufficiency,
+                            await self._deletion([list(g) for g in order[:DELETION_STEPS]]),
+                            await self._deletion([[i] for g in order for i in g][:DELETION_STEPS]))
+
+    async def _deletion(self, steps: Sequence[Sequence[int]]) -> float:
+        """Mean of 1 − similarity as ``steps`` are removed cumulatively."""
         removed: list[int] = []
         curve = []
-        for group in order[:DELETION_STEPS]:
-            removed.extend(group)
-            curve.append(comprehensiveness if removed == top else
-                         1.0 - await self.similarity(without(self.hits, removed)))
-        return Faithfulness(comprehensiveness, sufficiency, mean(curve))
+        for step in steps:
+            removed.extend(step)
+            curve.append(1.0 - await self.similarity(without(self.hits, removed)))
+        return mean(curve)
 
 
 def sign_flip_p(differences: Sequence[float], *, draws: int = 10_000, seed: int = 13) -> float:
