@@ -246,7 +246,7 @@ async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: dict[str, str])
     source.macros.includes.clear()
     ing = await cycle.ingest(source.iter_ids(key, stale))
     await save_includes(store, source.source_key, key, includes, source.macros,
-                        unsettled=_unsettled(source, ing))
+                        unsettled=_unsettled(source, _blocking(ing)))
 
 
 async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
@@ -320,7 +320,7 @@ async def _sync_space(
     stopped(key, tracker, extras, report.failed)
     tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
     await save_includes(store, source.source_key, key, includes, source.macros,
-                        unsettled=_unsettled(source, ing))
+                        unsettled=_unsettled(source, _blocking(ing)))
     return await _close(cycle, key, tracker, ing, held, old, versions, listing)
 
 
@@ -358,9 +358,9 @@ def _blocking(ing: IngestReport) -> set[str]:
     return {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
 
 
-def _unsettled(source: ConfluenceSource, ing: IngestReport) -> set[str]:
-    """What is to be read again: retryable failures and pages read with a warning (their macros)."""
-    return _blocking(ing) | {pid for pid, _ in source.stats.warnings}
+def _unsettled(source: ConfluenceSource, blocking: set[str]) -> set[str]:
+    """What is to be read again: the retryable failures (``blocking``) and pages read with a warning."""
+    return blocking | {pid for pid, _ in source.stats.warnings}
 
 
 async def _drop_restricted(cycle: _Cycle, key: str) -> set[str]:
@@ -387,7 +387,7 @@ async def _settle(source: ConfluenceSource, store: CheckpointStore, key: str, tr
     new = old if key in source.stats.unstable else tracker.checkpoint(blocking, old)
     if new and new != old:
         await store.set_checkpoint(source.source_key, key, new)
-    unsettled = blocking | {pid for pid, _ in source.stats.warnings}  # to be read again: not known
+    unsettled = _unsettled(source, blocking)  # to be read again: not known
     await save_known(store, source.source_key, key, known,
                      [(pid, when) for pid, when in [*tracker.seen, *tracker.extra, *unusable]
                       if pid not in unsettled and (listed is None or pid in listed)], new, drop=dropped)

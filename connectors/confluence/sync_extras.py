@@ -73,7 +73,6 @@ async def settle_pending(source: ConfluenceSource, store: CheckpointStore, key: 
     await save_row(store, source.source_key, _PENDING, key, row, before=kept)
 
 
-
 async def list_extras(source: ConfluenceSource, key: str, containers: set[str],
                       failed: list[tuple[str, str]]) -> tuple[set[str], bool]:
     """The ids of the space's attachments and comments, and whether every listing answered (a refused one is

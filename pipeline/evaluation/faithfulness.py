@@ -81,19 +81,22 @@ class Regenerations:
                  embedder: Embedder) -> None:
         self.question, self.answer, self.hits = question, answer, list(hits)
         self.generate, self.embedder = generate, embedder
-        self._answers: dict[tuple[tuple[str, int], ...], str] = {}
+        self._similarity: dict[tuple[tuple[str, int], ...], float] = {}
         self._original: np.ndarray | None = None
         self.calls = 0
 
     async def similarity(self, subset: Sequence[Hit]) -> float:
+        """Of the answer regenerated from ``subset`` to the one explained (each subset generated and embedded
+        once: the metrics and the methods' curves ask for the same subsets)."""
         key = tuple((h.evidence.id, hash(h.evidence.text)) for h in subset)
-        if key not in self._answers:
+        if key not in self._similarity:
             self.calls += 1
-            self._answers[key] = await self.generate(subset)
-        if self._original is None:
-            self._original = (await embed(self.embedder, [qa_text(self.question, self.answer)]))[0]
-        vec = (await embed(self.embedder, [qa_text(self.question, self._answers[key])]))[0]
-        return float(np.clip(vec @ self._original, -1.0, 1.0))
+            answer = await self.generate(subset)
+            if self._original is None:
+                self._original = (await embed(self.embedder, [qa_text(self.question, self.answer)]))[0]
+            vec = (await embed(self.embedder, [qa_text(self.question, answer)]))[0]
+            self._similarity[key] = float(np.clip(vec @ self._original, -1.0, 1.0))
+        return self._similarity[key]
 
     async def measure(self, order: Sequence[Sequence[int]]) -> Faithfulness | None:
         """The three metrics for one credit order (None when it credits nothing)."""
