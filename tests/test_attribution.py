@@ -131,6 +131,22 @@ async def test_causal_evidence_comes_first() -> None:
     assert result.top_urls()[0] == "https://wiki.example/it"
 
 
+async def test_evidence_whose_removal_changed_nothing_is_ordered_by_its_likeness_to_the_answer() -> None:
+    """Removing any one of two near-copies changes nothing (each covers for the other), as removing unused
+    evidence does: their equal shares are ordered by how much the evidence reads like the answer, not by
+    where it was shown (the evidence deletion curve: retrieval rank is less faithful than similarity)."""
+    hits = make_hits(LUNCH, PARKING, ("vpn-a", VPN, "it"), ("vpn-b", "VPN: every 90 days.", "sec"))
+    for method in ("cfa", "cfa_clusters"):
+        result = await run(method, hits, ScriptedGenerator(needs("vpn-a", "vpn-b")))
+        assert all(math.isclose(c.contribution, 0.0, abs_tol=1e-9) for c in result.clusters)
+        order = [m.evidence_id for c in result.clusters for m in c.members]
+        assert set(order[:2]) == {"vpn-a", "vpn-b"}, (method, order)
+        assert result.clusters[0].likeness > result.clusters[-1].likeness
+    # a share still decides before likeness: the evidence the answer needed comes first
+    needed = await run("cfa", hits, ScriptedGenerator(needs("lunch")))
+    assert ids_of(needed, 0) == {"lunch"} and needed.clusters[0].likeness < needed.clusters[1].likeness
+
+
 async def test_duplicate_is_clustered_and_keeps_the_credit() -> None:
     hits = make_hits(("vpn", VPN, "it"), LUNCH, ("vpn-copy", VPN, "onboarding"), PARKING)
     clustered = await run("cfa_clusters", hits, ScriptedGenerator(needs("vpn", "vpn-copy")))
@@ -322,6 +338,9 @@ async def test_round_trip_through_json() -> None:
     assert again.to_dict() == data
     assert again.top_urls() == result.top_urls()
     assert [c.members for c in again.clusters] == [c.members for c in result.clusters]
+    assert [c.likeness for c in again.clusters] == [c.likeness for c in result.clusters]
+    del data["clusters"][0]["likeness"]  # cached before likeness was kept
+    assert math.isnan(AttributionResult.from_dict(data).clusters[0].likeness)
     assert "semaphore" not in data["params"]
     with pytest.raises(InputError):
         AttributionResult.from_dict({"method": "x"})

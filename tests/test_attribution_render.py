@@ -71,6 +71,10 @@ def test_flat_distribution_gets_a_low_confidence_note() -> None:
     assert "Low confidence" in render_text(flat)
     single = result(cluster(1, 100.0, 0.3, ref(1, "Only", "https://w.example/1")))
     assert not explanation_view(single).notes
+    assert "how closely they match" not in render_text(flat)  # cached before likeness was kept
+    for c, like in zip(flat.clusters, (0.9, 0.7, 0.5, 0.2), strict=True):
+        c.likeness = like
+    assert "Sources with equal shares are listed by how closely they match the answer." in render_text(flat)
 
 
 def test_partial_and_unknown_clusters() -> None:

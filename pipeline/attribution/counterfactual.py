@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.attribution.params import AttributionParams, Generate, Score
-from pipeline.attribution.scoring import assemble, embed, qa_text, softmax, without
+from pipeline.attribution.scoring import answer_likeness, assemble, embed, qa_text, softmax, without
 from pipeline.attribution.types import AttributionResult
 from pipeline.errors import ConfigError, EvidentError
 from pipeline.protocols import Embedder
@@ -77,13 +77,17 @@ async def counterfactual_attribution(
         return out, await embed(embedder, [qa_text(question, a) for a in out])
 
     # Embeddings overlap the LLM calls: the original answer is embedded while the calls are in flight,
-    # and each counterfactual answer as soon as its own call returns.
+    # and each counterfactual answer as soon as its own call returns,
+    # and so is each evidence's likeness to the answer (it orders groups whose removal did the same).
     original = asyncio.ensure_future(embed(embedder, [qa_text(question, answer)]))
+    likeness = asyncio.ensure_future(answer_likeness(embedder, answer, hits))
     try:
         calls, rounds, errors = await _draw_rounds(state, draw, original, params, early_stop)
+        alike = await likeness
     finally:
-        if not original.done():
-            original.cancel()
+        for task in (original, likeness):
+            if not task.done():
+                task.cancel()
     if state and all(g.contribution() is None for g in state):
         raise errors[0] if errors else EvidentError("no counterfactual answer was generated")
     return assemble(
@@ -91,7 +95,7 @@ async def counterfactual_attribution(
         contributions=[g.contribution() for g in state], temperature=params.temperature,
         answers=[g.answers for g in state], similarities=[g.similarities for g in state], calls=calls,
         failed_calls=len(errors), params=params.public(), seconds=time.perf_counter() - started,
-        details={"rounds": rounds} if early_stop else {},
+        details={"rounds": rounds} if early_stop else {}, likeness=alike,
     )
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from pipeline.attribution.params import AttributionParams
-from pipeline.attribution.scoring import assemble, embed, evidence_text
+from pipeline.attribution.scoring import answer_likeness, assemble
 from pipeline.attribution.types import AttributionResult
 from pipeline.protocols import Embedder
 from pipeline.types import Hit
@@ -22,11 +22,7 @@ async def naive_attribution(
     """p = softmax(cosine(answer, evidence_i) / t) per evidence; ``similarities`` holds the cosine."""
     started = time.perf_counter()
     groups = [[i] for i in range(len(hits))]
-    if not hits:
-        cosines: list[float] = []
-    else:
-        vectors = await embed(embedder, [answer, *(evidence_text(h) for h in hits)])
-        cosines = [float(v @ vectors[0]) for v in vectors[1:]]
+    cosines = await answer_likeness(embedder, answer, hits)
     return assemble(
         method="naive",
         question=question,
@@ -36,6 +32,7 @@ async def naive_attribution(
         contributions=cosines,
         temperature=params.temperature,
         similarities=[[c] for c in cosines],
+        likeness=cosines,
         params=params.public(),
         seconds=time.perf_counter() - started,
     )

@@ -119,8 +119,10 @@ def _extra(cluster: ClusterAttribution) -> str:
 def _footer_notes(result: AttributionResult) -> list[str]:
     notes = []
     if is_flat(result):
+        tied = any(math.isfinite(c.likeness) for c in result.clusters) and result.method != "naive"
         notes.append(
             "Low confidence: the shares are nearly even, no single source clearly produced this answer."
+            + (" Sources with equal shares are listed by how closely they match the answer." if tied else "")
         )
     if result.partial:
         notes.append(

@@ -102,6 +102,14 @@ def only(hits: Sequence[Hit], rows: Sequence[int]) -> list[Hit]:
     return [h for i, h in enumerate(hits) if i in keep]
 
 
+async def answer_likeness(embedder: Embedder, answer: str, hits: Sequence[Hit]) -> list[float]:
+    """Cosine of each evidence's text to the answer (the naive method's score)."""
+    if not hits:
+        return []
+    vectors = await embed(embedder, [answer, *(evidence_text(h) for h in hits)])
+    return [float(v @ vectors[0]) for v in vectors[1:]]
+
+
 async def embed(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """Embed in a worker thread (CPU-bound) and check the shape; rows are re-normalised."""
     if not texts:
@@ -140,8 +148,10 @@ def assemble(
     params: Mapping[str, Any] | None = None,
     seconds: float = 0.0,
     details: Mapping[str, Any] | None = None,
+    likeness: Sequence[float] | None = None,
 ) -> AttributionResult:
-    """Turn per-group contributions (None = unknown) into a sorted result with softmax percentages."""
+    """Turn per-group contributions (None = unknown) into a sorted result with softmax percentages;
+    ``likeness`` (per shown evidence, its cosine to the answer) orders groups with equal shares."""
     known = {i: float(c) for i, c in enumerate(contributions) if c is not None}
     shares = softmax(list(known.values()), temperature)
     percent = {i: 100.0 * s for i, s in zip(known, shares, strict=True)}
@@ -154,6 +164,7 @@ def assemble(
             counterfactual_answers=list(answers[g]) if answers else [],
             similarities=[float(s) for s in similarities[g]] if similarities else [],
             unknown=contributions[g] is None,
+            likeness=max((likeness[r] for r in rows), default=math.nan) if likeness else math.nan,
         )
         for g, rows in enumerate(groups)
     ]
@@ -172,8 +183,14 @@ def assemble(
 
 
 def sort_clusters(clusters: list[ClusterAttribution]) -> list[ClusterAttribution]:
-    """Known clusters by percent (desc, ties by id), unknown ones last."""
-    return sorted(clusters, key=lambda c: (c.unknown, -c.percent, c.cluster_id))
+    """Known clusters by percent (desc), unknown ones last. Equal shares (removing either changed the
+    answer as much, often not at all: a near-copy or unused evidence) are ordered by likeness to the
+    answer, then by id: the counterfactual cannot tell them apart, their words can."""
+    def key(c: ClusterAttribution) -> tuple[bool, float, float, int]:
+        like = c.likeness if math.isfinite(c.likeness) else -math.inf
+        return c.unknown, -round(c.percent, 6), -like, c.cluster_id
+
+    return sorted(clusters, key=key)
 
 
 def reweight(result: AttributionResult, weights: Mapping[int, float]) -> None:

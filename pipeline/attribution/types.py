@@ -42,6 +42,7 @@ class ClusterAttribution:
     counterfactual_answers: list[str] = field(default_factory=list)
     similarities: list[float] = field(default_factory=list)
     unknown: bool = False
+    likeness: float = math.nan  # the highest cosine of a member to the answer: orders equal shares
 
     @property
     def mean_similarity(self) -> float | None:
@@ -90,6 +91,7 @@ class AttributionResult:
                     counterfactual_answers=list(c.get("counterfactual_answers", [])),
                     similarities=[_float(s) for s in c.get("similarities", [])],
                     unknown=bool(c.get("unknown", False)),
+                    likeness=_float(c.get("likeness")),
                 )
                 for c in data["clusters"]
             ]
