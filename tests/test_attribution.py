@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import re
@@ -21,7 +22,7 @@ from pipeline.attribution import (
     is_flat,
 )
 from pipeline.attribution.cluster import cluster_embeddings
-from pipeline.errors import ConfigError, InputError, TransientError
+from pipeline.errors import ConfigError, EmbeddingError, InputError, TransientError
 from pipeline.types import Evidence, Hit
 
 QUESTION = "How often does the VPN password rotate?"
@@ -145,6 +146,41 @@ async def test_evidence_whose_removal_changed_nothing_is_ordered_by_its_likeness
     # a share still decides before likeness: the evidence the answer needed comes first
     needed = await run("cfa", hits, ScriptedGenerator(needs("lunch")))
     assert ids_of(needed, 0) == {"lunch"} and needed.clusters[0].likeness < needed.clusters[1].likeness
+
+
+class LikenessDown(HashEmbedder):
+    """Refuses the batch of the answer with the shown evidence (the likeness), embeds everything else."""
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) > 1 and texts[0] == ANSWER:
+            raise EmbeddingError("embeddings endpoint returned 429")
+        return super().embed_documents(texts)
+
+
+async def test_a_failed_likeness_costs_only_the_order_of_equal_shares() -> None:
+    hits = make_hits(LUNCH, PARKING, ("vpn-a", VPN, "it"), ("vpn-b", "VPN: every 90 days.", "sec"))
+    result = await attribute("cfa", question=QUESTION, answer=ANSWER, hits=hits,
+                             generate=ScriptedGenerator(needs("vpn-a", "vpn-b")), embedder=LikenessDown())
+    order = [m.evidence_id for c in result.clusters for m in c.members]
+    assert order == ["lunch", "parking", "vpn-a", "vpn-b"]  # by rank, as before likeness
+    assert all(math.isnan(c.likeness) for c in result.clusters) and not result.partial
+
+
+class EmbeddingsDown(HashEmbedder):
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        raise EmbeddingError("embeddings endpoint returned 503")
+
+
+async def test_a_failed_explanation_leaves_no_failed_task_unread() -> None:
+    lost: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: lost.append(context))
+    hits = make_hits(LUNCH, ("vpn", VPN, "it"))
+    with pytest.raises(EmbeddingError):
+        await attribute("cfa", question=QUESTION, answer=ANSWER, hits=hits,
+                        generate=ScriptedGenerator(needs("vpn")), embedder=EmbeddingsDown())
+    await asyncio.sleep(0.05)
+    gc.collect()
+    assert lost == []
 
 
 async def test_duplicate_is_clustered_and_keeps_the_credit() -> None:

@@ -75,6 +75,9 @@ def test_flat_distribution_gets_a_low_confidence_note() -> None:
     for c, like in zip(flat.clusters, (0.9, 0.7, 0.5, 0.2), strict=True):
         c.likeness = like
     assert "Sources with equal shares are listed by how closely they match the answer." in render_text(flat)
+    for c, percent in zip(flat.clusters, (26.0, 25.0, 24.5, 24.5 - 1e-3), strict=True):
+        c.percent = percent  # flat, but no two shares equal: nothing was ordered by likeness
+    assert "Low confidence" in render_text(flat) and "how closely they match" not in render_text(flat)
 
 
 def test_partial_and_unknown_clusters() -> None:

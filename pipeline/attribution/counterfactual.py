@@ -83,11 +83,16 @@ async def counterfactual_attribution(
     likeness = asyncio.ensure_future(answer_likeness(embedder, answer, hits))
     try:
         calls, rounds, errors = await _draw_rounds(state, draw, original, params, early_stop)
-        alike = await likeness
+        try:
+            alike: list[float] | None = await likeness
+        except RECOVERABLE:  # it only orders equal shares: ordered by rank instead, the answers kept
+            alike = None
     finally:
         for task in (original, likeness):
             if not task.done():
                 task.cancel()
+            elif not task.cancelled():
+                task.exception()  # read, so a failure the draws already raised is not logged as lost
     if state and all(g.contribution() is None for g in state):
         raise errors[0] if errors else EvidentError("no counterfactual answer was generated")
     return assemble(

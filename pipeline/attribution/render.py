@@ -119,7 +119,7 @@ def _extra(cluster: ClusterAttribution) -> str:
 def _footer_notes(result: AttributionResult) -> list[str]:
     notes = []
     if is_flat(result):
-        tied = any(math.isfinite(c.likeness) for c in result.clusters) and result.method != "naive"
+        tied = result.method != "naive" and _equal_shares_by_likeness(result)
         notes.append(
             "Low confidence: the shares are nearly even, no single source clearly produced this answer."
             + (" Sources with equal shares are listed by how closely they match the answer." if tied else "")
@@ -130,6 +130,12 @@ def _footer_notes(result: AttributionResult) -> list[str]:
             "failed)"
         )
     return notes
+
+
+def _equal_shares_by_likeness(result: AttributionResult) -> bool:
+    """Two known clusters share a percent and were ordered by their likeness to the answer."""
+    shares = [round(c.percent, 6) for c in result.clusters if not c.unknown and math.isfinite(c.likeness)]
+    return len(set(shares)) < len(shares)
 
 
 def render_text(result: AttributionResult, *, max_clusters: int = 5) -> str:
