@@ -143,6 +143,12 @@ async def test_evidence_whose_removal_changed_nothing_is_ordered_by_its_likeness
         order = [m.evidence_id for c in result.clusters for m in c.members]
         assert set(order[:2]) == {"vpn-a", "vpn-b"}, (method, order)
         assert result.clusters[0].likeness > result.clusters[-1].likeness
+
+    async def score(subset: Sequence[Hit], answer: str) -> float:  # teacher-forced: needs either copy
+        return -0.1 if {h.evidence.id for h in subset} & {"vpn-a", "vpn-b"} else -3.0
+
+    forced = await run("logprob", hits, None, score=score)
+    assert {m.evidence_id for c in forced.clusters[:2] for m in c.members} == {"vpn-a", "vpn-b"}
     # a share still decides before likeness: the evidence the answer needed comes first
     needed = await run("cfa", hits, ScriptedGenerator(needs("lunch")))
     assert ids_of(needed, 0) == {"lunch"} and needed.clusters[0].likeness < needed.clusters[1].likeness

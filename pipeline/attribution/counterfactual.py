@@ -80,13 +80,10 @@ async def counterfactual_attribution(
     # and each counterfactual answer as soon as its own call returns,
     # and so is each evidence's likeness to the answer (it orders groups whose removal did the same).
     original = asyncio.ensure_future(embed(embedder, [qa_text(question, answer)]))
-    likeness = asyncio.ensure_future(answer_likeness(embedder, answer, hits))
+    likeness = asyncio.ensure_future(likeness_or_none(embedder, answer, hits))
     try:
         calls, rounds, errors = await _draw_rounds(state, draw, original, params, early_stop)
-        try:
-            alike: list[float] | None = await likeness
-        except RECOVERABLE:  # it only orders equal shares: ordered by rank instead, the answers kept
-            alike = None
+        alike = await likeness
     finally:
         for task in (original, likeness):
             if not task.done():
@@ -102,6 +99,15 @@ async def counterfactual_attribution(
         failed_calls=len(errors), params=params.public(), seconds=time.perf_counter() - started,
         details={"rounds": rounds} if early_stop else {}, likeness=alike,
     )
+
+
+async def likeness_or_none(embedder: Embedder, answer: str, hits: Sequence[Hit]) -> list[float] | None:
+    """Each evidence's likeness to the answer, or None when it could not be embedded: it only orders equal
+    shares (by rank instead then), so its failure never costs the explanation."""
+    try:
+        return await answer_likeness(embedder, answer, hits)
+    except RECOVERABLE:
+        return None
 
 
 Draw = Callable[[_Group, int], Awaitable[tuple[list[str], np.ndarray] | BaseException]]
@@ -164,6 +170,7 @@ async def logprob_attribution(
     hits: Sequence[Hit],
     groups: Sequence[Sequence[int]],
     params: AttributionParams,
+    likeness: Sequence[float] | None = None,
 ) -> AttributionResult:
     """Teacher-force the original answer with each group removed and read how much less likely it gets.
 
@@ -188,7 +195,7 @@ async def logprob_attribution(
         contributions=[None if r is None else 1.0 - r for r in ratios], temperature=params.temperature,
         similarities=[[] if r is None else [r] for r in ratios], calls=len(outcomes),
         failed_calls=len(errors), params=params.public(), seconds=time.perf_counter() - started,
-        details={"base_logprob": base},
+        details={"base_logprob": base}, likeness=likeness,
     )
 
 

@@ -38,6 +38,7 @@ from pipeline.attribution.cluster import cluster_embeddings
 from pipeline.attribution.counterfactual import (
     NEEDS_PROMPT_LOGPROBS,
     counterfactual_attribution,
+    likeness_or_none,
     logprob_attribution,
     regenerate,
 )
@@ -211,7 +212,8 @@ async def _logprob(*, question: str, answer: str, hits: Sequence[Hit], generate:
     started = time.perf_counter()
     groups = await evidence_clusters(hits, embedder, params)
     result = await logprob_attribution(method="logprob", question=question, answer=answer, hits=hits,
-                                       groups=groups, params=params)
+                                       groups=groups, params=params,
+                                       likeness=await likeness_or_none(embedder, answer, hits))
     result.seconds = time.perf_counter() - started
     return result
 
