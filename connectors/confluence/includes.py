@@ -10,6 +10,7 @@ that space indexed lately (its known versions, ``connectors.confluence.state``).
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
@@ -44,13 +45,15 @@ async def save_includes(store: CheckpointStore, source_key: str, space: str, kep
     await save_row(store, source_key, "includes", space, merged, before=kept)
 
 
-def known_elsewhere(known: Mapping[str, dict[str, str]], key: str) -> dict[str, str]:
-    """The known versions of the synced spaces' pages but ``key``'s (includes across spaces count by them)."""
-    return {pid: when for other, versions in known.items() if other != key for pid, when in versions.items()}
+def known_elsewhere(known: Mapping[str, dict[str, str]], key: str) -> ChainMap[str, str]:
+    """The known versions of the synced spaces' pages but ``key``'s (includes across spaces count by them): a
+    view over the spaces' maps, not a copy (looked up only for included pages; copying every page of every
+    space for each space made a cycle's work grow with the wiki times its spaces)."""
+    return ChainMap(*(versions for other, versions in known.items() if other != key))
 
 
 def stale_includers(seen: dict[str, str], includes: dict[str, dict[str, str]],
-                    elsewhere: dict[str, str]) -> list[str]:
+                    elsewhere: Mapping[str, str]) -> list[str]:
     """The includers (not read again already: ``seen``, id -> version time) that show an older version of a
     page read now (``seen``) or of another synced space's page (``elsewhere``)."""
     def changed(inc: str, when: str) -> bool:

@@ -4,7 +4,7 @@ edit can fix (both kept in the checkpoint store, with no horizon)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from connectors.confluence.includes import stale_includers
@@ -119,7 +119,7 @@ async def still_indexed(indexed: IndexedPages, key: str, pages: list[str]) -> li
 
 
 async def includers(source: ConfluenceSource, key: str, tracker: Tracker, indexed: IndexedPages,
-                    includes: dict[str, dict[str, str]], elsewhere: dict[str, str]) -> AsyncIterator[Page]:
+                    includes: dict[str, dict[str, str]], elsewhere: Mapping[str, str]) -> AsyncIterator[Page]:
     """After the changed pages: the indexed pages showing an older version of one of them, fetched again so
     the included text is current. Runs when ``tracker`` has seen every changed page. Included pages not read
     now count by the version indexed lately (``elsewhere``: the known versions of every synced space); spaces

@@ -19,7 +19,8 @@ shifts offsets and may hide another page), the checkpoint is not advanced at all
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections import ChainMap
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -234,7 +235,7 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
     return gone, moved, {pid for k in incomplete for pid in kept[k] - listings[k]}
 
 
-async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: dict[str, str]) -> None:
+async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: Mapping[str, str]) -> None:
     """Pages of ``key`` that include a page of another space that changed after ``key`` was synced this cycle:
     read again now, so the included text is current in the same cycle."""
     source, store = cycle.source, cycle.store
@@ -280,7 +281,7 @@ async def _sync_space(
     zone: int | None,
     containers: set[str] | None,
     listing: set[str] | None,
-    elsewhere: dict[str, str],
+    elsewhere: ChainMap[str, str],
     versions: dict[str, str],
 ) -> str | None:
     """Ingest one space's pages changed since its checkpoint, the pages ``moved`` into it (fetched by id,
@@ -312,7 +313,7 @@ async def _sync_space(
                   extras.wrap(returning_items(source, key, containers, returning(
                       source, await cycle.indexed.all(), held, known, extras.extra, moved)),
                       order=False) if listed_now else None,
-                  includers(source, key, tracker, cycle.indexed, includes, {**elsewhere, **versions}),
+                  includers(source, key, tracker, cycle.indexed, includes, elsewhere.new_child(versions)),
                   tracker.wrap(unindexed(source, key, tracker, cycle.indexed,
                                          containers - set(known) - set(held.unusable)),
                                order=False) if listed_now else None)
@@ -325,13 +326,14 @@ async def _sync_space(
 
 
 async def _same(cycle: _Cycle, key: str, since: str, versions: dict[str, str],
-                elsewhere: dict[str, str]) -> bool:
+                elsewhere: ChainMap[str, str]) -> bool:
     """Between listings: no includer of the space shows an older version of a page than is indexed, and the
     space's probe found nothing to read (``schedule.unchanged``; counted)."""
-    if cycle.source.macros is not None and await still_indexed(cycle.indexed, key, stale_includers(
-            {}, await load_includes(cycle.store, cycle.source.source_key, key), {**elsewhere, **versions})):
+    source = cycle.source
+    includes = await load_includes(cycle.store, source.source_key, key) if source.macros is not None else {}
+    if await still_indexed(cycle.indexed, key, stale_includers({}, includes, elsewhere.new_child(versions))):
         return False
-    same = await unchanged(cycle.source, key, since, versions, lambda: cycle.indexed.pages(key))
+    same = await unchanged(source, key, since, versions, lambda: cycle.indexed.pages(key))
     if same is not None:
         cycle.report.unchanged += same
     return same is not None
