@@ -87,11 +87,14 @@ def _rss_mib(pid: int) -> tuple[str, float] | None:
 
 
 class RssSampler:
-    """Every 0.25 s, the RSS of each watched process and its descendants; the peak per process."""
+    """Every 0.25 s, the RSS of each watched process and its descendants (the peak per process), and the CPU
+    time each has used (``cores``: how many cores each used within given time windows)."""
 
     def __init__(self) -> None:
         self.watched: dict[str, int] = {}
         self.peak: dict[str, float] = {}
+        self.cpu: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)  # (monotonic, cpu s)
+        self._alone: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -103,21 +106,50 @@ class RssSampler:
         self._stop.set()
         self._thread.join(5)
 
-    def watch(self, name: str, pid: int) -> None:
+    def watch(self, name: str, pid: int, *, tree: bool = True) -> None:
+        """Sample ``pid`` (and, with ``tree``, its descendants) as ``name``."""
         self.watched[name] = pid
+        if not tree:
+            self._alone.add(name)
 
     def _run(self) -> None:
         while not self._stop.wait(0.25):
             kids = _children()
             for name, root in list(self.watched.items()):
-                for pid in [root, *descendants(root, kids)]:
+                for pid in [root] if name in self._alone else [root, *descendants(root, kids)]:
                     found = _rss_mib(pid)
                     if found is not None:
                         key = name if pid == root else f"{name} > {found[0]}"
                         self.peak[key] = max(self.peak.get(key, 0.0), found[1])
+                        cpu = _cpu_s(pid)
+                        if cpu is not None:
+                            self.cpu[key].append((time.monotonic(), cpu))
+
+    def cores(self, windows: list[tuple[float, float]]) -> dict[str, float]:
+        """Per process: CPU seconds used within ``windows`` (monotonic) over their length, i.e. cores used."""
+        out: dict[str, float] = {}
+        for key, samples in sorted(self.cpu.items()):
+            used = span = 0.0
+            for a, b in windows:
+                inside = [s for s in samples if a <= s[0] <= b]
+                if len(inside) >= 2:
+                    used += inside[-1][1] - inside[0][1]
+                    span += inside[-1][0] - inside[0][0]
+            if span > 0:
+                out[key] = round(used / span, 2)
+        return out
 
     def peaks(self) -> dict[str, float]:
         return {k: round(v) for k, v in sorted(self.peak.items())}
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User and system CPU seconds ``pid`` has used (``/proc/PID/stat`` fields 14 and 15)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _vector_json(text: str, table: np.ndarray) -> str:

@@ -202,6 +202,7 @@ class ServeRun:
             "stalls": {"probes": len(stalls), "max_ms": max(stalls, default=0) * 1000,
                        "over_100ms": sum(s > 0.1 for s in stalls), "idle_median_ms": base * 1000},
             "stages_ms": self._stages(windows, idle),
+            "cores": {"idle": self.sampler.cores(idle), "sync": self.sampler.cores(windows)},
         }
 
     def _stages(self, windows: list[tuple[float, float]], idle: list[tuple[float, float]]

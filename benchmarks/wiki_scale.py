@@ -19,9 +19,10 @@ against during a sync; event-loop stalls (a ``/healthz`` request every 50 ms, th
 idle median, which also counts this process's own loop and the machine's scheduling; and serve's own
 ``event loop blocked`` warnings, which name where).
 
-``--reuse --work DIR --edit-seed N`` starts from an earlier run's data: an incremental sync instead of the
-cold one, and with another ``--edit-seed`` than that run's the edit cycles draw other pages and code words,
-so every edit is new content to write.
+``--reuse --work DIR --edit-seed N`` starts from an earlier run's data (the site on the port that run's
+pages were synced from, kept in ``DIR/site.port``: page URLs are part of a page's hash): an incremental sync
+instead of the cold one, and with another ``--edit-seed`` than that run's the edit cycles draw other pages
+and code words, so every edit is new content to write.
 """
 
 from __future__ import annotations
@@ -97,15 +98,26 @@ def main() -> None:
         ap.error("--reuse needs --work with an index from an earlier run")
     ctx = mp.get_context("spawn")
     site_conn, child_conn = ctx.Pipe()
-    site_proc = ctx.Process(target=serve_site, args=(child_conn, args.pages, args.spaces, args.seed))
+    # Page URLs name the site's port and are part of a page's content hash: a reused index keeps its
+    # pages only if the site comes back on the port it was synced from (kept in the work directory).
+    port_file = args.work / "site.port" if args.work else None
+    port = int(port_file.read_text()) if args.reuse and port_file and port_file.exists() else 0
+    site_proc = ctx.Process(target=serve_site, args=(child_conn, args.pages, args.spaces, args.seed, port))
     t0 = time.monotonic()
     site_proc.start()
     site = site_conn.recv()
+    if port_file is not None:
+        port_file.parent.mkdir(parents=True, exist_ok=True)
+        port_file.write_text(str(site["port"]))
     print(f"site: {args.pages} pages in {args.spaces} spaces, {site['extras']}, "
           f"{site['bodies_bytes'] / 2**20:.0f} MiB of storage format, up in {time.monotonic() - t0:.0f} s",
           flush=True)
     results: dict[str, Any] = {"pages": args.pages, "spaces": args.spaces, "site": site["extras"]}
     with tempfile.TemporaryDirectory() as tmp, EmbedServer(ctx) as embed, RssSampler() as sampler:
+        others = {"site": site_proc.pid, "embeddings": embed.proc.pid, "benchmark": os.getpid()}
+        for name, pid in others.items():
+            if pid is not None:
+                sampler.watch(name, pid, tree=False)  # where the CPU goes while serve answers, these included
         work = args.work or Path(tmp)
         env = env_for(site, embed.url, work / "data") | dict(kv.split("=", 1) for kv in args.env)
         results["env"] = args.env
@@ -157,6 +169,8 @@ def report(r: dict[str, Any]) -> None:
     for where, stages in s["stages_ms"].items():  # p50/max of each stage, from the store's turns
         shown = [f"{k} {v['p50']}/{v['max']} ms" for k, v in stages.items() if k != "complete"]
         print(f"inside serve, {where}: {', '.join(shown)}")
+    for where, cores in s["cores"].items():
+        print(f"cores used, {where}: {json.dumps(cores)}")
     for c in s["cycles"]:
         print(f"edit cycle: {json.dumps(c)}")
     print(f"edit to answer (s): {s['edit_to_answer_s']}")

@@ -217,17 +217,19 @@ def edit_share(site: ScaleConfluence, share: float, seed: int) -> list[dict[str,
     return out
 
 
-def serve_site(conn: Connection, pages: int, spaces: int, seed: int) -> None:
-    """The site's process: generate, serve, then answer ``stats`` / ``edit`` / ``stop`` over ``conn``."""
+def serve_site(conn: Connection, pages: int, spaces: int, seed: int, port: int = 0) -> None:
+    """The site's process: generate, serve (on ``port``; 0: a free one), then answer ``stats`` / ``edit`` /
+    ``stop`` over ``conn``."""
 
     async def main() -> None:
         generated = generate(pages, spaces, seed)
         site = ScaleConfluence(generated, mode="cloud")
         extras = decorate(site, generated, seed)
         site.reindex()
-        await site.start()
-        conn.send({"url": site.url, "user": site.user, "token": site.token, "spaces": sorted(site.spaces()),
-                   "extras": extras, "bodies_bytes": sum(len(p.body) for p in generated)})
+        await site.start(port)
+        conn.send({"url": site.url, "port": site.port, "user": site.user, "token": site.token,
+                   "spaces": sorted(site.spaces()), "extras": extras,
+                   "bodies_bytes": sum(len(p.body) for p in generated)})
         while True:
             command, arg = await asyncio.to_thread(conn.recv)
             if command == "stats":

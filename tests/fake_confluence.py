@@ -189,7 +189,8 @@ class FakeConfluence:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> str:
+    async def start(self, port: int = 0) -> str:
+        """Serve on ``port`` of 127.0.0.1 (0: a free one); returns the base URL."""
         app = web.Application(middlewares=[self._middleware])
         api = self.context + "/rest/api"
         if self.directory is not None:
@@ -205,7 +206,7 @@ class FakeConfluence:
         app.router.add_get(self.context + "/download/attachments/{pid}/{name}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self.url
