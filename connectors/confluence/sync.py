@@ -59,7 +59,7 @@ from connectors.confluence.sync_extras import (
     returning_items,
     settle_pending,
 )
-from connectors.confluence.tracker import Tracker, stopped
+from connectors.confluence.tracker import Tracker, retryable, stopped
 from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
@@ -72,7 +72,6 @@ if TYPE_CHECKING:
     from pipeline.ingest.options import IngestOptions
 
 # Failures that another try may fix (a transient embedder or index): the checkpoint waits for them.
-RETRYABLE_INGEST_PREFIXES = ("index write failed", "embedding failed")
 
 
 @dataclass
@@ -160,16 +159,29 @@ class _Cycle:
     words: VocabularyRun | None
     step_aside: StepAside | None = None
     indexed: IndexedPages = field(init=False)  # the index's pages before this cycle wrote any
+    live: dict[str, str] | None = field(init=False, default=None)  # page hashes: read once, kept current
 
     def __post_init__(self) -> None:
         self.indexed = IndexedPages(self.index)
 
     async def ingest(self, pages: AsyncIterator[Page]) -> IngestReport:
+        if self.live is None:  # after this cycle's deletions, before its first write
+            self.live = await self.index.page_hashes()
         ing = await ingest_pages(pages, index=self.index, embedder=self.embedder, sparse=self.sparse,
                                  options=self.options, progress=self.progress, vocabulary=self.words,
-                                 step_aside=self.step_aside)
+                                 step_aside=self.step_aside, live=self.live)
         self.report.add(ing)
         return ing
+
+    async def delete(self, page_ids: Sequence[str]) -> None:
+        """Take pages out of the index, the page hashes held and the vocabulary's counts."""
+        await self.index.delete_pages(page_ids)
+        self.report.deleted += len(page_ids)
+        if self.live is not None:
+            for pid in page_ids:
+                self.live.pop(pid, None)
+        if self.words is not None:
+            await self.words.forget(page_ids)
 
 
 async def _sync_spaces(keys: Sequence[str], cycle: _Cycle) -> None:
@@ -228,10 +240,7 @@ async def _deletions(cycle: _Cycle, listings: dict[str, set[str]],
             for k, ids in listings.items()}
     gone, moved = gone_and_moved(indexed, kept)
     if gone:
-        await cycle.index.delete_pages(gone)
-        cycle.report.deleted = len(gone)
-        if cycle.words is not None:
-            await cycle.words.forget(gone)
+        await cycle.delete(gone)
     return gone, moved, {pid for k in incomplete for pid in kept[k] - listings[k]}
 
 
@@ -247,7 +256,7 @@ async def _refresh_includers(cycle: _Cycle, key: str, elsewhere: Mapping[str, st
     source.macros.includes.clear()
     ing = await cycle.ingest(source.iter_ids(key, stale))
     await save_includes(store, source.source_key, key, includes, source.macros,
-                        unsettled=_unsettled(source, _blocking(ing)))
+                        unsettled=_unsettled(source, retryable(ing)))
 
 
 async def _list_spaces(source: ConfluenceSource, keys: Sequence[str],
@@ -321,7 +330,7 @@ async def _sync_space(
     stopped(key, tracker, extras, report.failed)
     tracker.extra.extend(extras.extra)  # attachments and comments: known versions, not the checkpoint
     await save_includes(store, source.source_key, key, includes, source.macros,
-                        unsettled=_unsettled(source, _blocking(ing)))
+                        unsettled=_unsettled(source, retryable(ing)))
     return await _close(cycle, key, tracker, ing, held, old, versions, listing)
 
 
@@ -343,7 +352,7 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
                  versions: dict[str, str], listing: set[str] | None) -> str | None:
     """What a space's read settles: its versions, what failed for its content, the pages back, the
     checkpoint (returned)."""
-    blocking = _blocking(ing)
+    blocking = retryable(ing)
     await settle_pending(cycle.source, cycle.store, key, old, tracker.extra, blocking)
     # settled no more: dropped now, or not listed any more (a later listing that lists them again reads them)
     dropped = set(versions) - listing if listing is not None else await _drop_restricted(cycle, key)
@@ -353,11 +362,6 @@ async def _close(cycle: _Cycle, key: str, tracker: Tracker, ing: IngestReport, h
     unusable = cycle.source.stats.unusable[held.unusable_from:]  # this space's, not the cycle's
     return await _settle(cycle.source, cycle.store, key, tracker, blocking, old, versions, listing, dropped,
                          unusable)
-
-
-def _blocking(ing: IngestReport) -> set[str]:
-    """What failed in a way a retry can fix: not settled, the checkpoint waits for it."""
-    return {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
 
 
 def _unsettled(source: ConfluenceSource, blocking: set[str]) -> set[str]:
@@ -371,10 +375,7 @@ async def _drop_restricted(cycle: _Cycle, key: str) -> set[str]:
     descendants). Returns the pages removed."""
     gone = sorted(cycle.source.stats.skipped_restricted & await cycle.indexed.pages(key))
     if gone:
-        await cycle.index.delete_pages(gone)
-        cycle.report.deleted += len(gone)
-        if cycle.words is not None:
-            await cycle.words.forget(gone)
+        await cycle.delete(gone)
         await forget_listing(cycle.source, cycle.store, key)
     return set(gone)
 

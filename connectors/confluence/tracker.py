@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from connectors.confluence.cql import parse_utc, to_utc_iso
 from connectors.confluence.listing import rejected_credentials
 from pipeline.errors import RemoteError
+from pipeline.ingest.report import IngestReport
 from pipeline.types import Page
+
+RETRYABLE_INGEST_PREFIXES = ("index write failed", "embedding failed")
+
+
+def retryable(ing: IngestReport) -> set[str]:
+    """What failed in a way a retry can fix: not settled, the checkpoint waits for it."""
+    return {pid for pid, why in ing.failed if why.startswith(RETRYABLE_INGEST_PREFIXES)}
 
 
 @dataclass

@@ -153,20 +153,23 @@ async def ingest_pages(
     vocabulary: Path | VocabularyRun | None = None,
     count_unchanged: bool | None = None,
     step_aside: StepAside | None = None,
+    live: dict[str, str] | None = None,
 ) -> IngestReport:
     """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal.
     ``vocabulary``, ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``VocabularyRun``):
     a path is loaded and saved by this run; a ``VocabularyRun`` belongs to the caller (one for a whole sync),
     who finishes it. ``step_aside``: awaited before each page's parsing, a batch's encoding and each page's
-    write (``evident serve``'s sync steps aside for questions being answered)."""
+    write (``evident serve``'s sync steps aside for questions being answered). ``live``: the index's page
+    hashes when the caller holds them (a sync reads them once a cycle, not once for each space: a read of the
+    whole page table, which a question's search waits behind); kept current here as pages are written."""
     t0 = time.perf_counter()
     if isinstance(vocabulary, VocabularyRun):
         return await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
-                             progress=progress, words=vocabulary, pause=step_aside or go_on)
+                             progress=progress, words=vocabulary, pause=step_aside or go_on, live=live)
     warnings: list[tuple[str, str]] = []
     async with VocabularyRun.held(vocabulary, sparse, count_unchanged, embedder, warnings) as words:
         report = await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
-                               progress=progress, words=words, pause=step_aside or go_on)
+                               progress=progress, words=words, pause=step_aside or go_on, live=live)
     report.warnings.extend(warnings)
     report.seconds = time.perf_counter() - t0
     return report
@@ -174,12 +177,12 @@ async def ingest_pages(
 
 async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, embedder: Embedder,
                   sparse: SparseEncoder, options: IngestOptions, progress: bool,
-                  words: VocabularyRun | None, pause: StepAside) -> IngestReport:
+                  words: VocabularyRun | None, pause: StepAside, live: dict[str, str] | None) -> IngestReport:
     t0 = time.perf_counter()
     report = IngestReport()
     kinds: Counter[str] = Counter()
     fingerprint = options.fingerprint(embedder.name, sparse.name)
-    live = await index.page_hashes()
+    live = await index.page_hashes() if live is None else live
     pending: list[_Pending] = []
     pending_n = 0
     bar = _progress_bar(progress)
@@ -191,7 +194,7 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
             return
         batch, pending, pending_n = pending, [], 0
         await _embed_and_write(batch, index=index, embedder=embedder, sparse=sparse, options=options,
-                               report=report, kinds=kinds, words=words, pause=pause)
+                               report=report, kinds=kinds, words=words, pause=pause, live=live)
         if bar is not None:
             bar.update(sum(len(p.evidence) for p in batch))
     async for page in _aiter(pages):
@@ -271,6 +274,7 @@ async def _embed_and_write(
     kinds: Counter[str],
     words: VocabularyRun | None = None,
     pause: StepAside = go_on,
+    live: dict[str, str],
 ) -> None:
     await pause()
     encoded = await _encode(batch, embedder=embedder, sparse=sparse, options=options, pause=pause)
@@ -282,7 +286,7 @@ async def _embed_and_write(
             await pause()
             single = await _encode([item], embedder=embedder, sparse=sparse, options=options, report=report)
             if single is not None:
-                await _write(item, *single, index=index, report=report, kinds=kinds)
+                await _write(item, *single, index=index, report=report, kinds=kinds, live=live)
         return
     texts, dense, sparse_vecs = encoded
     start = 0
@@ -290,7 +294,7 @@ async def _embed_and_write(
         end = start + len(item.evidence)
         await pause()
         await _write(item, texts[start:end], dense[start:end], sparse_vecs[start:end], index=index,
-                     report=report, kinds=kinds)
+                     report=report, kinds=kinds, live=live)
         start = end
 
 
@@ -324,7 +328,9 @@ async def _encode(
 
 
 async def _write(item: _Pending, texts: Sequence[str], dense: Any, sparse_vecs: Sequence[SparseVector], *,
-                 index: Index, report: IngestReport, kinds: Counter[str]) -> None:
+                 index: Index, report: IngestReport, kinds: Counter[str], live: dict[str, str]) -> None:
+    """Swap the page's new version in; ``live`` follows (a failed swap may leave the page absent: never
+    taken for unchanged later)."""
     points = [
         IndexPoint(ev, texts[i], tuple(float(x) for x in dense[i]), sparse_vecs[i], item.hash)
         for i, ev in enumerate(item.evidence)
@@ -332,8 +338,10 @@ async def _write(item: _Pending, texts: Sequence[str], dense: Any, sparse_vecs: 
     try:
         await index.replace_page(item.page.id, item.hash, points)
     except EvidentError as exc:
+        live.pop(item.page.id, None)
         report.failed.append((item.page.id, f"index write failed: {exc}"))
         return
+    live[item.page.id] = item.hash
     if item.existed:
         report.updated += 1
     else:
