@@ -9,8 +9,9 @@ minutes, nearly all of it regenerations. Two runs that differ only in how shares
 same requests; with greedy decoding (``temperature`` 0, which the explanations and the faithfulness
 regenerations use) the same request gets the same reply, so a second run replays the first one's replies and
 generates only the new ones. Only non-streamed ``/v1/chat/completions`` and ``/v1/completions`` requests with
-``temperature`` 0 are cached (keyed by the request body's canonical JSON); anything else is forwarded as it
-is. Not part of evident: a measurement that goes through it says so.
+``temperature`` 0 are cached (keyed by the upstream's URL and the request body's canonical JSON: llama.cpp
+ignores the body's ``model``, so keep one ``--db`` per model file); anything else is forwarded as it is.
+Not part of evident: a measurement that goes through it says so.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from aiohttp import web
 CACHED_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
-def cache_key(path: str, body: dict[str, Any]) -> str | None:
+def cache_key(upstream: str, path: str, body: dict[str, Any]) -> str | None:
     """The key of a cacheable request, or None (streamed, sampled, or another endpoint)."""
     if path not in CACHED_PATHS or body.get("stream") or float(body.get("temperature", 1.0)) != 0.0:
         return None
-    canonical = json.dumps([path, body], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps([upstream, path, body], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -59,7 +60,7 @@ def make_app(upstream: str, cache: Cache) -> web.Application:
         key = None
         if request.method == "POST":
             try:
-                key = cache_key(request.path, json.loads(raw))
+                key = cache_key(upstream, request.path, json.loads(raw))
             except (ValueError, TypeError, AttributeError):
                 key = None
         if key is not None and (found := cache.get(key)) is not None:

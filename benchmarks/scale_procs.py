@@ -93,7 +93,8 @@ class RssSampler:
     def __init__(self) -> None:
         self.watched: dict[str, int] = {}
         self.peak: dict[str, float] = {}
-        self.cpu: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)  # (monotonic, cpu s)
+        # per (name, pid): (monotonic, cpu s); processes of one name (spawned alike, restarted) are summed
+        self.cpu: dict[tuple[str, int], list[tuple[float, float]]] = collections.defaultdict(list)
         self._alone: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -123,21 +124,19 @@ class RssSampler:
                         self.peak[key] = max(self.peak.get(key, 0.0), found[1])
                         cpu = _cpu_s(pid)
                         if cpu is not None:
-                            self.cpu[key].append((time.monotonic(), cpu))
+                            self.cpu[(key, pid)].append((time.monotonic(), cpu))
 
     def cores(self, windows: list[tuple[float, float]]) -> dict[str, float]:
-        """Per process: CPU seconds used within ``windows`` (monotonic) over their length, i.e. cores used."""
-        out: dict[str, float] = {}
-        for key, samples in sorted(self.cpu.items()):
-            used = span = 0.0
+        """Per process name: CPU seconds its processes used within ``windows`` (monotonic) over the windows'
+        length, i.e. cores used."""
+        length = sum(b - a for a, b in windows)
+        used: dict[str, float] = collections.defaultdict(float)
+        for (key, _pid), samples in sorted(self.cpu.items()):
             for a, b in windows:
                 inside = [s for s in samples if a <= s[0] <= b]
                 if len(inside) >= 2:
-                    used += inside[-1][1] - inside[0][1]
-                    span += inside[-1][0] - inside[0][0]
-            if span > 0:
-                out[key] = round(used / span, 2)
-        return out
+                    used[key] += inside[-1][1] - inside[0][1]
+        return {key: round(cpu / length, 2) for key, cpu in sorted(used.items())} if length > 0 else {}
 
     def peaks(self) -> dict[str, float]:
         return {k: round(v) for k, v in sorted(self.peak.items())}

@@ -62,7 +62,7 @@ def _base_config(settings: Settings, questions: Path, documents: Path) -> dict[s
         "final_k": settings.retrieval.final_k,
         "reranker": settings.models.reranker,
         "llm": settings.llm.model_for("answer") if settings.llm.base_url else "extractive (no LLM endpoint)",
-        "attribution_params": settings.attribution.params(),
+        "attribution_params": settings.attribution.params(llm=bool(settings.llm.base_url)),
     }
 
 

@@ -384,7 +384,7 @@ def engine_options(settings: PipelineSettings, *, trace: bool = False) -> Engine
         answer_style=answer.answer_style,
         followup_retrieval=answer.followup_retrieval,
         attribution_method=method,
-        attribution_params=settings.attribution.params(),
+        attribution_params=settings.attribution.params(llm=bool(llm.base_url)),
         trace=trace,
         dense_context_items=ing.dense_context_items
         if ing.dense_context_items is not None

@@ -17,11 +17,13 @@ from evident.settings import Settings
 from pipeline.attribution import (
     METHODS,
     AttributionResult,
+    ClusterAttribution,
     attribute,
     cited_positions,
     is_flat,
 )
 from pipeline.attribution.cluster import cluster_embeddings
+from pipeline.attribution.render import reason
 from pipeline.errors import ConfigError, EmbeddingError, InputError, TransientError
 from pipeline.types import Evidence, Hit
 
@@ -152,6 +154,46 @@ async def test_evidence_whose_removal_changed_nothing_is_ordered_by_its_likeness
     # a share still decides before likeness: the evidence the answer needed comes first
     needed = await run("cfa", hits, ScriptedGenerator(needs("lunch")))
     assert ids_of(needed, 0) == {"lunch"} and needed.clusters[0].likeness < needed.clusters[1].likeness
+
+
+REWORDED = "VPN password rotates every 90 days."  # the answer less one word: similarity 0.983
+
+
+async def test_a_reworded_answer_counts_as_unchanged() -> None:
+    """A small model rewords its answer a little whenever the prompt changes. Removing unused evidence
+    (lunch) must not earn it a share above other unused evidence (parking) for that: both left the answer
+    the same, so both contribute 0, their shares are equal and likeness orders them; and the words say so."""
+    hits = make_hits(LUNCH, PARKING, ("vpn", VPN, "it"))
+
+    def answer(present: frozenset[str]) -> str:
+        return NO_ANSWER if "vpn" not in present else ANSWER if "lunch" in present else REWORDED
+
+    for method in ("cfa", "cfa_clusters"):
+        result = await run(method, hits, ScriptedGenerator(answer))
+        assert ids_of(result, 0) == {"vpn"}, method
+        lunch, parking = (next(c for c in result.clusters if ids_of_cluster(c) == {k}) for k in
+                          ("lunch", "parking"))
+        assert lunch.mean_similarity is not None and 0.98 <= lunch.mean_similarity < 1.0
+        assert lunch.contribution == 0.0 and lunch.percent == parking.percent, method
+        assert "essentially unchanged" in reason(result, lunch, top=False)
+        # counted as a change when only identical answers are the same (extractive answers: no rewording),
+        # and still worded as "essentially unchanged" from 0.98 up
+        exact = await run(method, hits, ScriptedGenerator(answer), unchanged=1.0)
+        lunch = next(c for c in exact.clusters if ids_of_cluster(c) == {"lunch"})
+        assert lunch.contribution > 0.01 and exact.params["unchanged"] == 1.0
+        assert "essentially unchanged" in reason(exact, lunch, top=False)
+
+
+def test_identical_answers_are_the_same_answer_whatever_the_float_rounding() -> None:
+    """The cosine of an answer's unit vector with itself can come out one ulp below 1."""
+    from pipeline.attribution.counterfactual import _Group
+
+    assert _Group(rows=[0], similarities=[1.0 - 2e-16]).contribution(1.0) == 0.0
+    assert _Group(rows=[0], similarities=[0.999]).contribution(1.0) == pytest.approx(0.001)
+
+
+def ids_of_cluster(cluster: ClusterAttribution) -> set[str]:
+    return {m.evidence_id for m in cluster.members}
 
 
 class LikenessDown(HashEmbedder):
@@ -400,8 +442,12 @@ def test_cluster_embeddings() -> None:
 def test_registry_and_settings() -> None:
     assert {"naive", "cfa", "cfa_clusters", "page", "cfa_citation_prior", "sufficiency", "early_stop",
             "logprob"} <= set(METHODS)
-    params = Settings.load(env={}).attribution.params()
-    assert params == {"samples": 1, "temperature": 0.05, "eps": 0.005, "min_samples": 2}
+    params = Settings.load(env={}).attribution.params(llm=False)
+    assert params == {"samples": 1, "temperature": 0.05, "eps": 0.005, "min_samples": 2, "unchanged": 1.0}
+    # a model rewords its answers a little: counted as the same answer up to 0.98; a setting overrides both
+    assert Settings.load(env={}).attribution.params(llm=True)["unchanged"] == 0.98
+    configured = Settings.load(env={"EVIDENT_ATTRIBUTION_UNCHANGED": "0.95"}).attribution
+    assert configured.params(llm=False)["unchanged"] == configured.params(llm=True)["unchanged"] == 0.95
 
 
 # ---------------------------------------------------------------- a table row and its whole table

@@ -71,9 +71,6 @@ from pipeline.types import Page
 if TYPE_CHECKING:
     from pipeline.ingest.options import IngestOptions
 
-# Failures that another try may fix (a transient embedder or index): the checkpoint waits for them.
-
-
 @dataclass
 class SyncReport:
     added: int = 0

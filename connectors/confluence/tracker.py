@@ -12,6 +12,7 @@ from pipeline.errors import RemoteError
 from pipeline.ingest.report import IngestReport
 from pipeline.types import Page
 
+# Failures that another try may fix (a transient embedder or index): the checkpoint waits for them.
 RETRYABLE_INGEST_PREFIXES = ("index write failed", "embedding failed")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.attribution.params import AttributionParams, Generate, Score
+from pipeline.attribution.params import SAME, AttributionParams, Generate, Score
 from pipeline.attribution.scoring import answer_likeness, assemble, embed, qa_text, softmax, without
 from pipeline.attribution.types import AttributionResult
 from pipeline.errors import ConfigError, EvidentError
@@ -52,8 +52,13 @@ class _Group:
     similarities: list[float] = field(default_factory=list)
     drawn: int = 0  # samples requested so far
 
-    def contribution(self) -> float | None:
-        return 1.0 - float(np.mean(self.similarities)) if self.similarities else None
+    def contribution(self, unchanged: float) -> float | None:
+        """1 − the mean similarity of its answers to the original; 0 when they are the same answer (mean
+        similarity ≥ ``unchanged``): a reworded answer is no evidence that the group was used."""
+        if not self.similarities:
+            return None
+        similarity = float(np.mean(self.similarities))
+        return 0.0 if similarity >= unchanged - SAME else 1.0 - similarity
 
 
 async def counterfactual_attribution(
@@ -90,11 +95,11 @@ async def counterfactual_attribution(
                 task.cancel()
             elif not task.cancelled():
                 task.exception()  # read, so a failure the draws already raised is not logged as lost
-    if state and all(g.contribution() is None for g in state):
+    if state and all(g.contribution(params.unchanged) is None for g in state):
         raise errors[0] if errors else EvidentError("no counterfactual answer was generated")
     return assemble(
         method=method, question=question, answer=answer, hits=hits, groups=groups,
-        contributions=[g.contribution() for g in state], temperature=params.temperature,
+        contributions=[g.contribution(params.unchanged) for g in state], temperature=params.temperature,
         answers=[g.answers for g in state], similarities=[g.similarities for g in state], calls=calls,
         failed_calls=len(errors), params=params.public(), seconds=time.perf_counter() - started,
         details={"rounds": rounds} if early_stop else {}, likeness=alike,
@@ -154,7 +159,7 @@ def _record(
 
 
 def _decisive(state: Sequence[_Group], params: AttributionParams) -> bool:
-    known = [c for c in (g.contribution() for g in state) if c is not None]
+    known = [c for c in (g.contribution(params.unchanged) for g in state) if c is not None]
     if not known:
         return False
     shares = sorted(softmax(known, params.temperature), reverse=True)

@@ -21,6 +21,9 @@ Generate = Callable[[Sequence[Hit], int], Awaitable[list[str]]]
 Score = Callable[[Sequence[Hit], str], Any]
 """score(hits, answer) -> mean per-token log-prob of ``answer`` given ``hits`` (sync or async)."""
 
+UNCHANGED = 0.98  # mean similarity at/above which a counterfactual answer counts as "the same"
+SAME = 1e-9  # float tolerance: the cosine of two identical answers' unit vectors can be 1 - 2e-16
+
 
 @dataclass(frozen=True)
 class AttributionParams:
@@ -35,6 +38,7 @@ class AttributionParams:
     boost: float = 1.0  # sufficiency: a sufficient cluster's share is multiplied by (1 + boost)
     delta: float = 0.3  # early_stop: stop once top share − second share > delta
     round_size: int = 1  # early_stop: samples drawn per cluster per round
+    unchanged: float = UNCHANGED  # a regeneration this similar (mean) is the same answer: contribution 0
     score: Score | None = None  # logprob: teacher-forcing scorer
 
     def limiter(self) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -58,6 +62,7 @@ class AttributionParams:
             "boost": self.boost,
             "delta": self.delta,
             "round_size": self.round_size,
+            "unchanged": self.unchanged,
         }
 
 
@@ -86,6 +91,7 @@ def parse_params(params: Mapping[str, Any] | None) -> AttributionParams:
         (p.boost >= 0, "boost must be >= 0"),
         (0 <= p.delta <= 1, "delta must be in [0, 1]"),
         (isinstance(p.round_size, int) and p.round_size >= 1, "round_size must be an integer >= 1"),
+        (0 < p.unchanged <= 1, "unchanged must be in (0, 1]"),
         (p.score is None or callable(p.score), "score must be callable"),
     ]
     for ok, message in checks:

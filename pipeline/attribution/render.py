@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pipeline.attribution.params import SAME, UNCHANGED
 from pipeline.attribution.types import AttributionResult, ClusterAttribution
 
 BAR_WIDTH = 8
-UNCHANGED = 0.98  # mean similarity at/above which a counterfactual answer counts as "the same"
 _NOT_COUNTERFACTUAL = frozenset({"naive", "logprob"})  # their similarities are not answers after a removal
 
 
@@ -58,9 +58,16 @@ def explanation_view(result: AttributionResult, *, max_clusters: int = 5) -> Exp
     )
 
 
+def unchanged(result: AttributionResult) -> float:
+    """The similarity from which a counterfactual answer is called "essentially unchanged": 0.98, or lower
+    where the result's shares counted answers as the same from lower (its own parameter)."""
+    value = result.params.get("unchanged", UNCHANGED)
+    return min(float(value), UNCHANGED) - SAME if isinstance(value, int | float) else UNCHANGED - SAME
+
+
 def is_flat(result: AttributionResult, *, ratio: float = 1.5, entropy: float = 0.95) -> bool:
     """True when no source stands out: top share < ratio × uniform; and for counterfactual methods when no
-    removal changed the answer (every similarity ≥ ``UNCHANGED``), for the others when the normalised entropy
+    removal changed the answer (every similarity ≥ ``unchanged``), for the others when the normalised entropy
     is ≥ ``entropy``. Entropy alone misjudges counterfactuals: two quoted sources at 17 % and 15 % among eight
     unchanged ones at 8.5 % score 0.97 although the counterfactuals singled both out."""
     known = [c for c in result.clusters if not c.unknown]
@@ -72,7 +79,7 @@ def is_flat(result: AttributionResult, *, ratio: float = 1.5, entropy: float = 0
         return True
     sims = [c.mean_similarity for c in known if c.mean_similarity is not None]
     if result.method not in _NOT_COUNTERFACTUAL and sims:
-        return min(sims) >= UNCHANGED
+        return min(sims) >= unchanged(result)
     h = -sum(p * math.log(p) for p in shares if p > 0)
     return h / math.log(k) >= entropy
 
@@ -94,7 +101,7 @@ def reason(result: AttributionResult, cluster: ClusterAttribution, *, top: bool)
                 else "log-prob drop")
     elif sim is None:
         text = "no counterfactual answer"
-    elif sim >= UNCHANGED:
+    elif sim >= unchanged(result):
         text = f"removing it left the answer essentially unchanged (similarity {sim:.2f})"
     else:
         text = f"removing it changed the answer{' most' if top else ''} (similarity {sim:.2f})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from pipeline.attribution.params import UNCHANGED
 from pipeline.runtime.config import Area, Lower, setting
 
 MethodName = Literal[
@@ -25,8 +26,17 @@ class AttributionSettings(Area):
     temperature: float = setting(0.05, "EVIDENT_ATTRIBUTION_TEMPERATURE", "Softmax temperature.", gt=0)
     eps: float = setting(0.005, "EVIDENT_ATTRIBUTION_EPS", "DBSCAN eps (cosine distance).", ge=0)
     min_pts: int = setting(2, "EVIDENT_ATTRIBUTION_MIN_PTS", "DBSCAN minPts.", ge=1)
+    unchanged: float | None = setting(
+        None, "EVIDENT_ATTRIBUTION_UNCHANGED", "Similarity (mean) at or above which an answer regenerated "
+        "without a source counts as the same answer: that source's contribution is 0. Default: 0.98 when an "
+        "LLM writes the answers (it rewords them a little whenever the sources shown change), 1 (identical "
+        "answers only) for extractive answers, which change only where a quote changes.",
+        gt=0, le=1,
+    )
 
-    def params(self) -> dict[str, Any]:
-        """The attribution parameters these settings configure (``pipeline.attribution.params``)."""
+    def params(self, *, llm: bool) -> dict[str, Any]:
+        """The attribution parameters these settings configure (``pipeline.attribution.params``), for
+        answers an ``llm`` writes or extractive ones."""
+        unchanged = self.unchanged if self.unchanged is not None else UNCHANGED if llm else 1.0
         return {"samples": self.samples, "temperature": self.temperature, "eps": self.eps,
-                "min_samples": self.min_pts}
+                "min_samples": self.min_pts, "unchanged": unchanged}
