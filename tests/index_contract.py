@@ -10,6 +10,7 @@ import asyncio
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -560,6 +561,27 @@ class IndexContract:
         assert [names(h) for h in together] == [names(h) for h in alone]
         assert [len(h) for h in together][1:] == [1, 3, 0] and together[0]
         assert await corpus_index.search_many([]) == []
+
+    async def test_a_batch_with_a_hybrids_rankers_ranks_and_scores_as_the_engine(self, index: Any) -> None:
+        """A question's batch (hybrid + each ranker's top hit) may run each ranker once and fuse it itself
+        (Edge does): the same evidence in the same order, with the engine's scores, for both fusions. The
+        first evidence's dense score lies past the mean + 3 sd of its list, which DBSF does not clip."""
+        points = [make_point("O", i, "hash-o", f"o {i}", cosine=0.95 if i == 0 else 0.1 + 0.01 * i,
+                             sparse={1: 1.0 + 0.1 * ((i * 7) % 20), 2: 0.5}) for i in range(20)]
+        await index.replace_page("O", "hash-o", points)
+        for fusion in ("dbsf", "rrf"):
+            hybrid = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, fusion=fusion, lexical_k=20,
+                                   dense_k=20, limit=12, scope=EVERYTHING)
+            batch = [hybrid, replace(hybrid, mode="lexical", limit=1), replace(hybrid, mode="dense", limit=2)]
+            together = await index.search_many(batch)
+            alone = [await index.search(r) for r in batch]
+            for got, want in zip(together, alone, strict=True):
+                assert [h.evidence.id for h in got] == [h.evidence.id for h in want]
+                assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
+                assert [h.rank for h in got] == list(range(1, len(want) + 1))
+            assert len(together[0]) == 12
+        dbsf = (await index.search_many([replace(batch[0], fusion="dbsf"), batch[2]]))[0]
+        assert dbsf[0].evidence.id == evidence_id("O", 0) and dbsf[0].score > 1.0
 
     async def test_concurrent_searches_never_see_a_mix(self, index: Any) -> None:
         await index.replace_page("P", "hash-v1", page_version("P", "v1", 6))

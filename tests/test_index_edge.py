@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,31 @@ class TestProcessEdgeIndex(IndexContract, IndexAccessContract):
 
     def make_index(self, tmp_path: Path) -> ProcessEdgeIndex:
         return ProcessEdgeIndex(tmp_path / "index")
+
+
+async def test_a_questions_batch_runs_each_ranker_once(tmp_path: Path) -> None:
+    """Hybrid + each ranker's top hit (what a question asks): two engine queries, not three."""
+    idx = EdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        await idx.replace_page("P", "hash-v1", page_version("P", "v1", 6))
+        calls: list[str] = []
+        call = idx._call
+
+        def counting(fn: Any, *args: Any) -> Any:
+            calls.append(getattr(fn, "__name__", str(fn)))
+            return call(fn, *args)
+
+        idx._call = counting  # type: ignore[method-assign]
+        hybrid = SearchRequest(dense=QUERY_DENSE_T, sparse=SparseVector((7,), (1.0,)), scope=EVERYTHING)
+        found = await idx.search_many([hybrid, replace(hybrid, mode="lexical", limit=1),
+                                       replace(hybrid, mode="dense", limit=1)])
+        assert calls.count("query") == 2 and [len(hits) for hits in found] == [6, 1, 1]
+        calls.clear()
+        await idx.search_many([hybrid, replace(hybrid, mode="dense", limit=11)])  # deeper than the prefetch
+        assert calls.count("query") == 2
+    finally:
+        await idx.close()
 
 
 async def test_a_dead_index_worker_fails_one_call_and_the_next_one_reopens(tmp_path: Path) -> None:

@@ -187,9 +187,10 @@ def rrf_fuse(
 
 
 def dbsf_fuse(scored: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
-    """Client-side distribution-based score fusion, the engine's formula: each leg's scores are normalized
-    to its mean ± 3 sample standard deviations (clipped to [0, 1]) and a point's normalized scores are
-    summed."""
+    """Client-side distribution-based score fusion, the engine's formula: each leg's scores are mapped from
+    its mean ± 3 sample standard deviations to [0, 1] (not clipped: an outlier scores above 1), a leg of one
+    point scores 0.5, and a point's normalized scores are summed (Qdrant's ``distr_norm``; a leg ordered
+    smallest first is flipped, as there)."""
     scores: dict[str, float] = {}
     for leg in scored:
         if not leg:
@@ -199,9 +200,10 @@ def dbsf_fuse(scored: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, 
         # sample sd, as the engine
         std = (sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) ** 0.5
         low, high = mean - 3 * std, mean + 3 * std
+        flip = values[0] < values[-1]
         for key, s in leg:
-            norm = 0.5 if high == low else min(1.0, max(0.0, (s - low) / (high - low)))
-            scores[key] = scores.get(key, 0.0) + norm
+            norm = 0.5 if high == low else (s - low) / (high - low)
+            scores[key] = scores.get(key, 0.0) + (1.0 - norm if flip else norm)
     return sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
 
 

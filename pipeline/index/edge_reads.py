@@ -6,7 +6,7 @@ async method of the ``Index`` protocol (a worker thread, the shard held for the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,16 +95,31 @@ class EdgeReads(EdgeShardAccess):
 
     @in_shard
     def search_many(self, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
-        """The searches in one hold of the shard (no other operation between them)."""
-        return [self._search(r) for r in requests]
+        """The searches in one hold of the shard (no other operation between them).
 
-    def _search(self, request: SearchRequest) -> list[Hit]:
-        """Lexical, dense, or hybrid (fused inside Edge: DBSF, or RRF weighted by ``request.weights``)."""
+        A hybrid search whose rankers the batch also asks alone (a question's search beside its confidence
+        legs) runs each ranker once: the lone requests take the top of its list, and the hybrid fuses the
+        lists here with the engine's formula (``ic.dbsf_fuse``, ``ic.rrf_fuse``). Fused in the engine,
+        each ranker ran twice: on a 53,622-page index 73 ms a question's batch against 38 (BENCHMARKS.md).
+        Equal scores within a ranker are ordered by evidence id here (the engine leaves their order open).
+        """
+        shared = _shared_legs(requests)
+        lists: dict[tuple[Any, ...], list[Any]] = {}
+        return [self._search(r, shared, lists) for r in requests]
+
+    def _search(self, request: SearchRequest, shared: Mapping[tuple[Any, ...], int] | None = None,
+                lists: dict[tuple[Any, ...], list[Any]] | None = None) -> list[Hit]:
+        """Lexical, dense, or hybrid (fused inside Edge: DBSF, or RRF weighted by ``request.weights``);
+        the rankers in ``shared`` (ranker -> depth) run once into ``lists`` (see ``search_many``)."""
         use_sparse, use_dense = ic.query_legs(request)
         if not (use_sparse or use_dense) or request.limit <= 0:
             return []
         flt = self._live_filter(request.scope)
         legs = self._legs(request, use_sparse, use_dense, flt)
+        if shared and lists is not None:
+            found = self._from_shared(request, legs, flt, shared, lists)
+            if found is not None:
+                return found
         if request.mode != "hybrid":
             query, _, params = legs[0]
             req = qe.QueryRequest(
@@ -116,9 +131,32 @@ class EdgeReads(EdgeShardAccess):
                 k=ic.engine_rrf_k(request.rrf_k), weights=ic.leg_weights(request, use_sparse, use_dense))
             req = qe.QueryRequest(limit=request.limit, prefetches=prefetches, query=fusion, filter=flt,
                                   with_payload=True)
-        scored = ic.stable_order(list(self._call(self._require().query, req)))
-        return [Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank,
-                    str((p.payload or {}).get("content", ""))) for rank, p in enumerate(scored, start=1)]
+        return _hits(ic.stable_order(list(self._call(self._require().query, req))))
+
+    def _from_shared(self, request: SearchRequest, legs: list[tuple[Any, int, qe.SearchParams | None]],
+                     flt: qe.Filter, shared: Mapping[tuple[Any, ...], int],
+                     lists: dict[tuple[Any, ...], list[Any]]) -> list[Hit] | None:
+        """The request from its rankers' shared lists; None where it shares none (``search_many``)."""
+        rankers = [ranker for ranker, _ in _rankers(request)]
+        if request.mode != "hybrid":
+            depth = shared.get(rankers[0])
+            if depth is None:
+                return None
+            query, _, params = legs[0]
+            return _hits(self._leg_list(rankers[0], (query, depth, params), flt, lists)[: request.limit])
+        if not any(shared.get(ranker) == k for ranker, (_, k, _) in zip(rankers, legs, strict=True)):
+            return None
+        ranked = [self._leg_list(ranker, leg, flt, lists) for ranker, leg in zip(rankers, legs, strict=True)]
+        return _fused(request, ranked, ic.leg_weights(request, *ic.query_legs(request)))
+
+    def _leg_list(self, ranker: tuple[Any, ...], leg: tuple[Any, int, qe.SearchParams | None],
+                  flt: qe.Filter, lists: dict[tuple[Any, ...], list[Any]]) -> list[Any]:
+        """One ranker's scored points to ``leg``'s depth (a hybrid's prefetch alone), once a batch."""
+        query, k, params = leg
+        if (ranker, k) not in lists:
+            req = qe.QueryRequest(limit=k, query=query, filter=flt, params=params, with_payload=True)
+            lists[(ranker, k)] = ic.stable_order(list(self._call(self._require().query, req)))
+        return lists[(ranker, k)]
 
     def _legs(self, request: SearchRequest, use_sparse: bool, use_dense: bool,
               flt: qe.Filter) -> list[tuple[Any, int, qe.SearchParams | None]]:
@@ -223,3 +261,58 @@ class EdgeReads(EdgeShardAccess):
         records, next_offset = self._call(self._require().scroll, req)
         return [ic.point_from_record(r) for r in records], next_offset
 
+
+def _rankers(request: SearchRequest) -> list[tuple[tuple[Any, ...], int]]:
+    """Each ranker a request runs (kind, query vector, scope) with its depth, in ``_legs``' order: a hybrid's
+    prefetch k, or a lone ranker's limit."""
+    use_sparse, use_dense = ic.query_legs(request)
+    hybrid = request.mode == "hybrid"
+    rankers: list[tuple[tuple[Any, ...], int]] = []
+    if use_sparse and request.sparse is not None:
+        depth = request.lexical_k if hybrid else request.limit
+        rankers.append((("sparse", request.sparse, request.scope), depth))
+    if use_dense and request.dense is not None:
+        depth = request.dense_k if hybrid else request.limit
+        rankers.append((("dense", request.dense, request.scope), depth))
+    return rankers
+
+
+def _shared_legs(requests: Sequence[SearchRequest]) -> dict[tuple[Any, ...], int]:
+    """The hybrid rankers that a lone request of the batch also asks for, to no more than their depth (the
+    hybrid's prefetch k): ranker -> depth. Each runs once, and the lone request takes the top of its list."""
+    depth: dict[tuple[Any, ...], int] = {}
+    for r in requests:
+        if r.mode == "hybrid" and r.limit > 0:
+            for ranker, k in _rankers(r):
+                depth[ranker] = max(k, depth.get(ranker, 0))
+    shared: dict[tuple[Any, ...], int] = {}
+    for r in requests:
+        if r.mode != "hybrid" and r.limit > 0:
+            for ranker, limit in _rankers(r):
+                if depth.get(ranker, 0) >= limit:
+                    shared[ranker] = depth[ranker]
+    return shared
+
+
+def _hits(scored: Sequence[Any]) -> list[Hit]:
+    return [Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank,
+                str((p.payload or {}).get("content", ""))) for rank, p in enumerate(scored, start=1)]
+
+
+def _fused(request: SearchRequest, ranked: Sequence[Sequence[Any]], weights: list[float] | None) -> list[Hit]:
+    """The engine's fusion of the rankers' lists (``ic.dbsf_fuse``, or ``ic.rrf_fuse`` with ``weights``);
+    ties by evidence id, as ``ic.stable_order``, before the cut (the engine cuts first, so its last hit may be
+    the other of a tie)."""
+    def eid(p: Any) -> str:
+        return str((p.payload or {}).get("evidence_id", ""))
+
+    by_id = {eid(p): p for leg in reversed(ranked) for p in leg}
+    fused = (
+        ic.dbsf_fuse([[(eid(p), float(p.score)) for p in leg] for leg in ranked])
+        if request.fusion == "dbsf"
+        else ic.rrf_fuse([[eid(p) for p in leg] for leg in ranked], k=request.rrf_k, weights=weights)
+    )
+    fused.sort(key=lambda kv: (-kv[1], kv[0]))
+    return [Hit(ic.evidence_from_payload(by_id[key].payload or {}), score, rank,
+                str((by_id[key].payload or {}).get("content", "")))
+            for rank, (key, score) in enumerate(fused[: request.limit], start=1)]
