@@ -215,3 +215,26 @@ def test_bad_settings_are_config_errors() -> None:
 def test_bge_sparse_without_extra_names_it() -> None:
     with pytest.raises(ConfigError, match=r"pip install 'evident-bot\[bge\]'"):
         make_sparse_encoder("bge-m3")
+
+
+def test_remembered_words_give_what_analysing_them_afresh_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokens, stems and term ids are remembered per word (bounded); a full cache is emptied, and the same
+    text encodes the same whether its words were remembered, analysed afresh, or dropped midway."""
+    import pipeline.models.sparse as sparse
+
+    text = ("Deploy v2.1 and 10.0.0.1 on-call ab-7040 end.Next https://x.io/a_b Straße Häuser häuser "
+            "Besprechungen running runs RUNNING 4GB x86_64 über_all")
+    expected = ["deploy", "v2.1", "and", "10.0.0.1", "on", "call", "oncall", "ab", "7040", "ab7040", "end",
+                "next", "https", "x", "io", "a", "b", "straße", "häuser", "häuser", "besprechungen",
+                "running", "runs", "running", "4gb", "x86", "64", "x8664", "über", "all", "überall"]
+    assert tokenize(text) == tokenize(text) == expected
+    first = Bm25Encoder()
+    remembered = [first.encode_document(text), first.encode_document(text)]
+    monkeypatch.setattr(sparse, "CACHE_WORDS", 3)  # full after three words: emptied again and again
+    for cache in (sparse._COMPOUNDS, sparse._TERM_IDS):
+        cache.clear()
+    small = Bm25Encoder()
+    assert [small.encode_document(text), small.encode_document(text)] == remembered
+    assert small.document_terms(text) == first.document_terms(text)
+    assert max(len(c) for c in (sparse._COMPOUNDS, sparse._TERM_IDS, *small._stemmed.values())) <= 3
+    assert remembered[0].indices == tuple(sorted({term_id(t) for t in first.document_terms(text)}))

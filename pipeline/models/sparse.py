@@ -22,7 +22,8 @@ import math
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.models.settings import ModelSettings
@@ -81,21 +82,47 @@ def tokenize(text: str) -> list[str]:
     spellings match; other dotted/slashed tokens (URLs, paths, "end.Next") give their parts.
     """
     terms: list[str] = []
-    for match in _RAW.finditer(text.lower()):
-        raw = match.group(0)
-        if _VERSION.match(raw) or not _SPLITTERS.search(raw):
+    for raw in _RAW.findall(text.lower()):
+        if raw.isalnum():  # no . - / : _ inside (most words): the token itself
             terms.append(raw)
-            continue
-        parts = [p for p in _SPLITTERS.split(raw) if p]
-        terms.extend(parts)
-        if _JOINERS.search(raw) and not re.search(r"[./:]", raw):
-            terms.append("".join(parts))
+        else:
+            parts: tuple[str, ...] = _remembered(_COMPOUNDS, raw, _compound_terms)
+            terms.extend(parts)
     return terms
+
+
+def _compound_terms(raw: str) -> tuple[str, ...]:
+    if _VERSION.match(raw):
+        return (raw,)
+    parts = [p for p in _SPLITTERS.split(raw) if p]
+    if _JOINERS.search(raw) and not re.search(r"[./:]", raw):
+        parts.append("".join(parts))
+    return tuple(parts)
+
+
+_T = TypeVar("_T")
+# Words seen are remembered (a dict lookup instead of regexes, Snowball and CRC for each occurrence): the
+# sync of a page spends most of its CPU here, on the same few thousand words. Bounded: cleared when full.
+CACHE_WORDS = 100_000
+_COMPOUNDS: dict[str, tuple[str, ...]] = {}
+
+
+def _remembered(cache: dict[str, _T], key: str, make: Callable[[str], _T]) -> _T:
+    found = cache.get(key)
+    if found is None:
+        found = make(key)
+        if len(cache) >= CACHE_WORDS:
+            cache.clear()
+        cache[key] = found
+    return found
 
 
 def term_id(term: str) -> int:
     """Deterministic 31-bit id for a stemmed term (same on every machine and process)."""
     return zlib.crc32(term.encode("utf-8")) & 0x7FFFFFFF
+
+
+_TERM_IDS: dict[str, int] = {}
 
 
 def _to_sparse(weights: dict[int, float]) -> SparseVector:
@@ -141,6 +168,7 @@ class Bm25Encoder:
         except KeyError as exc:
             raise ConfigError(f"bm25: no Snowball stemmer for language {exc}") from exc
         self._stop = frozenset().union(*(STOPWORDS.get(lang, frozenset()) for lang in self.languages))
+        self._stemmed: dict[str, dict[str, str]] = {lang: {} for lang in self.languages}  # token -> stem
 
     # ------------------------------------------------------------------ analysis
 
@@ -148,8 +176,7 @@ class Bm25Encoder:
         """The configured language whose stopwords occur most in ``tokens`` (first one on ties)."""
         best, best_count = self.languages[0], 0
         for lang in self.languages:
-            stop = STOPWORDS.get(lang, frozenset())
-            count = sum(1 for t in tokens if t in stop)
+            count = sum(map(STOPWORDS.get(lang, frozenset()).__contains__, tokens))
             if count > best_count:
                 best, best_count = lang, count
         return best
@@ -157,9 +184,11 @@ class Bm25Encoder:
     def document_terms(self, text: str) -> list[str]:
         """Stemmed, stopword-free terms of a document, stemmed in its detected language."""
         tokens = tokenize(text)
-        stemmer = self._stemmers[self.detect_language(tokens)]
-        kept = [t for t in tokens if t not in self._stop]
-        return [self._stem(stemmer, t) for t in kept]
+        language = self.detect_language(tokens)
+        stemmer, stemmed = self._stemmers[language], self._stemmed[language]
+        stop = self._stop
+        return [stemmed[t] if t in stemmed else _remembered(stemmed, t, lambda w: self._stem(stemmer, w))
+                for t in tokens if t not in stop]
 
     @property
     def stopwords(self) -> frozenset[str]:
@@ -198,7 +227,7 @@ class Bm25Encoder:
         norm = self.k1 * (1.0 - self.b + self.b * len(terms) / self.avg_len)
         weights: dict[int, float] = {}
         for term, tf in Counter(terms).items():
-            idx = term_id(term)
+            idx = _TERM_IDS[term] if term in _TERM_IDS else _remembered(_TERM_IDS, term, term_id)
             weights[idx] = weights.get(idx, 0.0) + tf * (self.k1 + 1.0) / (tf + norm)
         return _to_sparse(weights)
 
