@@ -253,7 +253,7 @@ def make_index_from(
         # builds wait for quiet only while serving: a CLI command builds before it exits
         return ProcessEdgeIndex(path, wait_s=ix.index_wait_s,
                                 build_quiet_s=ix.index_build_quiet_s if serving else 0.0,
-                                build_max_pending=ix.index_build_max_pending)
+                                build_max_pending=ix.index_build_max_pending, trace_file=ix.index_trace_file)
     from pipeline.index.edge import EdgeIndex
 
     return EdgeIndex(path, wait_s=ix.index_wait_s)

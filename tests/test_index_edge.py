@@ -80,6 +80,28 @@ async def test_a_questions_batch_runs_each_ranker_once(tmp_path: Path) -> None:
         await idx.close()
 
 
+async def test_the_trace_file_times_each_request_and_a_failing_one_turns_it_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    idx = ProcessEdgeIndex(tmp_path / "index", trace_file=trace)
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        await idx.replace_page("P", "hash-v1", page_version("P", "v1", 3))
+        await asyncio.gather(*(idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE,
+                                                        scope=EVERYTHING)) for _ in range(3)))
+        lines = [json.loads(line) for line in trace.read_text().splitlines()]
+        assert [line["op"] for line in lines] == ["open", "replace_page", "search", "search", "search"]
+        for line in lines:
+            assert 0 <= line["exec_ms"] <= line["round_trip_ms"] and line["cpu_ms"] >= 0
+        assert max(line["queued_ms"] for line in lines[2:]) > 0  # the third search waited for the others
+        idx.trace_file = tmp_path  # a directory: the write fails
+        assert await idx.count() == 3
+        assert idx.trace_file is None and "index trace off" in caplog.text
+    finally:
+        await idx.close()
+
+
 async def test_a_dead_index_worker_fails_one_call_and_the_next_one_reopens(tmp_path: Path) -> None:
     idx = ProcessEdgeIndex(tmp_path / "index")
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)

@@ -14,12 +14,16 @@ the bot's process only pickles requests and results. ``evident serve`` uses it b
 - A crash of the child fails the call in flight with ``IndexError_``; the next call starts a new child
   and opens the index again with the same arguments.
 - ``export_points`` moves one page per request.
+- ``trace_file`` (``EVIDENT_INDEX_TRACE_FILE``): a JSON line per request, for finding what a slow search
+  waited for (``trace_line``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import subprocess
 import sys
 import threading
@@ -38,6 +42,8 @@ from pipeline.index.lease import describe_process
 from pipeline.index.quiet_builds import QuietBuilds
 from pipeline.runtime.child import spawn_child, stop_child
 from pipeline.types import Evidence, Hit, IndexPoint, SearchRequest
+
+log = logging.getLogger("evident.index")
 
 _OPS = frozenset(
     {
@@ -68,7 +74,7 @@ class ProcessEdgeIndex:
 
     def __init__(self, path: Path, *, wait_s: float = 600.0, command: str | None = None,
                  layout: EdgeLayout | None = None, build_quiet_s: float = 0.0,
-                 build_max_pending: int = 0) -> None:
+                 build_max_pending: int = 0, trace_file: Path | None = None) -> None:
         self._path = Path(path)
         # The lease names the bot's command, not the worker's ("evident serve (index worker)").
         self._spec = (
@@ -83,6 +89,7 @@ class ProcessEdgeIndex:
         self._conn: Connection | None = None
         self._open_kwargs: dict[str, Any] | None = None
         self.restarts = 0
+        self.trace_file = trace_file
         self.busy: tuple[str, float] | None = None  # the request in the worker now, since (monotonic)
         self.builds = QuietBuilds(lambda: self._request("optimize"), quiet_s=build_quiet_s,
                                   max_pending=build_max_pending)
@@ -200,6 +207,7 @@ class ProcessEdgeIndex:
         self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         question = op in QUESTION_OPS
+        asked = time.monotonic()
         if question:
             self.builds.begin()
         try:
@@ -209,7 +217,7 @@ class ProcessEdgeIndex:
                     self.restarts += 1
                 self.busy = (op, time.monotonic())
                 try:
-                    reply = await self._round_trip((op, args, kwargs or {}))
+                    reply = await self._round_trip((op, args, kwargs or {}), self.busy[1] - asked)
                 finally:
                     self.busy = None
         finally:
@@ -219,29 +227,44 @@ class ProcessEdgeIndex:
             raise _error(reply[1], reply[2])
         return reply[1]
 
-    async def _round_trip(self, message: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+    async def _round_trip(self, message: tuple[str, tuple[Any, ...], dict[str, Any]],
+                          queued_s: float = 0.0) -> Any:
         """Send and receive in a worker thread; a cancelled caller still waits, keeping the pipe in step."""
-        task = asyncio.ensure_future(asyncio.to_thread(self._exchange, message))
+        task = asyncio.ensure_future(asyncio.to_thread(self._exchange, message, queued_s))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             await asyncio.wait([task])
             raise
 
-    def _exchange(self, message: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+    def _exchange(self, message: tuple[str, tuple[Any, ...], dict[str, Any]], queued_s: float = 0.0) -> Any:
         with self._io:
             if self._conn is None:
                 self._start()
             conn = self._conn
             assert conn is not None
             try:
+                sent = time.monotonic()
                 conn.send(message)
-                return conn.recv()
+                reply = conn.recv()
+                if self.trace_file is not None:
+                    self._trace(self.trace_file,
+                                trace_line(message[0], sent, queued_s, time.monotonic() - sent, reply))
+                return reply
             except (EOFError, OSError):
                 code = self._process.poll() if self._process is not None else None
                 self._stop()
                 raise IndexError_(f"the index worker for {self._path} died (exit code {code}) during "
                                   f"{message[0]}; the next call starts a new one") from None
+
+    def _trace(self, path: Path, line: str) -> None:
+        """Append to the trace file (this runs in the request's thread); a write that fails turns it off."""
+        try:
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(line + "\n")
+        except OSError as exc:
+            log.warning("index trace off: cannot write %s: %s", path, exc)
+            self.trace_file = None
 
     def _start(self) -> None:
         self._process, self._conn = spawn_child("pipeline.index.edge_worker")
@@ -256,6 +279,16 @@ MAINTENANCE_OPS = frozenset({"optimize", "replace_page", "delete_pages"})
 # what answering a question asks of the index: these postpone a deferred build (readiness counts do not)
 QUESTION_OPS = frozenset({"search", "search_many", "get"})
 MAINTENANCE_GRACE_S = 1800.0
+
+
+def trace_line(op: str, sent: float, queued_s: float, round_trip_s: float, reply: tuple[Any, ...]) -> str:
+    """A request as the trace file records it: when it was sent (serve's monotonic clock), the ms it queued
+    in serve behind other requests, the round trip (pickling, the pipe, the worker), and the worker's own
+    execution and CPU ms (absent for a failed request)."""
+    ms = {"queued_ms": queued_s, "round_trip_ms": round_trip_s}
+    if reply[0] == "ok" and len(reply) >= 4:
+        ms |= {"exec_ms": reply[2], "cpu_ms": reply[3]}
+    return json.dumps({"op": op, "sent": round(sent, 4), **{k: round(v * 1000, 2) for k, v in ms.items()}})
 
 
 def _error(kind: str, message: str) -> EvidentError:
@@ -294,7 +327,9 @@ def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the child
                 conn.send(("error", "IndexError_", f"unknown index operation {op!r}"))
                 continue
             try:
-                conn.send(("ok", loop.run_until_complete(_handle(index, op, args, kwargs))))
+                started, cpu = time.monotonic(), time.process_time()
+                result = loop.run_until_complete(_handle(index, op, args, kwargs))
+                conn.send(("ok", result, time.monotonic() - started, time.process_time() - cpu))
             except EvidentError as exc:
                 conn.send(("error", type(exc).__name__, str(exc)))
             except Exception as exc:  # noqa: BLE001 - one failed call; the worker lives on

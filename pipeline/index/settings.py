@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pipeline.runtime.config import Area, HttpUrl, SecretStr, setting
+from pipeline.runtime.config import Area, HttpUrl, OptionalPath, SecretStr, setting
 
 
 class IndexSettings(Area):
@@ -48,4 +48,10 @@ class IndexSettings(Area):
         "In the index worker (serve): build at once when this many written points wait (they are searched "
         "exhaustively until built).",
         ge=0,
+    )
+    index_trace_file: OptionalPath = setting(
+        None,
+        "EVIDENT_INDEX_TRACE_FILE",
+        "Diagnostics: the index worker appends a JSON line per request here (operation, ms queued behind "
+        "other requests, round trip, execution and CPU in the worker). Unset: off.",
     )
