@@ -163,9 +163,7 @@ class ServeRun:
 
     async def _until_answered(self, edited: dict[str, str], t_edit: float) -> float | None:
         """Seconds from the edit to the first answer showing the edit's new text (asked every 5 s)."""
-        # Only the new version has the word. Not "the rotation code word …": on an index reused across runs,
-        # pages edited in earlier runs say "rotation code word" twice and outrank the edited page lexically
-        question = f"Which page mentions {edited['word']}?"
+        question = f"Which page names the rotation code word {edited['word']}?"  # only the new version has it
         last = ""
         while time.monotonic() - t_edit < 2 * self.interval + 60:
             ev = self.send.mention(question, channel="CMARK", user="UMARK")
