@@ -570,17 +570,19 @@ class IndexContract:
                              sparse={1: 1.0 + 0.1 * ((i * 7) % 20), 2: 0.5}) for i in range(20)]
         await index.replace_page("O", "hash-o", points)
         for fusion in ("dbsf", "rrf"):
-            hybrid = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, fusion=fusion, lexical_k=20,
-                                   dense_k=20, limit=12, scope=EVERYTHING)
-            batch = [hybrid, replace(hybrid, mode="lexical", limit=1), replace(hybrid, mode="dense", limit=2)]
+            hybrid = SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE, fusion=fusion, lexical_k=8,
+                                   dense_k=8, limit=12, scope=EVERYTHING)
+            batch = [replace(hybrid, mode="dense", limit=12),  # deeper than the hybrid's prefetch
+                     hybrid, replace(hybrid, mode="lexical", limit=1), replace(hybrid, mode="dense", limit=2)]
             together = await index.search_many(batch)
             alone = [await index.search(r) for r in batch]
             for got, want in zip(together, alone, strict=True):
                 assert [h.evidence.id for h in got] == [h.evidence.id for h in want]
                 assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
                 assert [h.rank for h in got] == list(range(1, len(want) + 1))
-            assert len(together[0]) == 12
-        dbsf = (await index.search_many([replace(batch[0], fusion="dbsf"), batch[2]]))[0]
+            assert [len(hits) for hits in together] == [12, 12, 1, 2]
+        deep = replace(batch[1], fusion="dbsf", lexical_k=20, dense_k=20)  # all 20: the outlier past 3 sd
+        dbsf = (await index.search_many([deep, batch[3]]))[0]
         assert dbsf[0].evidence.id == evidence_id("O", 0) and dbsf[0].score > 1.0
 
     async def test_concurrent_searches_never_see_a_mix(self, index: Any) -> None:

@@ -217,3 +217,16 @@ def test_a_plan_retrieves_with_the_queries_its_mode_names() -> None:
     assert plan.retrieval_queries("builder") == ("and Bruno? Alice",)
     unchanged = QueryPlan("Who?", "Who?", "Who?", False, (), "Who?")  # no LLM, or turn 1: one query
     assert unchanged.retrieval_queries("fused") == ("Who?",)
+
+
+def test_score_pooling_does_not_clip_a_score_past_three_deviations() -> None:
+    """As the engine's ``distr_norm`` and qdrant-client's fusion: (s - (mean - 3 sd)) / 6 sd, unclipped."""
+    leg = [("out", 10.0)] + [(f"p{i}", 1.0 + 0.01 * i) for i in range(19)]
+    values = [v for _, v in leg]
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    fused = dict(dbsf_fuse([leg, [("p3", 2.0), ("out", 1.0)]]))
+    second = (1.0 - (1.5 - 3 * 0.5 ** 0.5)) / (6 * 0.5 ** 0.5)  # the second leg: mean 1.5, sd 0.707
+    assert fused["out"] == pytest.approx((10.0 - (mean - 3 * sd)) / (6 * sd) + second)
+    assert fused["out"] > 1.5  # 1.59; clipped, it was 1 + 0.38
+    assert dbsf_fuse([[("only", 3.0)]]) == [("only", 0.5)]

@@ -238,3 +238,5 @@ def test_remembered_words_give_what_analysing_them_afresh_gives(monkeypatch: pyt
     assert small.document_terms(text) == first.document_terms(text)
     assert max(len(c) for c in (sparse._COMPOUNDS, sparse._TERM_IDS, *small._stemmed.values())) <= 3
     assert remembered[0].indices == tuple(sorted({term_id(t) for t in first.document_terms(text)}))
+    long = "x" * 70 + "-y"  # a token too long to keep
+    assert tokenize(long) == ["x" * 70, "y", "x" * 70 + "y"] and long not in sparse._COMPOUNDS

@@ -101,7 +101,9 @@ class EdgeReads(EdgeShardAccess):
         legs) runs each ranker once: the lone requests take the top of its list, and the hybrid fuses the
         lists here with the engine's formula (``ic.dbsf_fuse``, ``ic.rrf_fuse``). Fused in the engine,
         each ranker ran twice: on a 53,622-page index 73 ms a question's batch against 38 (BENCHMARKS.md).
-        Equal scores within a ranker are ordered by evidence id here (the engine leaves their order open).
+        Equal scores within a ranker are ordered by evidence id here (the engine leaves their order open). A
+        lone dense request's top hits come from the deeper search, whose quantized candidates are rescored
+        more widely, so on built segments they can differ from its own search's (they are closer to exact).
         """
         shared = _shared_legs(requests)
         lists: dict[tuple[Any, ...], list[Any]] = {}
@@ -140,7 +142,7 @@ class EdgeReads(EdgeShardAccess):
         rankers = [ranker for ranker, _ in _rankers(request)]
         if request.mode != "hybrid":
             depth = shared.get(rankers[0])
-            if depth is None:
+            if depth is None or request.limit > depth:
                 return None
             query, _, params = legs[0]
             return _hits(self._leg_list(rankers[0], (query, depth, params), flt, lists)[: request.limit])

@@ -52,6 +52,7 @@ class IndexSettings(Area):
     index_trace_file: OptionalPath = setting(
         None,
         "EVIDENT_INDEX_TRACE_FILE",
-        "Diagnostics: the index worker appends a JSON line per request here (operation, ms queued behind "
-        "other requests, round trip, execution and CPU in the worker). Unset: off.",
+        "Diagnostics: serve's index worker appends a JSON line per request here (operation, ms queued "
+        "behind other requests, round trip, execution and CPU in the worker); the file grows until removed. "
+        "Only with the index in a worker process (EVIDENT_INDEX_PROCESS). Unset: off.",
     )

@@ -107,13 +107,17 @@ CACHE_WORDS = 100_000
 _COMPOUNDS: dict[str, tuple[str, ...]] = {}
 
 
+CACHE_WORD_CHARS = 64  # longer tokens (URLs, hashes) are analysed each time, never kept
+
+
 def _remembered(cache: dict[str, _T], key: str, make: Callable[[str], _T]) -> _T:
     found = cache.get(key)
     if found is None:
         found = make(key)
-        if len(cache) >= CACHE_WORDS:
-            cache.clear()
-        cache[key] = found
+        if len(key) <= CACHE_WORD_CHARS:
+            if len(cache) >= CACHE_WORDS:
+                cache.clear()
+            cache[key] = found
     return found
 
 
@@ -187,8 +191,13 @@ class Bm25Encoder:
         language = self.detect_language(tokens)
         stemmer, stemmed = self._stemmers[language], self._stemmed[language]
         stop = self._stop
-        return [stemmed[t] if t in stemmed else _remembered(stemmed, t, lambda w: self._stem(stemmer, w))
-                for t in tokens if t not in stop]
+        terms: list[str] = []
+        for token in tokens:
+            if token not in stop:
+                stem = stemmed.get(token)  # inline: the hot path of a sync (one lookup, no call)
+                terms.append(stem if stem is not None else
+                             _remembered(stemmed, token, lambda w: self._stem(stemmer, w)))
+        return terms
 
     @property
     def stopwords(self) -> frozenset[str]:
@@ -227,7 +236,9 @@ class Bm25Encoder:
         norm = self.k1 * (1.0 - self.b + self.b * len(terms) / self.avg_len)
         weights: dict[int, float] = {}
         for term, tf in Counter(terms).items():
-            idx = _TERM_IDS[term] if term in _TERM_IDS else _remembered(_TERM_IDS, term, term_id)
+            idx = _TERM_IDS.get(term)
+            if idx is None:
+                idx = _remembered(_TERM_IDS, term, term_id)
             weights[idx] = weights.get(idx, 0.0) + tf * (self.k1 + 1.0) / (tf + norm)
         return _to_sparse(weights)
 
