@@ -75,24 +75,29 @@ def descendants(pid: int, kids: dict[int, list[int]] | None = None) -> list[int]
     return out
 
 
-def _rss_mib(pid: int) -> tuple[str, float] | None:
+def _rss_mib(pid: int) -> tuple[str, float, float] | None:
+    """(label, VmRSS, RssAnon) in MiB. VmRSS counts memory-mapped file pages too (the index's segments),
+    which the kernel can drop under pressure; RssAnon is the process's own memory."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    kib = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in status.splitlines())
+           if k in ("VmRSS", "RssAnon")}
     label = " ".join(a.decode(errors="replace").rsplit("/", 1)[-1] for a in cmd[1:4] if a)[:60]
-    return label, rss / 1024
+    return label, kib.get("VmRSS", 0) / 1024, kib.get("RssAnon", 0) / 1024
 
 
 class RssSampler:
-    """Every 0.25 s, the RSS of each watched process and its descendants (the peak per process), and the CPU
+    """Every 0.25 s, the RSS of each watched process and its descendants (the peak per process, VmRSS and
+    RssAnon), and the CPU
     time each has used (``cores``: how many cores each used within given time windows)."""
 
     def __init__(self) -> None:
         self.watched: dict[str, int] = {}
         self.peak: dict[str, float] = {}
+        self.peak_anon: dict[str, float] = {}
         # per (name, pid): (monotonic, cpu s); processes of one name (spawned alike, restarted) are summed
         self.cpu: dict[tuple[str, int], list[tuple[float, float]]] = collections.defaultdict(list)
         self._alone: set[str] = set()
@@ -122,6 +127,7 @@ class RssSampler:
                     if found is not None:
                         key = name if pid == root else f"{name} > {found[0]}"
                         self.peak[key] = max(self.peak.get(key, 0.0), found[1])
+                        self.peak_anon[key] = max(self.peak_anon.get(key, 0.0), found[2])
                         cpu = _cpu_s(pid)
                         if cpu is not None:
                             self.cpu[(key, pid)].append((time.monotonic(), cpu))
@@ -138,8 +144,9 @@ class RssSampler:
                     used[key] += inside[-1][1] - inside[0][1]
         return {key: round(cpu / length, 2) for key, cpu in sorted(used.items())} if length > 0 else {}
 
-    def peaks(self) -> dict[str, float]:
-        return {k: round(v) for k, v in sorted(self.peak.items())}
+    def peaks(self, anon: bool = False) -> dict[str, float]:
+        """Peak VmRSS per process (``anon``: peak RssAnon, without mapped file pages), MiB."""
+        return {k: round(v) for k, v in sorted((self.peak_anon if anon else self.peak).items())}
 
 
 def _cpu_s(pid: int) -> float | None:

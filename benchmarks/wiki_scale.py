@@ -147,6 +147,7 @@ def main() -> None:
         if args.json:  # serve's whole log beside the figures
             args.json.with_suffix(".log").write_text("\n".join(serve.log))
         results["peak_rss_mib"] = sampler.peaks()
+        results["peak_anon_mib"] = sampler.peaks(anon=True)
         results["embedding"] = embed.stats()
     site_conn.send(("stop", None))
     site_conn.recv()
@@ -159,6 +160,7 @@ def main() -> None:
 def report(r: dict[str, Any]) -> None:
     s = r["serve"]
     print(f"\npeak RSS (MiB): {r['peak_rss_mib']}")
+    print(f"peak anonymous RSS (MiB; without the index's mapped files): {r.get('peak_anon_mib')}")
     print(f"answers idle p50/p99 {s['idle']['p50']:.3f}/{s['idle']['p99']:.3f} s (n={s['idle']['n']}), "
           f"during sync {s['sync']['p50']:.3f}/{s['sync']['p99']:.3f} s (n={s['sync']['n']}); "
           f"answered {s['answered']}/{s['asked']}")
