@@ -194,8 +194,13 @@ class ServeRun:
         idle_probe = [d for t, d in self.probes if any(a <= t <= b for a, b in idle)]
         base = statistics.median(idle_probe) if idle_probe else 0.0
         stalls = [d - base for _, d in self.probes]
+        # With ~60 questions in the sync windows the p99 is the slowest one or two: p90/p95, how many answers
+        # took over twice the idle p99, and the latencies themselves say whether that is one question or many
+        over = 2 * _pct(lat["idle"], 99) if lat["idle"] else float("inf")
         return {
-            **{k: {"n": len(v), "p50": _pct(v, 50), "p99": _pct(v, 99)} for k, v in lat.items()},
+            **{k: {"n": len(v), **{f"p{p}": _pct(v, p) for p in (50, 90, 95, 99)},
+                   "over_2x_idle_p99": sum(x > over for x in v),
+                   "latencies_s": sorted(round(x, 4) for x in v)} for k, v in lat.items()},
             "asked": len(self.sent), "answered": len(answers), "cycles": cycles,
             "edit_to_answer_s": to_answer,
             "missed": self.missed,

@@ -162,7 +162,9 @@ def report(r: dict[str, Any]) -> None:
     print(f"\npeak RSS (MiB): {r['peak_rss_mib']}")
     print(f"peak anonymous RSS (MiB; without the index's mapped files): {r.get('peak_anon_mib')}")
     print(f"answers idle p50/p99 {s['idle']['p50']:.3f}/{s['idle']['p99']:.3f} s (n={s['idle']['n']}), "
-          f"during sync {s['sync']['p50']:.3f}/{s['sync']['p99']:.3f} s (n={s['sync']['n']}); "
+          f"during sync {s['sync']['p50']:.3f}/{s['sync']['p99']:.3f} s (n={s['sync']['n']}; p90/p95 "
+          f"{s['sync'].get('p90', float('nan')):.3f}/{s['sync'].get('p95', float('nan')):.3f} s, "
+          f"{s['sync'].get('over_2x_idle_p99', '?')} over 2x idle p99); "
           f"answered {s['answered']}/{s['asked']}")
     print(f"stalls: max {s['stalls']['max_ms']:.0f} ms, over 100 ms: {s['stalls']['over_100ms']} "
           f"of {s['stalls']['probes']} probes; serve's own loop watch (> 100 ms): {len(s['loop_blocked'])}")
