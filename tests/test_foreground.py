@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from helpers import HashEmbedder, ingest_options, make_engine, open_copy, sample_index_fixture  # noqa: F401
 
@@ -95,37 +94,3 @@ async def test_the_engine_marks_a_questions_retrieval(sample_index_template: Pat
         assert r.error is None and seen == [1] and parts.engine.foreground.active == 0
     finally:
         await parts.close()
-
-
-async def test_keyword_counting_steps_aside_between_steps_of_pages(tmp_path: Path, monkeypatch: Any) -> None:
-    """Counting a batch's words is CPU in serve's process: it goes in steps of whole pages (about
-    ``SPARSE_STEP`` evidence), each after a step aside, like BM25 encoding."""
-    from pipeline.ingest import run
-    from pipeline.ingest.vocabulary_run import VocabularyRun
-
-    events: list[str] = []
-    count = VocabularyRun.count
-
-    async def counting(self: VocabularyRun, pages: Sequence[tuple[str, Sequence[str]]]) -> None:
-        events.append(f"count {sum(len(texts) for _, texts in pages)}")
-        await count(self, pages)
-
-    async def pause() -> None:
-        events.append("pause")
-
-    monkeypatch.setattr(VocabularyRun, "count", counting)
-    monkeypatch.setattr(run, "SPARSE_STEP", 16)
-    embedder = HashEmbedder()
-    index = EdgeIndex(tmp_path / "index")
-    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
-    pages = [p async for p in LocalFolderConnector([sample_space_dir()]).iter_pages()]
-    try:
-        report = await ingest_pages(pages, index=index, embedder=embedder, sparse=Bm25Encoder(),
-                                    options=ingest_options(), step_aside=pause,
-                                    vocabulary=tmp_path / "vocabulary")
-    finally:
-        await index.close()
-    counts = [i for i, e in enumerate(events) if e.startswith("count")]
-    assert report.added == 10 and len(counts) > 2
-    assert sum(int(events[i].split()[1]) for i in counts) == 68
-    assert all(events[i - 1] == "pause" for i in counts)

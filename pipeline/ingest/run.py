@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,7 @@ from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.runtime.foreground import StepAside, go_on
 from pipeline.types import Evidence, IndexPoint, Page, SparseVector
 
-# texts BM25-encoded or keyword-counted in one go (ConfQuestions evidence: 11.5 ms p50, a busy 2-core machine)
-SPARSE_STEP = 64
+SPARSE_STEP = 64  # texts BM25-encoded in one go (ConfQuestions evidence: 11.5 ms p50, a busy 2-core machine)
 
 
 @dataclass
@@ -280,9 +279,8 @@ async def _embed_and_write(
     await pause()
     encoded = await _encode(batch, embedder=embedder, sparse=sparse, options=options, pause=pause)
     if words is not None and encoded is not None:
-        for step in _page_steps(batch, SPARSE_STEP):  # keyword counting in steps a question can go between
-            await pause()
-            await words.count([(item.page.id, [ev.text for ev in item.evidence]) for item in step])
+        await pause()
+        await words.count([(item.page.id, [ev.text for ev in item.evidence]) for item in batch])
     if encoded is None:  # the batch failed as a whole: find the page(s) at fault one by one
         for item in batch:
             await pause()
@@ -298,20 +296,6 @@ async def _embed_and_write(
         await _write(item, texts[start:end], dense[start:end], sparse_vecs[start:end], index=index,
                      report=report, kinds=kinds, live=live)
         start = end
-
-
-def _page_steps(batch: Sequence[_Pending], texts: int) -> Iterator[list[_Pending]]:
-    """Whole pages, about ``texts`` evidence a step."""
-    step: list[_Pending] = []
-    count = 0
-    for item in batch:
-        step.append(item)
-        count += len(item.evidence)
-        if count >= texts:
-            yield step
-            step, count = [], 0
-    if step:
-        yield step
 
 
 async def _encode(
