@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from pipeline.access.scope import ACL_FIELDS, PageAccess, access_from_payload, acl_payload
 from pipeline.errors import IndexError_, IndexMismatchError, InputError
-from pipeline.types import Evidence, EvidenceKind, IndexPoint, SearchRequest, SparseVector
+from pipeline.types import Evidence, EvidenceKind, Hit, IndexPoint, SearchRequest, SparseVector
 
 DENSE = "dense"
 SPARSE = "sparse"
@@ -205,6 +205,22 @@ def dbsf_fuse(scored: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, 
             norm = 0.5 if high == low else (s - low) / (high - low)
             scores[key] = scores.get(key, 0.0) + (1.0 - norm if flip else norm)
     return sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+
+
+def fuse_hits(lists: Sequence[Sequence[Hit]], request: SearchRequest,
+              weights: Sequence[float] | None) -> list[Hit]:
+    """The rankers' hit lists fused client-side as the engine fuses them (``request.fusion``: ``dbsf_fuse``,
+    or ``rrf_fuse`` with ``weights``), equal scores by evidence id (as ``stable_order``) before the cut to
+    ``request.limit`` (the engine cuts first, so its last hit may be the other of a tie)."""
+    by_id = {h.evidence.id: h for hits in lists for h in hits}
+    fused = (
+        dbsf_fuse([[(h.evidence.id, h.score) for h in hits] for hits in lists])
+        if request.fusion == "dbsf"
+        else rrf_fuse([[h.evidence.id for h in hits] for hits in lists], k=request.rrf_k, weights=weights)
+    )
+    fused.sort(key=lambda kv: (-kv[1], kv[0]))
+    return [Hit(by_id[eid].evidence, score, rank, by_id[eid].content)
+            for rank, (eid, score) in enumerate(fused[: request.limit], start=1)]
 
 
 def query_legs(request: SearchRequest) -> tuple[bool, bool]:

@@ -99,7 +99,7 @@ class EdgeReads(EdgeShardAccess):
 
         A hybrid search whose rankers the batch also asks alone (a question's search beside its confidence
         legs) runs each ranker once: the lone requests take the top of its list, and the hybrid fuses the
-        lists here with the engine's formula (``ic.dbsf_fuse``, ``ic.rrf_fuse``). Fused in the engine,
+        lists here with the engine's formula (``ic.fuse_hits``). Fused in the engine,
         each ranker ran twice: on a 53,622-page index 73 ms a question's batch against 38 (BENCHMARKS.md).
         Equal scores within a ranker are ordered by evidence id here (the engine leaves their order open). A
         lone dense request's top hits come from the deeper search, whose quantized candidates are rescored
@@ -149,7 +149,8 @@ class EdgeReads(EdgeShardAccess):
         if not any(shared.get(ranker) == k for ranker, (_, k, _) in zip(rankers, legs, strict=True)):
             return None
         ranked = [self._leg_list(ranker, leg, flt, lists) for ranker, leg in zip(rankers, legs, strict=True)]
-        return _fused(request, ranked, ic.leg_weights(request, *ic.query_legs(request)))
+        return ic.fuse_hits([_hits(leg) for leg in ranked], request,
+                            ic.leg_weights(request, *ic.query_legs(request)))
 
     def _leg_list(self, ranker: tuple[Any, ...], leg: tuple[Any, int, qe.SearchParams | None],
                   flt: qe.Filter, lists: dict[tuple[Any, ...], list[Any]]) -> list[Any]:
@@ -299,22 +300,3 @@ def _shared_legs(requests: Sequence[SearchRequest]) -> dict[tuple[Any, ...], int
 def _hits(scored: Sequence[Any]) -> list[Hit]:
     return [Hit(ic.evidence_from_payload(p.payload or {}), float(p.score), rank,
                 str((p.payload or {}).get("content", ""))) for rank, p in enumerate(scored, start=1)]
-
-
-def _fused(request: SearchRequest, ranked: Sequence[Sequence[Any]], weights: list[float] | None) -> list[Hit]:
-    """The engine's fusion of the rankers' lists (``ic.dbsf_fuse``, or ``ic.rrf_fuse`` with ``weights``);
-    ties by evidence id, as ``ic.stable_order``, before the cut (the engine cuts first, so its last hit may be
-    the other of a tie)."""
-    def eid(p: Any) -> str:
-        return str((p.payload or {}).get("evidence_id", ""))
-
-    by_id = {eid(p): p for leg in reversed(ranked) for p in leg}
-    fused = (
-        ic.dbsf_fuse([[(eid(p), float(p.score)) for p in leg] for leg in ranked])
-        if request.fusion == "dbsf"
-        else ic.rrf_fuse([[eid(p) for p in leg] for leg in ranked], k=request.rrf_k, weights=weights)
-    )
-    fused.sort(key=lambda kv: (-kv[1], kv[0]))
-    return [Hit(ic.evidence_from_payload(by_id[key].payload or {}), score, rank,
-                str((by_id[key].payload or {}).get("content", "")))
-            for rank, (key, score) in enumerate(fused[: request.limit], start=1)]

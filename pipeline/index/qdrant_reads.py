@@ -84,18 +84,7 @@ class QdrantReads(QdrantCollection):
         lists = await asyncio.gather(
             *(self._query(client, query=q, using=u, query_filter=flt, limit=k) for q, u, k in legs)
         )
-        by_id = {h.evidence.id: h for hits in lists for h in hits}
-        fused = (
-            ic.dbsf_fuse([[(h.evidence.id, h.score) for h in hits] for hits in lists])
-            if request.fusion == "dbsf"
-            else ic.rrf_fuse(
-                [[h.evidence.id for h in hits] for hits in lists], k=request.rrf_k, weights=weights
-            )
-        )
-        return [
-            Hit(by_id[eid].evidence, score, rank, by_id[eid].content)
-            for rank, (eid, score) in enumerate(fused[: request.limit], start=1)
-        ]
+        return ic.fuse_hits(lists, request, weights)
 
     async def page_hashes(self) -> dict[str, str]:
         return await self._page_field("page_hash")
