@@ -16,6 +16,7 @@ from connectors.local import LocalFolderConnector
 from connectors.settings import ConnectorSettings
 from pipeline.errors import InputError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
+from pipeline.ingest.page_work import make_page_work
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
 from pipeline.ingest.vocabulary_run import VocabularyRun
@@ -42,9 +43,8 @@ async def ingest_source(
     then: Callable[[Index], Awaitable[Sequence[str]]] | None = None,
 ) -> IngestReport:
     """Index every page ``source`` yields, then run ``then`` with the still open index (it returns the pages
-    it deleted). The first page is read
-    before the model loads, so bad input fails at once, not after seconds; "no pages found" names the first
-    file that failed and why."""
+    it deleted). The first page is read before the model loads, so bad input fails at once, not after
+    seconds; "no pages found" names the first file that failed and why."""
 
     def explained(exc: InputError) -> InputError:
         if not source.failures:
@@ -66,11 +66,13 @@ async def ingest_source(
     if rebuild:
         await drop_index(settings)
     embedder, sparse, index = await open_stack(settings)
+    work = make_page_work(settings.ingest, sparse)
     try:
         warnings: list[tuple[str, str]] = []
         async with VocabularyRun.held(vocabulary_path(settings), sparse, None, embedder, warnings) as words:
             report = await ingest_pages(all_pages(), index=index, embedder=embedder, sparse=sparse,
-                                        options=ingest_options(settings), progress=progress, vocabulary=words)
+                                        options=ingest_options(settings), progress=progress, vocabulary=words,
+                                        work=work)
             if then is not None:
                 gone = await then(index)
                 if words is not None:  # their words leave the vocabulary's counts
@@ -80,6 +82,7 @@ async def ingest_source(
     except InputError as exc:
         raise explained(exc) from exc
     finally:
+        await work.close()  # stopping a worker process raises nothing
         await index.close()
 
 

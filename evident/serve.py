@@ -44,6 +44,7 @@ from pipeline.runtime.remote import UNLIMITED, CallOptions, RetryPolicy, call_wi
 
 if TYPE_CHECKING:
     from pipeline.answer.engine import Engine
+    from pipeline.ingest.page_work import PageWork
 
 log = logging.getLogger("evident.serve")
 Routes = Callable[[web.Application], None]
@@ -62,12 +63,23 @@ class SyncLoop:
         return None if self.last_ok is None else time.monotonic() - self.last_ok
 
     async def run(self) -> None:
+        """Sync cycles until cancelled; pages are prepared where ``EVIDENT_PAGE_PROCESS`` says (by default in
+        a worker process at a lower CPU priority), by one worker kept for every cycle."""
+        from pipeline.ingest.page_work import make_page_work
+
+        work = make_page_work(self.settings.ingest, self.engine.sparse, serving=True)
+        try:
+            await self._cycles(work)
+        finally:
+            await work.close()
+
+    async def _cycles(self, work: PageWork) -> None:
         from connectors.confluence.run import run_sync, summary
 
         while True:
             try:
                 report = await run_sync(
-                    self.settings, spaces=None, full=False, progress=False, engine=self.engine
+                    self.settings, spaces=None, full=False, progress=False, engine=self.engine, work=work
                 )
                 log.info("sync: %s", summary(report))
                 for label, rows in (("failed", report.failed), ("partial", report.partial)):

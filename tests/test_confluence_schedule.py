@@ -22,7 +22,7 @@ from connectors.confluence.state import load_known
 from connectors.confluence.sync import SyncReport
 from connectors.factory import make_confluence_source
 from evident.settings import Settings
-from pipeline.ingest import run as run_module
+from pipeline.ingest import page_work
 from pipeline.ingest.options import IngestOptions
 from pipeline.types import Page
 from tests.fake_confluence import BASE_TIME, FakeConfluence, FakePage
@@ -301,16 +301,16 @@ async def test_a_damaged_checkpoint_costs_a_full_read_of_its_space_not_the_sync(
 
 async def test_a_page_the_parser_fails_on_is_not_read_again_every_cycle(
         site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = run_module.split_page
+    real = page_work.split_page
 
-    def failing(page: Page, options: IngestOptions) -> run_module.PageEvidence:
+    def failing(page: Page, options: IngestOptions) -> page_work.PageEvidence:
         if page.id == "2":
             raise RecursionError("maximum recursion depth exceeded")
         return real(page, options)
 
     src = site.source()
     await site.sync(src)
-    monkeypatch.setattr(run_module, "split_page", failing)
+    monkeypatch.setattr(page_work, "split_page", failing)
     site.fc.edit("2", body="<p>deeply nested now</p>", when=site.fc.now())
     first = await site.sync(src)
     assert [(pid, why.split(" (")[0]) for pid, why in first.failed] == [("2", "too complex to parse")]

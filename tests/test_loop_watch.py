@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -129,7 +130,10 @@ async def test_an_unexpected_failure_of_one_sync_cycle_does_not_end_the_sync_loo
         raise RuntimeError("a bug in this cycle")
 
     monkeypatch.setattr(confluence_run, "run_sync", broken)
-    loop = SyncLoop(Settings.load(env={}), engine=None)  # type: ignore[arg-type]
+    from pipeline.models.sparse import Bm25Encoder
+
+    engine = SimpleNamespace(sparse=Bm25Encoder())  # the sync itself is replaced: only its sparse encoder
+    loop = SyncLoop(Settings.load(env={}), engine=engine)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="evident.serve"):
         task = asyncio.create_task(loop.run())
         for _ in range(100):

@@ -96,6 +96,7 @@ async def test_serve_and_sync_and_search_share_the_embedded_index(tmp_path: Path
             assert "Can't init WAL" not in serve_err.decode()
             started = " objects left out of garbage collection; the GIL switches every 1 ms"
             assert started in serve_err.decode()
+            assert "page worker started (pid " in serve_err.decode()  # serve's sync parsed in its worker
     finally:
         await slack.stop()
 

@@ -10,6 +10,7 @@ from connectors.factory import make_confluence_source
 from connectors.settings import ConnectorSettings
 from pipeline.errors import ConfigError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
+from pipeline.ingest.page_work import PageWork, make_page_work
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.runtime.foreground import Foreground
 from pipeline.store import Store
@@ -42,8 +43,10 @@ def check_sync_settings(settings: ConnectorSettings, spaces: Sequence[str] | Non
 
 
 async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None, full: bool, progress: bool,
-                   engine: EngineParts | None = None, rebuild: bool = False) -> SyncReport:
-    """One sync. Reuses the engine's index, embedder and store when given, else opens (and closes) its own."""
+                   engine: EngineParts | None = None, rebuild: bool = False,
+                   work: PageWork | None = None) -> SyncReport:
+    """One sync. Reuses the engine's index, embedder and store when given, else opens (and closes) its own;
+    ``work`` (where pages are parsed and encoded, ``make_page_work``) likewise."""
     check_sync_settings(settings, spaces)
     source = make_confluence_source(settings)
     try:
@@ -60,6 +63,7 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
                 progress=progress,
                 vocabulary=vocabulary_path(settings),
                 step_aside=engine.foreground.step_aside,  # questions first
+                work=work,
             )
             await engine.store.record_sync(
                 source.source_key, summary(report), [*report.failed, *report.partial]
@@ -69,11 +73,12 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
             await drop_index(settings)
         embedder, sparse, index = await open_stack(settings)
         store = make_store(settings)
+        own = work or make_page_work(settings.ingest, sparse)
         try:
             report = await sync_confluence(
                 source=source, index=index, embedder=embedder, sparse=sparse, store=store,
                 options=ingest_options(settings), full=full, spaces=list(spaces) if spaces else None,
-                progress=progress, vocabulary=vocabulary_path(settings),
+                progress=progress, vocabulary=vocabulary_path(settings), work=own,
             )
             await store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
             return report
@@ -82,6 +87,8 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
                 await index.close()
             finally:
                 await store.close()
+                if work is None:
+                    await own.close()
     finally:
         source.close()
 

@@ -61,6 +61,7 @@ from connectors.confluence.sync_extras import (
 )
 from connectors.confluence.tracker import Tracker, retryable, stopped
 from pipeline.errors import ConfigError, RemoteError
+from pipeline.ingest.page_work import PageWork
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
 from pipeline.ingest.vocabulary_run import VocabularyRun
@@ -113,11 +114,13 @@ async def sync_confluence(
     progress: bool = False,
     vocabulary: Path | None = None,
     step_aside: StepAside | None = None,
+    work: PageWork | None = None,
 ) -> SyncReport:
     """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints. ``vocabulary``:
     the keyword-expansion vocabulary to keep up to date; while it has no word counts yet, the run reads every
     page (as ``full``) so that the unchanged ones are counted too. ``step_aside``: awaited between ingest
-    steps (``evident serve``: questions first, ``pipeline.runtime.foreground``).
+    steps (``evident serve``: questions first, ``pipeline.runtime.foreground``). ``work``: where pages are
+    parsed and encoded (``pipeline.ingest.page_work``; default: a thread); the caller closes it.
 
     Raises ``NotFoundError``/``AuthError``/``UnreachableError`` up front for a wrong space key, bad
     credentials or base URL; later per-page and per-space failures are reported, not raised.
@@ -133,7 +136,7 @@ async def sync_confluence(
         full = full or (words is not None and words.bootstrap)
         await _sync_spaces(
             keys, _Cycle(source, index, embedder, sparse, store, options, full, progress, report, words,
-                         step_aside)
+                         step_aside, work)
         )
     report.api_calls = source.client.api_calls - calls0
     report.seconds = time.perf_counter() - t0
@@ -155,6 +158,7 @@ class _Cycle:
     report: SyncReport
     words: VocabularyRun | None
     step_aside: StepAside | None = None
+    work: PageWork | None = None
     indexed: IndexedPages = field(init=False)  # the index's pages before this cycle wrote any
     live: dict[str, str] | None = field(init=False, default=None)  # page hashes: read once, kept current
 
@@ -166,7 +170,7 @@ class _Cycle:
             self.live = await self.index.page_hashes()
         ing = await ingest_pages(pages, index=self.index, embedder=self.embedder, sparse=self.sparse,
                                  options=self.options, progress=self.progress, vocabulary=self.words,
-                                 step_aside=self.step_aside, live=self.live)
+                                 step_aside=self.step_aside, live=self.live, work=self.work)
         self.report.add(ing)
         return ing
 

@@ -25,27 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.access.scope import PageAccess
-from pipeline.errors import EvidentError, InputError
-from pipeline.ingest.contextualize import contextualize
-from pipeline.ingest.evidence import build_evidence
+from pipeline.errors import EvidentError
 from pipeline.ingest.options import IngestOptions
+from pipeline.ingest.page_work import ENCODING_FAILS, PageWork, PreparedPage, ThreadPageWork
 from pipeline.ingest.report import IngestReport
-from pipeline.ingest.storage import parse_page
+from pipeline.ingest.split import PageEvidence, page_to_evidence, split_page
 from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.runtime.foreground import StepAside, go_on
 from pipeline.types import Evidence, IndexPoint, Page, SparseVector
 
+__all__ = ["PageEvidence", "ingest_pages", "page_hash", "page_to_evidence", "split_page"]
+
 SPARSE_STEP = 64  # texts BM25-encoded in one go (ConfQuestions evidence: 11.5 ms p50, a busy 2-core machine)
-
-
-@dataclass
-class PageEvidence:
-    """One page split into evidence, with what happened on the way."""
-
-    evidence: list[Evidence]
-    lost: list[str] = field(default_factory=list)  # text not indexed (partial page)
-    recovered: list[str] = field(default_factory=list)  # informational
 
 
 def page_hash(page: Page, fingerprint: str) -> str:
@@ -57,67 +49,16 @@ def page_hash(page: Page, fingerprint: str) -> str:
     return h.hexdigest()[:32]
 
 
-def page_to_evidence(page: Page, options: IngestOptions) -> list[Evidence]:
-    """Parse and split one page. Raises ``EvidentError`` subclasses for unusable pages."""
-    return split_page(page, options).evidence
-
-
-def split_page(page: Page, options: IngestOptions) -> PageEvidence:
-    """Parse and split one page within its bounds; ``EvidentError`` for a page that cannot be indexed."""
-    size = len(page.body.encode("utf-8", "surrogatepass"))
-    if size > options.max_page_bytes:
-        raise InputError(
-            f"page is too large ({size / 2**20:.1f} MiB > {options.max_page_bytes / 2**20:.1f} MiB limit)"
-        )
-    if not page.body.strip():
-        raise InputError("page has no content")
-    parsed = parse_page(page.body, page_id=page.id, limits=options.parse)
-    notes: list[str] = []
-    evidence = build_evidence(page, parsed.elements, table_indexing=options.table_indexing,
-                              linearization=options.linearization, max_chars=options.max_evidence_chars,
-                              notes=notes)
-    if not evidence:
-        raise InputError("page has no text content")
-    result = PageEvidence(evidence, lost=notes, recovered=list(parsed.notes))
-    if parsed.low_coverage(options.parse):
-        result.lost.append(f"only {parsed.coverage:.0%} of the page's visible text could be read "
-                           f"({parsed.mode} parse)")
-    _cap_evidence(result, options.max_evidence_per_page)
-    return result
-
-
-def _cap_evidence(result: PageEvidence, cap: int) -> None:
-    """At most ``cap`` evidence: rows go first (their tables keep the text), then the page's tail."""
-    n = len(result.evidence)
-    if n <= cap:
-        return
-    rows = sum(1 for e in result.evidence if e.kind == "row")
-    drop_rows = min(rows, n - cap)
-    if drop_rows:
-        kept: list[Evidence] = []
-        dropped = 0
-        for e in reversed(result.evidence):
-            if e.kind == "row" and dropped < drop_rows:
-                dropped += 1
-                continue
-            kept.append(e)
-        result.evidence = kept[::-1]
-        result.recovered.append(
-            f"{drop_rows} table rows not indexed one by one (EVIDENT_MAX_EVIDENCE_PER_PAGE "
-            f"{cap}); their tables are indexed whole"
-        )
-    if len(result.evidence) > cap:
-        result.lost.append(f"only the first {cap} of {len(result.evidence)} evidence indexed "
-                           "(EVIDENT_MAX_EVIDENCE_PER_PAGE)")
-        result.evidence = result.evidence[:cap]
-
-
 @dataclass
 class _Pending:
     page: Page
     hash: str
     existed: bool
-    evidence: list[Evidence]
+    prepared: PreparedPage
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        return self.prepared.split.evidence
 
 
 async def _aiter(pages: AsyncIterable[Page] | Iterable[Page]) -> AsyncIterator[Page]:
@@ -127,19 +68,6 @@ async def _aiter(pages: AsyncIterable[Page] | Iterable[Page]) -> AsyncIterator[P
     else:
         for p in pages:
             yield p
-
-
-def _split_isolated(page: Page, options: IngestOptions) -> tuple[PageEvidence | None, str, float]:
-    """``split_page`` that never raises: (result, failure reason, seconds)."""
-    start = time.perf_counter()
-    try:
-        return split_page(page, options), "", time.perf_counter() - start
-    except EvidentError as exc:
-        return None, str(exc), time.perf_counter() - start
-    except (RecursionError, MemoryError) as exc:
-        return None, f"too complex to parse ({type(exc).__name__})", time.perf_counter() - start
-    except Exception as exc:  # noqa: BLE001 - a parser bug on one page must not abort the run
-        return None, f"could not be parsed ({type(exc).__name__}: {exc})", time.perf_counter() - start
 
 
 async def ingest_pages(
@@ -154,6 +82,7 @@ async def ingest_pages(
     count_unchanged: bool | None = None,
     step_aside: StepAside | None = None,
     live: dict[str, str] | None = None,
+    work: PageWork | None = None,
 ) -> IngestReport:
     """Index ``pages``; returns what happened. A failing page is reported and skipped, never fatal.
     ``vocabulary``, ``count_unchanged``: the keyword-expansion vocabulary kept up to date (``VocabularyRun``):
@@ -161,28 +90,46 @@ async def ingest_pages(
     who finishes it. ``step_aside``: awaited before each page's parsing, a batch's encoding and each page's
     write (``evident serve``'s sync steps aside for questions being answered). ``live``: the index's page
     hashes when the caller holds them (a sync reads them once a cycle, not once for each space: a read of the
-    whole page table, which a question's search waits behind); kept current here as pages are written."""
+    whole page table, which a question's search waits behind); kept current here as pages are written.
+    ``work``: where pages are parsed, encoded and counted (``pipeline.ingest.page_work``; default: a thread
+    of this process); it belongs to the caller."""
     t0 = time.perf_counter()
+    run = _Run(index, embedder, sparse, options, IngestReport(), work or ThreadPageWork(sparse),
+               pause=step_aside or go_on)
     if isinstance(vocabulary, VocabularyRun):
-        return await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
-                             progress=progress, words=vocabulary, pause=step_aside or go_on, live=live)
+        run.words = vocabulary
+        return await _ingest(pages, run, progress=progress, live=live)
     warnings: list[tuple[str, str]] = []
     async with VocabularyRun.held(vocabulary, sparse, count_unchanged, embedder, warnings) as words:
-        report = await _ingest(pages, index=index, embedder=embedder, sparse=sparse, options=options,
-                               progress=progress, words=words, pause=step_aside or go_on, live=live)
+        run.words = words
+        report = await _ingest(pages, run, progress=progress, live=live)
     report.warnings.extend(warnings)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, embedder: Embedder,
-                  sparse: SparseEncoder, options: IngestOptions, progress: bool,
-                  words: VocabularyRun | None, pause: StepAside, live: dict[str, str] | None) -> IngestReport:
+@dataclass
+class _Run:
+    """What every step of one ingest run works with."""
+
+    index: Index
+    embedder: Embedder
+    sparse: SparseEncoder
+    options: IngestOptions
+    report: IngestReport
+    work: PageWork
+    pause: StepAside = go_on
+    words: VocabularyRun | None = None
+    live: dict[str, str] = field(default_factory=dict)  # the index's page hashes, kept current
+    kinds: Counter[str] = field(default_factory=Counter)
+
+
+async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], run: _Run, *, progress: bool,
+                  live: dict[str, str] | None) -> IngestReport:
     t0 = time.perf_counter()
-    report = IngestReport()
-    kinds: Counter[str] = Counter()
-    fingerprint = options.fingerprint(embedder.name, sparse.name)
-    live = await index.page_hashes() if live is None else live
+    report = run.report
+    fingerprint = run.options.fingerprint(run.embedder.name, run.sparse.name)
+    run.live = await run.index.page_hashes() if live is None else live
     pending: list[_Pending] = []
     pending_n = 0
     bar = _progress_bar(progress)
@@ -193,65 +140,65 @@ async def _ingest(pages: AsyncIterable[Page] | Iterable[Page], *, index: Index, 
         if not pending:
             return
         batch, pending, pending_n = pending, [], 0
-        await _embed_and_write(batch, index=index, embedder=embedder, sparse=sparse, options=options,
-                               report=report, kinds=kinds, words=words, pause=pause, live=live)
+        await _embed_and_write(batch, run)
         if bar is not None:
             bar.update(sum(len(p.evidence) for p in batch))
     async for page in _aiter(pages):
         report.pages_seen += 1
         h = page_hash(page, fingerprint)
-        await pause()
-        if live.get(page.id) == h:
-            await _unchanged(page, report, access, words, options)
+        await run.pause()
+        if run.live.get(page.id) == h:
+            await _unchanged(page, run, access)
             continue
-        result = await _split_reported(page, options, report)
-        if result is None:
+        prepared = await _prepared(page, run)
+        if prepared is None:
             continue
-        pending.append(_Pending(page, h, page.id in live, result.evidence))
-        pending_n += len(result.evidence)
+        pending.append(_Pending(page, h, page.id in run.live, prepared))
+        pending_n += len(prepared.split.evidence)
         if bar is not None:
-            bar.total = (bar.total or 0) + len(result.evidence)
+            bar.total = (bar.total or 0) + len(prepared.split.evidence)
             bar.refresh()
-        if pending_n >= options.batch_evidence:
+        if pending_n >= run.options.batch_evidence:
             await flush()
     await flush()
     if bar is not None:
         bar.close()
-    if access and await index.missing_access():  # an index built before permissions: give them now
-        await index.set_access(access)
+    if access and await run.index.missing_access():  # an index built before permissions: give them now
+        await run.index.set_access(access)
     if report.added or report.updated:
-        await index.optimize()  # the segments this run filled get their HNSW graph and quantization
-    report.evidence_by_kind = dict(sorted(kinds.items()))
+        await run.index.optimize()  # the segments this run filled get their HNSW graph and quantization
+    report.evidence_by_kind = dict(sorted(run.kinds.items()))
     report.seconds = time.perf_counter() - t0
     return report
 
 
-async def _unchanged(page: Page, report: IngestReport, access: dict[str, PageAccess],
-                     words: VocabularyRun | None, options: IngestOptions) -> None:
+async def _unchanged(page: Page, run: _Run, access: dict[str, PageAccess]) -> None:
     """A page already indexed at this version: counted, its permissions kept for a payload write where the
-    index
-    has evidence without any (a sync writes changed ones itself), its words counted while the vocabulary is
-    bootstrapped."""
-    report.unchanged += 1
+    index has evidence without any (a sync writes changed ones itself), its words counted while the vocabulary
+    is bootstrapped."""
+    run.report.unchanged += 1
     if page.access is not None:
         access[page.id] = page.access
-    if words is not None and words.bootstrap:
-        result, _, _ = await asyncio.to_thread(_split_isolated, page, options)
-        if result is not None:
-            await words.count([(page.id, [ev.text for ev in result.evidence])])
+    if run.words is not None and run.words.bootstrap:
+        prepared, _, _ = await run.work.prepare(page, run.options, encode=False, count=True)
+        if prepared is not None:
+            await _count([_Pending(page, "", True, prepared)], run.words)
 
 
-async def _split_reported(page: Page, options: IngestOptions, report: IngestReport) -> PageEvidence | None:
-    """The page's evidence (off the event loop), its failure, losses, recoveries and time in ``report``."""
-    result, reason, seconds = await asyncio.to_thread(_split_isolated, page, options)
+async def _prepared(page: Page, run: _Run) -> PreparedPage | None:
+    """The page parsed, encoded and counted (by ``run.work``); its failure, losses, recoveries and time in the
+    report."""
+    report = run.report
+    prepared, reason, seconds = await run.work.prepare(page, run.options, encode=True,
+                                                       count=run.words is not None)
     if seconds > report.slowest_page[1]:
         report.slowest_page = (page.id, seconds)
-    if result is None:
+    if prepared is None:
         report.failed.append((page.id, reason))
         return None
-    report.partial.extend((page.id, why) for why in result.lost)
-    report.warnings.extend((page.id, why) for why in result.recovered)
-    return result
+    report.partial.extend((page.id, why) for why in prepared.split.lost)
+    report.warnings.extend((page.id, why) for why in prepared.split.recovered)
+    return prepared
 
 
 def _progress_bar(enabled: bool) -> Any:
@@ -263,87 +210,90 @@ def _progress_bar(enabled: bool) -> Any:
     return tqdm(desc="embedding", unit="evidence", total=0, dynamic_ncols=True)
 
 
-async def _embed_and_write(
-    batch: Sequence[_Pending],
-    *,
-    index: Index,
-    embedder: Embedder,
-    sparse: SparseEncoder,
-    options: IngestOptions,
-    report: IngestReport,
-    kinds: Counter[str],
-    words: VocabularyRun | None = None,
-    pause: StepAside = go_on,
-    live: dict[str, str],
-) -> None:
-    await pause()
-    encoded = await _encode(batch, embedder=embedder, sparse=sparse, options=options, pause=pause)
-    if words is not None and encoded is not None:
-        await pause()
-        await words.count([(item.page.id, [ev.text for ev in item.evidence]) for item in batch])
-    if encoded is None:  # the batch failed as a whole: find the page(s) at fault one by one
+async def _embed_and_write(batch: Sequence[_Pending], run: _Run) -> None:
+    """Embed the batch (page by page when the batch fails as a whole, to find the page(s) at fault), write
+    each page, then count the written pages' words."""
+    await run.pause()
+    encoded = await _encode(batch, run)
+    written: list[_Pending] = []
+    if encoded is None:
         for item in batch:
-            await pause()
-            single = await _encode([item], embedder=embedder, sparse=sparse, options=options, report=report)
-            if single is not None:
-                await _write(item, *single, index=index, report=report, kinds=kinds, live=live)
-        return
-    texts, dense, sparse_vecs = encoded
-    start = 0
-    for item in batch:
-        end = start + len(item.evidence)
-        await pause()
-        await _write(item, texts[start:end], dense[start:end], sparse_vecs[start:end], index=index,
-                     report=report, kinds=kinds, live=live)
-        start = end
+            await run.pause()
+            single = await _encode([item], run, report=True)
+            if single is not None and await _write(item, *single, run=run):
+                written.append(item)
+    else:
+        dense, sparse_vecs = encoded
+        start = 0
+        for item in batch:
+            end = start + len(item.evidence)
+            await run.pause()
+            if await _write(item, dense[start:end], sparse_vecs[start:end], run=run):
+                written.append(item)
+            start = end
+    if run.words is not None and written:
+        await run.pause()
+        await _count(written, run.words)
 
 
-async def _encode(
-    batch: Sequence[_Pending], *, embedder: Embedder, sparse: SparseEncoder, options: IngestOptions,
-    report: IngestReport | None = None, pause: StepAside = go_on,
-) -> tuple[list[str], Any, list[SparseVector]] | None:
-    """Contextualized texts, dense and sparse vectors of a batch; None (or a failure per page) on error."""
+async def _count(written: Sequence[_Pending], words: VocabularyRun) -> None:
+    """The written pages' words into the vocabulary's counts: as counted where they were prepared, else
+    (a sparse encoder the page worker could not rebuild) counted here."""
+    counted = [(item.page.id, item.prepared.words, len(item.evidence)) for item in written
+               if item.prepared.words is not None]
+    if counted:
+        await words.counted(counted)
+    uncounted = [(item.page.id, [ev.text for ev in item.evidence]) for item in written
+                 if item.prepared.words is None]
+    if uncounted:
+        await words.count(uncounted)
+
+
+async def _encode(batch: Sequence[_Pending], run: _Run, *, report: bool = False
+                  ) -> tuple[Any, list[SparseVector]] | None:
+    """Dense and sparse vectors of a batch's texts (sparse ones as prepared, else encoded here); None on
+    error, each page of the batch then failed when ``report``."""
     try:
-        evidence = [ev for item in batch for ev in item.evidence]
-        texts = [contextualize(ev, options.context_items, options.context_item_max_chars) for ev in evidence]
-        dense_texts = texts if options.dense_context_items is None else [
-            contextualize(ev, options.dense_context_items, options.context_item_max_chars) for ev in evidence
-        ]
-        dense = await asyncio.to_thread(embedder.embed_documents, dense_texts)
+        dense = await asyncio.to_thread(run.embedder.embed_documents,
+                                        [t for item in batch for t in item.prepared.dense_texts])
         sparse_vecs: list[SparseVector] = []
-        for start in range(0, len(texts), SPARSE_STEP):  # BM25 is Python: in steps a question can go between
-            if start:
-                await pause()
-            step = texts[start : start + SPARSE_STEP]
-            sparse_vecs += await asyncio.to_thread(sparse.encode_documents, step)
-        if len(dense) != len(texts) or len(sparse_vecs) != len(texts):
-            raise EvidentError(
-                f"got {len(dense)} dense and {len(sparse_vecs)} sparse vectors for {len(texts)} texts"
-            )
-        return texts, dense, sparse_vecs
-    except (EvidentError, ValueError, RuntimeError, MemoryError, UnicodeError) as exc:
-        if report is not None:
-            report.failed.extend((item.page.id, f"embedding failed: {exc}") for item in batch)
+        for item in batch:
+            if item.prepared.sparse is not None:
+                sparse_vecs += item.prepared.sparse
+                continue
+            texts = item.prepared.texts
+            for start in range(0, len(texts), SPARSE_STEP):  # in steps a question can go between
+                await run.pause()
+                step = texts[start : start + SPARSE_STEP]
+                sparse_vecs += await asyncio.to_thread(run.sparse.encode_documents, step)
+        n = sum(len(item.evidence) for item in batch)
+        if len(dense) != n or len(sparse_vecs) != n:
+            raise EvidentError(f"got {len(dense)} dense and {len(sparse_vecs)} sparse vectors for {n} texts")
+        return dense, sparse_vecs
+    except ENCODING_FAILS as exc:
+        if report:
+            run.report.failed.extend((item.page.id, f"embedding failed: {exc}") for item in batch)
         return None
 
 
-async def _write(item: _Pending, texts: Sequence[str], dense: Any, sparse_vecs: Sequence[SparseVector], *,
-                 index: Index, report: IngestReport, kinds: Counter[str], live: dict[str, str]) -> None:
-    """Swap the page's new version in; ``live`` follows (a failed swap may leave the page absent: never
-    taken for unchanged later)."""
+async def _write(item: _Pending, dense: Any, sparse_vecs: Sequence[SparseVector], *, run: _Run) -> bool:
+    """Swap the page's new version in; ``run.live`` follows (a failed swap may leave the page absent: never
+    taken for unchanged later). False when the write failed (reported)."""
+    texts = item.prepared.texts
     points = [
         IndexPoint(ev, texts[i], tuple(float(x) for x in dense[i]), sparse_vecs[i], item.hash)
         for i, ev in enumerate(item.evidence)
     ]
     try:
-        await index.replace_page(item.page.id, item.hash, points)
+        await run.index.replace_page(item.page.id, item.hash, points)
     except EvidentError as exc:
-        live.pop(item.page.id, None)
-        report.failed.append((item.page.id, f"index write failed: {exc}"))
-        return
-    live[item.page.id] = item.hash
+        run.live.pop(item.page.id, None)
+        run.report.failed.append((item.page.id, f"index write failed: {exc}"))
+        return False
+    run.live[item.page.id] = item.hash
     if item.existed:
-        report.updated += 1
+        run.report.updated += 1
     else:
-        report.added += 1
-    kinds.update(ev.kind for ev in item.evidence)
+        run.report.added += 1
+    run.kinds.update(ev.kind for ev in item.evidence)
+    return True

@@ -76,6 +76,18 @@ class IngestSettings(Area):
         le=1,
     )
 
+    page_process: Literal["auto", "yes", "no"] = setting(
+        "auto",
+        "EVIDENT_PAGE_PROCESS",
+        "Prepare pages (parse, BM25-encode, count their words) in a worker process at a lower CPU "
+        "priority: auto (in serve: yes) | yes | no. In serve's own process that work holds the GIL that "
+        "questions being answered need.",
+    )
+    page_process_nice: int = setting(
+        10, "EVIDENT_PAGE_PROCESS_NICE",
+        "How much lower the page worker's CPU priority is (a nice increment).", ge=0, le=19,
+    )
+
     @field_validator("context_items", "dense_context_items")
     @classmethod
     def _known_items(cls, items: tuple[str, ...] | None) -> tuple[str, ...] | None:

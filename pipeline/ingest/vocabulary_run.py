@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from pipeline.errors import EvidentError
 from pipeline.models.sparse import Bm25Encoder
-from pipeline.models.term_counts import TermCounts
+from pipeline.models.term_counts import Contribution, TermCounts
 from pipeline.models.vocabulary import update_vocabulary
 from pipeline.protocols import Embedder, SparseEncoder
 
@@ -97,6 +97,15 @@ class VocabularyRun:
     def _set_pages(self, pages: Sequence[tuple[str, Sequence[str]]]) -> None:
         for page_id, texts in pages:
             self.counts.set_page(page_id, texts, self.sparse)
+
+    async def counted(self, pages: Sequence[tuple[str, Contribution, int]]) -> None:
+        """(page id, its words as ``TermCounts.contribution`` counted them, its evidence count) for pages just
+        written: ``count`` with the counting done where the page was prepared."""
+        await self._counting(self._set_counted, pages)
+
+    def _set_counted(self, pages: Sequence[tuple[str, Contribution, int]]) -> None:
+        for page_id, words, evidence in pages:
+            self.counts.set_contribution(page_id, words, evidence)
 
     async def forget(self, page_ids: Sequence[str]) -> None:
         """The pages left the index: their words leave the counts."""

@@ -174,6 +174,10 @@ class Bm25Encoder:
         self._stop = frozenset().union(*(STOPWORDS.get(lang, frozenset()) for lang in self.languages))
         self._stemmed: dict[str, dict[str, str]] = {lang: {} for lang in self.languages}  # token -> stem
 
+    def __reduce__(self) -> tuple[type[Bm25Encoder], tuple[float, float, float, tuple[str, ...]]]:
+        """Pickled as its parameters: another process (serve's page worker) rebuilds the same encoder."""
+        return Bm25Encoder, (self.k1, self.b, self.avg_len, self.languages)
+
     # ------------------------------------------------------------------ analysis
 
     def detect_language(self, tokens: Sequence[str]) -> str:

@@ -68,13 +68,18 @@ class TermCounts:
 
     def set_page(self, page_id: str, texts: Sequence[str], sparse: Bm25Encoder) -> None:
         """``page_id``'s evidence is now ``texts``: its earlier words out, these in."""
-        words, stems = self.contribution(texts, sparse)
+        self.set_contribution(page_id, self.contribution(texts, sparse), len(texts))
+
+    def set_contribution(self, page_id: str, contribution: Contribution, evidence: int) -> None:
+        """``set_page`` with the page's ``contribution`` already counted (by serve's page worker) from its
+        ``evidence`` texts."""
+        words, stems = contribution
         with self._lock:
             self._take_out(page_id)
             self.df.update(words)
             self.stems.update(stems)
             self._changed[page_id] = (words, stems)
-            self.added += len(texts)
+            self.added += evidence
             self._spill()
 
     def forget(self, page_ids: Iterable[str]) -> None:

@@ -1,0 +1,169 @@
+"""Where pages are prepared: serve's worker process gives what a thread gives, at a lower priority, and a
+page its worker dies on or overruns with fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import pickle
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import HashEmbedder, ingest_options, production_settings
+
+from connectors.local import LocalFolderConnector, sample_space_dir
+from pipeline.index.edge import EdgeIndex
+from pipeline.ingest import page_worker
+from pipeline.ingest.page_work import PageWork, ThreadPageWork, make_page_work
+from pipeline.ingest.page_worker import ProcessPageWork
+from pipeline.ingest.run import ingest_pages
+from pipeline.ingest.vocabulary_run import VocabularyRun
+from pipeline.models.sparse import Bm25Encoder
+from pipeline.types import Page
+
+
+async def _pages() -> list[Page]:
+    return [p async for p in LocalFolderConnector([sample_space_dir()]).iter_pages()]
+
+
+def test_bm25_pickles_as_its_parameters() -> None:
+    for encoder in (Bm25Encoder(), Bm25Encoder(avg_len=40), Bm25Encoder(k1=1.5, languages=("german",))):
+        copy = pickle.loads(pickle.dumps(encoder))
+        assert (copy.name, copy.k1, copy.b, copy.languages) == (encoder.name, encoder.k1, encoder.b,
+                                                                encoder.languages)
+        text = "Die Rotation der Schlüssel läuft monatlich; the keys rotate monthly (v2.3)."
+        assert copy.encode_document(text) == encoder.encode_document(text)
+
+
+def test_serve_prepares_pages_in_a_worker_process_and_commands_in_a_thread() -> None:
+    sparse = Bm25Encoder()
+    settings = production_settings()
+    assert isinstance(make_page_work(settings.ingest, sparse, serving=True), ProcessPageWork)
+    assert isinstance(make_page_work(settings.ingest, sparse), ThreadPageWork)
+    off = production_settings(page_process="no").ingest
+    assert isinstance(make_page_work(off, sparse, serving=True), ThreadPageWork)
+    on = production_settings(page_process="yes", page_process_nice=3).ingest
+    assert isinstance(make_page_work(on, sparse), ProcessPageWork)
+
+
+async def test_the_worker_process_prepares_what_a_thread_prepares_at_a_lower_priority() -> None:
+    options, sparse = ingest_options(), Bm25Encoder()
+    work = ProcessPageWork(sparse, nice=7)
+    try:
+        for page in await _pages():
+            here = await ThreadPageWork(sparse).prepare(page, options, encode=True, count=True)
+            there = await work.prepare(page, options, encode=True, count=True)
+            assert here[0] is not None and there[0] is not None and there[1] == ""
+            assert there[0].split.evidence == here[0].split.evidence
+            assert (there[0].texts, there[0].dense_texts) == (here[0].texts, here[0].dense_texts)
+            assert there[0].sparse == here[0].sparse and there[0].sparse is not None
+            assert there[0].words == here[0].words and there[0].words is not None
+        assert work.started == 1  # one child for every page
+        assert work._process is not None
+        assert os.getpriority(os.PRIO_PROCESS, work._process.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 7
+    finally:
+        await work.close()
+    assert work._process is None
+
+
+async def test_a_page_whose_worker_dies_fails_alone_and_the_next_page_gets_a_new_worker() -> None:
+    options, pages = ingest_options(), await _pages()
+    work = ProcessPageWork(Bm25Encoder(), nice=0)
+
+    def kill_when_started() -> None:
+        for _ in range(1000):
+            process = work._process
+            if process is not None:
+                os.kill(process.pid, signal.SIGKILL)
+                return
+            time.sleep(0.005)
+
+    try:
+        killer = threading.Thread(target=kill_when_started)
+        killer.start()
+        prepared, why, _ = await work.prepare(pages[0], options, encode=True, count=False)
+        killer.join()
+        assert prepared is None and why == "the page worker process died on this page (exit code -9)"
+        again, why, _ = await work.prepare(pages[0], options, encode=True, count=False)
+        assert again is not None and why == "" and work.started == 2
+        assert work._process is not None
+        os.kill(work._process.pid, signal.SIGKILL)  # between pages: the next page is not failed for it
+        work._process.wait(10)
+        after, why, _ = await work.prepare(pages[1], options, encode=True, count=False)
+        assert after is not None and why == "" and work.started == 3
+    finally:
+        await work.close()
+
+
+async def test_a_page_over_its_deadline_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    options, page = ingest_options(), (await _pages())[0]
+    work = ProcessPageWork(Bm25Encoder(), nice=0)
+    try:
+        monkeypatch.setattr(page_worker, "START_S", 0.0)
+        hurried = dataclasses.replace(options, parse=dataclasses.replace(options.parse, timeout_s=0.01))
+        prepared, why, _ = await work.prepare(page, hurried, encode=True, count=False)  # start-up is longer
+        assert prepared is None and why.startswith("preparing the page took over 0 s")
+        assert work._process is None
+        monkeypatch.setattr(page_worker, "START_S", 60.0)
+        prepared, why, _ = await work.prepare(page, options, encode=True, count=False)
+        assert prepared is not None and work.started == 2
+    finally:
+        await work.close()
+
+
+class _OwnBm25(Bm25Encoder):
+    """A sparse encoder the page worker cannot rebuild (it pickles as a plain ``Bm25Encoder``)."""
+
+
+async def _ingest(work: PageWork, index_dir: Path, vocabulary: Path,
+                  sparse: Bm25Encoder | None = None) -> tuple[list[str], dict[str, int]]:
+    embedder, sparse = HashEmbedder(), sparse or Bm25Encoder()
+    index = EdgeIndex(index_dir)
+    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    try:
+        async with VocabularyRun.held(vocabulary, sparse, None, embedder, []) as words:
+            assert words is not None
+            report = await ingest_pages(await _pages(), index=index, embedder=embedder, sparse=sparse,
+                                        options=ingest_options(), vocabulary=words, work=work)
+            counts = dict(words.counts.df)
+        assert report.failed == [] and report.added == 10
+        return sorted((await index.page_hashes()).values()), counts
+    finally:
+        await index.close()
+        await work.close()
+
+
+async def test_an_ingest_through_the_worker_process_writes_what_a_thread_writes(tmp_path: Path) -> None:
+    threaded = await _ingest(ThreadPageWork(Bm25Encoder()), tmp_path / "a", tmp_path / "a.vocab")
+    worker = await _ingest(ProcessPageWork(Bm25Encoder(), nice=5), tmp_path / "b", tmp_path / "b.vocab")
+    assert threaded == worker and threaded[1]["rotation"] > 0
+
+
+async def test_closing_during_a_page_ends_that_page_not_the_caller() -> None:
+    options, page = ingest_options(), (await _pages())[0]
+    work = ProcessPageWork(Bm25Encoder(), nice=0)
+    pending = asyncio.ensure_future(work.prepare(page, options, encode=True, count=False))
+    for _ in range(2000):
+        if work._process is not None:
+            break
+        await asyncio.sleep(0.005)
+    await work.close()
+    prepared, why, _ = await pending
+    assert prepared is None and "died" in why and work._process is None
+
+
+async def test_a_sparse_encoder_the_worker_cannot_rebuild_is_left_to_this_process(tmp_path: Path) -> None:
+    own = _OwnBm25()
+    work = ProcessPageWork(own, nice=0)
+    try:
+        prepared, _, _ = await work.prepare((await _pages())[0], ingest_options(), encode=True, count=True)
+        assert prepared is not None and prepared.texts and prepared.sparse is None and prepared.words is None
+    finally:
+        await work.close()
+    threaded = await _ingest(ThreadPageWork(own), tmp_path / "a", tmp_path / "a.vocab", own)
+    worker = await _ingest(ProcessPageWork(own, nice=0), tmp_path / "b", tmp_path / "b.vocab", own)
+    assert threaded == worker and threaded[1]["rotation"] > 0  # encoded and counted here instead
