@@ -15,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pipeline.errors import EvidentError
 from pipeline.ingest.contextualize import contextualize
-from pipeline.ingest.options import IngestOptions
-from pipeline.ingest.settings import IngestSettings
 from pipeline.ingest.split import PageEvidence, split_page
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.models.term_counts import Contribution, TermCounts
-from pipeline.protocols import SparseEncoder
-from pipeline.types import Page, SparseVector
+
+if TYPE_CHECKING:  # not imported by serve's page worker process
+    from pipeline.ingest.options import IngestOptions
+    from pipeline.ingest.settings import IngestSettings
+    from pipeline.protocols import SparseEncoder
+    from pipeline.types import Page, SparseVector
 
 # what encoding a page's texts can raise for that page alone (the batch's old failure set)
 ENCODING_FAILS = (EvidentError, ValueError, RuntimeError, MemoryError, UnicodeError)
@@ -60,9 +62,14 @@ def prepare_page(page: Page, options: IngestOptions, *, encode: bool, bm25: Bm25
         return None, f"could not be parsed ({type(exc).__name__}: {exc})", time.perf_counter() - start
     try:
         texts, dense, sparse = _encoded(split, options, bm25) if encode else ([], [], None)
-        words = TermCounts.contribution((ev.text for ev in split.evidence), bm25) if count and bm25 else None
     except ENCODING_FAILS as exc:
         return None, f"embedding failed: {exc}", time.perf_counter() - start
+    words: Contribution | None = None
+    if count and bm25 is not None:
+        try:
+            words = TermCounts.contribution((ev.text for ev in split.evidence), bm25)
+        except (ValueError, MemoryError, UnicodeError):
+            words = None  # the caller counts them itself, where a failure stops counting, not the page
     return PreparedPage(split, texts, dense, sparse, words), "", time.perf_counter() - start
 
 

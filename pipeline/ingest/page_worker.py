@@ -2,11 +2,15 @@
 ``EVIDENT_PAGE_PROCESS``).
 
 The child is ``python -m pipeline.ingest.page_worker <fd>`` (``pipeline.runtime.child``, as the index worker
-is): it lowers its own priority by ``EVIDENT_PAGE_PROCESS_NICE``, rebuilds the parent's BM25 encoder from
-its parameters, and answers one ``prepare_page`` per request. On two cores the kernel then gives the CPU to
-serve's event loop and index worker whenever a question needs it, which no thread of serve's own process can
-be made to do. A page the child dies on, or that takes longer than its parse bound allows plus a margin,
-fails alone with a one-line reason: the child is stopped and the next page starts a new one.
+is), started with only the environment Python needs (none of the bot's secrets) and at a priority lowered by
+``EVIDENT_PAGE_PROCESS_NICE``; it rebuilds the parent's BM25 encoder from its parameters and answers one
+``prepare_page`` per request. On two cores the kernel then gives the CPU to serve's event loop and index
+worker whenever a question needs it, which no thread of serve's own process can be made to do.
+
+A page the child dies on, or that takes more of the child's CPU time than twice its parse bound plus a minute
+(CPU time, not wall time: the child is starved on purpose while questions are answered), fails alone with a
+one-line reason; the child is stopped and the next page starts a new one. The worker is for priority, not
+isolation: it runs the same parser as a thread would, and its replies are unpickled here.
 """
 
 from __future__ import annotations
@@ -18,17 +22,25 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipeline.ingest.options import IngestOptions
 from pipeline.ingest.page_work import Outcome, prepare_page
 from pipeline.models.sparse import Bm25Encoder
-from pipeline.protocols import SparseEncoder
 from pipeline.runtime.child import spawn_child, stop_child
-from pipeline.types import Page
+
+if TYPE_CHECKING:
+    from pipeline.ingest.options import IngestOptions
+    from pipeline.protocols import SparseEncoder
+    from pipeline.types import Page
 
 log = logging.getLogger(__name__)
-START_S = 60.0  # added to a page's deadline: the child's start-up (imports) on a busy machine
+START_S = 60.0  # added to a page's CPU deadline: the child's start-up (imports)
+WALL_FACTOR = 20  # the wall-clock bound, in CPU deadlines (where /proc cannot tell the CPU time)
+_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")  # what the child inherits
+_Request = tuple["Page", "IngestOptions", bool, bool]
 
 
 class ProcessPageWork:
@@ -36,54 +48,90 @@ class ProcessPageWork:
 
     def __init__(self, sparse: SparseEncoder, *, nice: int) -> None:
         # BM25 pickles as its parameters, so a subclass would come back as a plain encoder: left to the caller
-        self._spec = (sparse if type(sparse) is Bm25Encoder else None, nice)
+        self._bm25 = sparse if type(sparse) is Bm25Encoder else None
+        self.nice = nice
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
-        self._io = threading.Lock()
-        self.started = 0  # children started so far
+        self._io = threading.Lock()  # one exchange at a time; ``close`` waits for it after ending it
         self._closed = False
+        self.started = 0  # children started so far
 
     async def prepare(self, page: Page, options: IngestOptions, *, encode: bool, count: bool) -> Outcome:
         return await asyncio.to_thread(self._exchange, (page, options, encode, count),
                                        options.parse.timeout_s * 2 + START_S)
 
-    def _exchange(self, request: tuple[Page, IngestOptions, bool, bool], deadline_s: float) -> Outcome:
+    def _exchange(self, request: _Request, deadline_s: float) -> Outcome:
         with self._io:
             if self._process is not None and self._process.poll() is not None:
                 self._stop(exit_s=0)  # it died between pages (killed, say): this page goes to a new one
-            if self._closed:
-                return None, "the page worker was closed", 0.0
-            if self._process is None:
-                self._start()
-            process, conn = self._process, self._conn  # ``close`` may take them away: this page then fails
-            assert process is not None and conn is not None
             try:
-                conn.send(request)
-                if conn.poll(deadline_s):
-                    reply: Outcome = conn.recv()
-                    return reply
-                self._stop(exit_s=0)
-                why = f"preparing the page took over {deadline_s:.0f} s: its worker process was stopped"
-                return None, why, deadline_s
+                if self._process is None and not self._closed:
+                    self._start()
+                if self._closed or self._process is None or self._conn is None:
+                    return None, "the page worker was closed", 0.0
+                return self._answer(self._process, self._conn, request, deadline_s)
             except (EOFError, OSError):
+                code = self._process.poll() if self._process is not None else None
                 self._stop(exit_s=5)
-                return None, f"the page worker process died on this page (exit code {process.poll()})", 0.0
+                if self._closed:
+                    return None, "the page worker was closed", 0.0
+                return None, f"the page worker process died on this page (exit code {code})", 0.0
+            except Exception as exc:  # noqa: BLE001 - a start or a request that fails costs this page only
+                self._stop(exit_s=0)
+                return None, f"the page worker failed ({type(exc).__name__}: {exc})", 0.0
+
+    def _answer(self, process: subprocess.Popen[bytes], conn: Connection, request: _Request,
+                deadline_s: float) -> Outcome:
+        """Send ``request``; the reply, or a failure once the child has used ``deadline_s`` of CPU on it."""
+        conn.send(request)
+        used, wall_end = _cpu_s(process.pid), time.monotonic() + deadline_s * WALL_FACTOR
+        step, why = max(0.05, min(1.0, deadline_s / 4)), f"took over {deadline_s:g} s of CPU"
+        while not conn.poll(step):
+            cpu = _cpu_s(process.pid) - used
+            if cpu > deadline_s or time.monotonic() > wall_end:
+                self._stop(exit_s=0)
+                return None, f"preparing the page {why}: its worker was stopped", cpu
+        reply: Outcome = conn.recv()
+        return reply
 
     def _start(self) -> None:
-        process, conn = spawn_child("pipeline.ingest.page_worker")
+        env = {k: os.environ[k] for k in _ENV if k in os.environ}
+        process, conn = spawn_child("pipeline.ingest.page_worker", env=env)
         self._process, self._conn = process, conn
         self.started += 1
-        conn.send(self._spec)
-        log.info("page worker started (pid %d, nice +%d)", process.pid, self._spec[1])
+        try:  # from here, before its imports: the child itself may only raise its niceness
+            lower = min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
+            os.setpriority(os.PRIO_PROCESS, process.pid, lower)
+        except OSError as exc:
+            log.warning("page worker: its priority stays as serve's (%s)", exc)
+        conn.send(self._bm25)
+        log.info("page worker started (pid %d, nice +%d)", process.pid, self.nice)
 
     def _stop(self, exit_s: float) -> None:
         conn, process, self._conn, self._process = self._conn, self._process, None, None
         stop_child(conn, process, None, exit_s=exit_s)
 
     async def close(self) -> None:
-        """Stop the child for good (it exits when its connection closes); a page being prepared fails."""
+        """Stop the child for good; a page being prepared fails ("closed") and the exchange ends at once."""
         self._closed = True
-        await asyncio.to_thread(self._stop, 10.0)
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.kill()  # the exchange's wait wakes on the closed connection
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        with self._io:
+            self._stop(exit_s=10)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds process ``pid`` has used (user + system; 0 where /proc cannot tell: no deadline then)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the child
@@ -92,21 +140,23 @@ def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the child
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the parent's; it closes us
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    spec = conn.recv()
-    if spec is None:  # closed before it began
-        return
-    bm25, nice = spec
-    with contextlib.suppress(OSError):
-        os.nice(nice)
+    bm25 = conn.recv()
     while True:
         try:
             request = conn.recv()
         except (EOFError, OSError):
             break
-        if request is None:
+        if request is None:  # closed
             break
         page, options, encode, count = request
-        conn.send(prepare_page(page, options, encode=encode, bm25=bm25, count=count))
+        started = time.perf_counter()
+        try:
+            reply = prepare_page(page, options, encode=encode, bm25=bm25, count=count)
+            conn.send(reply)
+        except (EOFError, OSError):
+            break
+        except Exception as exc:  # noqa: BLE001 - a reply that cannot be sent costs its page (no page text)
+            conn.send((None, f"the page worker failed ({type(exc).__name__})", time.perf_counter() - started))
 
 
 if __name__ == "__main__":  # pragma: no cover - the child process

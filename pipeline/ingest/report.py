@@ -16,7 +16,7 @@ class IngestReport:
     warnings: list[tuple[str, str]] = field(default_factory=list)  # indexed in full after a recovery
     evidence_by_kind: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
-    slowest_page: tuple[str, float] = ("", 0.0)  # parse + evidence, seconds
+    slowest_page: tuple[str, float] = ("", 0.0)  # preparing it (parse, evidence, BM25, words), seconds
 
     @property
     def evidence(self) -> int:

@@ -179,7 +179,7 @@ async def _unchanged(page: Page, run: _Run, access: dict[str, PageAccess]) -> No
     run.report.unchanged += 1
     if page.access is not None:
         access[page.id] = page.access
-    if run.words is not None and run.words.bootstrap:
+    if run.words is not None and run.words.bootstrap and run.words.failed is None:
         prepared, _, _ = await run.work.prepare(page, run.options, encode=False, count=True)
         if prepared is not None:
             await _count([_Pending(page, "", True, prepared)], run.words)
@@ -189,8 +189,8 @@ async def _prepared(page: Page, run: _Run) -> PreparedPage | None:
     """The page parsed, encoded and counted (by ``run.work``); its failure, losses, recoveries and time in the
     report."""
     report = run.report
-    prepared, reason, seconds = await run.work.prepare(page, run.options, encode=True,
-                                                       count=run.words is not None)
+    counting = run.words is not None and run.words.failed is None
+    prepared, reason, seconds = await run.work.prepare(page, run.options, encode=True, count=counting)
     if seconds > report.slowest_page[1]:
         report.slowest_page = (page.id, seconds)
     if prepared is None:
@@ -211,29 +211,24 @@ def _progress_bar(enabled: bool) -> Any:
 
 
 async def _embed_and_write(batch: Sequence[_Pending], run: _Run) -> None:
-    """Embed the batch (page by page when the batch fails as a whole, to find the page(s) at fault), write
-    each page, then count the written pages' words."""
+    """Embed the batch (page by page when the batch fails as a whole, to find the page(s) at fault) and
+    write each page."""
     await run.pause()
     encoded = await _encode(batch, run)
-    written: list[_Pending] = []
     if encoded is None:
         for item in batch:
             await run.pause()
             single = await _encode([item], run, report=True)
-            if single is not None and await _write(item, *single, run=run):
-                written.append(item)
-    else:
-        dense, sparse_vecs = encoded
-        start = 0
-        for item in batch:
-            end = start + len(item.evidence)
-            await run.pause()
-            if await _write(item, dense[start:end], sparse_vecs[start:end], run=run):
-                written.append(item)
-            start = end
-    if run.words is not None and written:
+            if single is not None:
+                await _write(item, *single, run=run)
+        return
+    dense, sparse_vecs = encoded
+    start = 0
+    for item in batch:
+        end = start + len(item.evidence)
         await run.pause()
-        await _count(written, run.words)
+        await _write(item, dense[start:end], sparse_vecs[start:end], run=run)
+        start = end
 
 
 async def _count(written: Sequence[_Pending], words: VocabularyRun) -> None:
@@ -276,9 +271,9 @@ async def _encode(batch: Sequence[_Pending], run: _Run, *, report: bool = False
         return None
 
 
-async def _write(item: _Pending, dense: Any, sparse_vecs: Sequence[SparseVector], *, run: _Run) -> bool:
-    """Swap the page's new version in; ``run.live`` follows (a failed swap may leave the page absent: never
-    taken for unchanged later). False when the write failed (reported)."""
+async def _write(item: _Pending, dense: Any, sparse_vecs: Sequence[SparseVector], *, run: _Run) -> None:
+    """Swap the page's new version in and count its words; ``run.live`` follows (a failed swap may leave the
+    page absent: never taken for unchanged later; it is reported)."""
     texts = item.prepared.texts
     points = [
         IndexPoint(ev, texts[i], tuple(float(x) for x in dense[i]), sparse_vecs[i], item.hash)
@@ -289,11 +284,12 @@ async def _write(item: _Pending, dense: Any, sparse_vecs: Sequence[SparseVector]
     except EvidentError as exc:
         run.live.pop(item.page.id, None)
         run.report.failed.append((item.page.id, f"index write failed: {exc}"))
-        return False
+        return
     run.live[item.page.id] = item.hash
     if item.existed:
         run.report.updated += 1
     else:
         run.report.added += 1
     run.kinds.update(ev.kind for ev in item.evidence)
-    return True
+    if run.words is not None:  # at once: a run stopped later has counted every page it wrote
+        await _count([item], run.words)

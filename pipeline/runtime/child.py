@@ -12,21 +12,28 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 
-def spawn_child(module: str) -> tuple[subprocess.Popen[bytes], Connection]:
-    """Start ``python -m module <fd>``; return the process and the parent's end of the connection."""
+def spawn_child(module: str, env: Mapping[str, str] | None = None
+                ) -> tuple[subprocess.Popen[bytes], Connection]:
+    """Start ``python -m module <fd>`` with ``env`` (default: this process's environment); return the process
+    and the parent's end of the connection."""
     parent_sock, child_sock = socket.socketpair()
     root = str(Path(__file__).resolve().parents[2])  # the directory holding the pipeline package
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", module, str(child_sock.fileno())],
-            pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env,
+            pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
+            env={**(os.environ if env is None else env), "PYTHONPATH": path},
         )
+    except BaseException:
+        parent_sock.close()
+        raise
     finally:
         child_sock.close()
     return process, Connection(parent_sock.detach())
