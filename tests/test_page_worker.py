@@ -8,12 +8,16 @@ import dataclasses
 import os
 import pickle
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from helpers import HashEmbedder, ingest_options, production_settings
 
 from connectors.local import LocalFolderConnector, sample_space_dir
+from pipeline.errors import IndexError_
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest import page_worker
 from pipeline.ingest.page_work import PageWork, ThreadPageWork, make_page_work
@@ -21,7 +25,7 @@ from pipeline.ingest.page_worker import ProcessPageWork
 from pipeline.ingest.run import ingest_pages
 from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.models.sparse import Bm25Encoder
-from pipeline.types import Page, SparseVector
+from pipeline.types import IndexPoint, Page, SparseVector
 
 
 async def _pages() -> list[Page]:
@@ -178,3 +182,56 @@ async def test_a_sparse_encoder_the_worker_cannot_rebuild_is_left_to_this_proces
     threaded = await _ingest(ThreadPageWork(own), tmp_path / "a", tmp_path / "a.vocab", own)
     worker = await _ingest(ProcessPageWork(own, nice=0), tmp_path / "b", tmp_path / "b.vocab", own)
     assert threaded == worker and threaded[1]["rotation"] > 0  # encoded and counted here instead
+
+
+class _PoisonedEmbedder(HashEmbedder):
+    """Fails every call whose texts hold ``poison``: a batch with that page fails as a whole."""
+
+    def __init__(self, poison: str) -> None:
+        super().__init__()
+        self.poison = poison
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if any(self.poison in t for t in texts):
+            raise ValueError("poisoned")
+        return super().embed_documents(texts)
+
+
+class _FailingWrites:
+    """The index, except that writing ``page_id`` fails."""
+
+    def __init__(self, inner: EdgeIndex, page_id: str) -> None:
+        self.inner, self.page_id = inner, page_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def replace_page(self, page_id: str, page_hash: str, points: Sequence[IndexPoint]) -> None:
+        if page_id == self.page_id:
+            raise IndexError_(f"injected write failure for page {page_id}")
+        await self.inner.replace_page(page_id, page_hash, points)
+
+
+async def _counted(tmp: Path, pages: list[Page], embedder: HashEmbedder, fail_write: str = ""
+                   ) -> dict[str, int]:
+    index = EdgeIndex(tmp / "index")
+    await index.open(dense_dim=embedder.dim, embedder=embedder.name)
+    try:
+        async with VocabularyRun.held(tmp / "vocab", Bm25Encoder(), None, embedder, []) as words:
+            assert words is not None
+            flaky: Any = _FailingWrites(index, fail_write)
+            await ingest_pages(pages, index=flaky, embedder=embedder, sparse=Bm25Encoder(),
+                               options=ingest_options(), vocabulary=words)
+            return dict(words.counts.df)
+    finally:
+        await index.close()
+
+
+async def test_words_are_counted_for_the_pages_written_and_only_those(tmp_path: Path) -> None:
+    pages = await _pages()
+    pages[3] = poisoned = dataclasses.replace(pages[3], body=pages[3].body + "<p>Marked qzxpoison.</p>")
+    unwritten = pages[6]
+    counts = await _counted(tmp_path / "a", pages, _PoisonedEmbedder("qzxpoison"), fail_write=unwritten.id)
+    # the batch failed as a whole, so the other pages were embedded and written one by one: all counted
+    written = [p for p in pages if p.id not in (poisoned.id, unwritten.id)]
+    assert counts == await _counted(tmp_path / "b", written, HashEmbedder())
