@@ -275,10 +275,10 @@ async def _write(item: _Pending, dense: Any, sparse_vecs: Sequence[SparseVector]
     """Swap the page's new version in and count its words; ``run.live`` follows (a failed swap may leave the
     page absent: never taken for unchanged later; it is reported)."""
     texts = item.prepared.texts
-    points = [
-        IndexPoint(ev, texts[i], tuple(float(x) for x in dense[i]), sparse_vecs[i], item.hash)
-        for i, ev in enumerate(item.evidence)
-    ]
+    # an array's rows as Python floats in one C call (not one float() per number: 3 % of serve's GIL time)
+    rows = dense.tolist() if hasattr(dense, "tolist") else [[float(x) for x in row] for row in dense]
+    points = [IndexPoint(ev, texts[i], tuple(rows[i]), sparse_vecs[i], item.hash)
+              for i, ev in enumerate(item.evidence)]
     try:
         await run.index.replace_page(item.page.id, item.hash, points)
     except EvidentError as exc:

@@ -96,10 +96,12 @@ class TermCounts:
         if old is None:
             return
         for counts, minus in ((self.df, old[0]), (self.stems, old[1])):
-            counts.subtract(minus)
-            for word in minus:
-                if counts[word] <= 0:
-                    del counts[word]
+            for word, n in minus.items():  # one pass (``Counter.subtract`` and a sweep took two)
+                left = counts.get(word, 0) - n
+                if left > 0:
+                    counts[word] = left
+                else:
+                    counts.pop(word, None)
 
     def _spill(self, at: int = SPILL_PAGES) -> None:
         """Move the changed pages' rows into the database's open transaction once ``at`` are pending: memory
