@@ -7,7 +7,9 @@ import asyncio
 import dataclasses
 import os
 import pickle
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,14 @@ import pytest
 from helpers import HashEmbedder, ingest_options, production_settings
 
 from connectors.local import LocalFolderConnector, sample_space_dir
-from pipeline.errors import IndexError_
+from pipeline.errors import IndexError_, ParseTimeoutError
 from pipeline.index.edge import EdgeIndex
 from pipeline.ingest import page_worker
 from pipeline.ingest.page_work import PageWork, ThreadPageWork, make_page_work
 from pipeline.ingest.page_worker import ProcessPageWork
 from pipeline.ingest.run import ingest_pages
+from pipeline.ingest.storage import ParseLimits, parse_page
+from pipeline.ingest.storage.clock import use_clock
 from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.types import IndexPoint, Page, SparseVector
@@ -38,6 +42,13 @@ def _big_page() -> Page:
                    f"<td>{i}</td></tr>" for i in range(12_000))
     body = f"<h1>Big</h1><table><tbody><tr><th>Member</th><th>Task</th><th>N</th></tr>{rows}</tbody></table>"
     return Page("big", "Big", "https://wiki.example/big", "ENG", body)
+
+
+def _long_page(sections: int) -> Page:
+    """A page of many short sections: its parse walks (and checks its deadline) element by element."""
+    body = "".join(f"<h2>Part {i}</h2><p>member{i} rotates the keys of service {i % 97} every month.</p>"
+                   f"<ul><li>step {i}</li></ul>" for i in range(sections))
+    return Page("long", "Long", "https://wiki.example/long", "ENG", body)
 
 
 async def _warm(work: ProcessPageWork) -> subprocess.Popen[bytes]:
@@ -235,3 +246,32 @@ async def test_words_are_counted_for_the_pages_written_and_only_those(tmp_path: 
     # the batch failed as a whole, so the other pages were embedded and written one by one: all counted
     written = [p for p in pages if p.id not in (poisoned.id, unwritten.id)]
     assert counts == await _counted(tmp_path / "b", written, HashEmbedder())
+
+
+async def test_the_workers_parse_deadline_counts_its_cpu_time_not_the_time_it_waits() -> None:
+    options = ingest_options()
+    patient = dataclasses.replace(options, parse=dataclasses.replace(options.parse, timeout_s=2.0))
+    work = ProcessPageWork(Bm25Encoder(), nice=0)
+    try:
+        child = await _warm(work)
+        pending = asyncio.ensure_future(work.prepare(_long_page(20_000), patient, encode=True, count=False))
+        await asyncio.sleep(0.5)  # inside its parse (about a second of CPU)
+        os.kill(child.pid, signal.SIGSTOP)  # starved, as a worker at a lower priority is beside questions
+        await asyncio.sleep(3.0)
+        os.kill(child.pid, signal.SIGCONT)
+        prepared, why, _ = await pending
+        assert prepared is not None and why == ""
+    finally:
+        await work.close()
+
+
+def test_a_parse_deadline_is_measured_on_the_clock_in_use() -> None:
+    big = _long_page(6_000)
+    hurried = ParseLimits(timeout_s=0.001, max_table_cells=500_000, min_coverage=0.9)
+    with pytest.raises(ParseTimeoutError):
+        parse_page(big.body, page_id=big.id, limits=hurried)
+    try:
+        use_clock(lambda: 0.0)  # a clock that does not move: no deadline passes
+        assert parse_page(big.body, page_id=big.id, limits=hurried).elements
+    finally:
+        use_clock(time.monotonic)

@@ -83,12 +83,12 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
             await store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
             return report
         finally:
+            if work is None:
+                await own.close()  # stopping a worker process is bounded and raises nothing
             try:
                 await index.close()
             finally:
                 await store.close()
-                if work is None:
-                    await own.close()
     finally:
         source.close()
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.ingest.page_work import Outcome, prepare_page
+from pipeline.ingest.storage.clock import use_clock
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.runtime.child import spawn_child, stop_child
 
@@ -68,29 +69,31 @@ class ProcessPageWork:
                 if self._process is None and not self._closed:
                     self._start()
                 if self._closed or self._process is None or self._conn is None:
+                    self._stop(exit_s=0)  # closed while it started: it has not begun its imports
                     return None, "the page worker was closed", 0.0
                 return self._answer(self._process, self._conn, request, deadline_s)
             except (EOFError, OSError):
-                code = self._process.poll() if self._process is not None else None
+                code = _exit_code(self._process)
                 self._stop(exit_s=5)
                 if self._closed:
                     return None, "the page worker was closed", 0.0
                 return None, f"the page worker process died on this page (exit code {code})", 0.0
             except Exception as exc:  # noqa: BLE001 - a start or a request that fails costs this page only
                 self._stop(exit_s=0)
-                return None, f"the page worker failed ({type(exc).__name__}: {exc})", 0.0
+                return None, f"the page worker could not take the page ({type(exc).__name__}: {exc})", 0.0
 
     def _answer(self, process: subprocess.Popen[bytes], conn: Connection, request: _Request,
                 deadline_s: float) -> Outcome:
         """Send ``request``; the reply, or a failure once the child has used ``deadline_s`` of CPU on it."""
         conn.send(request)
-        used, wall_end = _cpu_s(process.pid), time.monotonic() + deadline_s * WALL_FACTOR
-        step, why = max(0.05, min(1.0, deadline_s / 4)), f"took over {deadline_s:g} s of CPU"
+        used, sent = _cpu_s(process.pid), time.monotonic()
+        step = max(0.05, min(1.0, deadline_s / 4))
         while not conn.poll(step):
-            cpu = _cpu_s(process.pid) - used
-            if cpu > deadline_s or time.monotonic() > wall_end:
+            cpu, wall = _cpu_s(process.pid) - used, time.monotonic() - sent
+            if cpu > deadline_s or wall > deadline_s * WALL_FACTOR:
                 self._stop(exit_s=0)
-                return None, f"preparing the page {why}: its worker was stopped", cpu
+                over = f"{deadline_s:g} s of CPU" if cpu > deadline_s else f"{wall:.0f} s"
+                return None, f"preparing the page took over {over}: its worker was stopped", max(cpu, wall)
         reply: Outcome = conn.recv()
         return reply
 
@@ -125,6 +128,15 @@ class ProcessPageWork:
             self._stop(exit_s=10)
 
 
+def _exit_code(process: subprocess.Popen[bytes] | None) -> int | None:
+    """The exit code of a child whose connection just closed (its exit may be a moment behind)."""
+    if process is None:
+        return None
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        return process.wait(1)
+    return None
+
+
 def _cpu_s(pid: int) -> float:
     """CPU seconds process ``pid`` has used (user + system; 0 where /proc cannot tell: no deadline then)."""
     try:
@@ -140,7 +152,11 @@ def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the child
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the parent's; it closes us
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    bm25 = conn.recv()
+    try:
+        bm25 = conn.recv()
+    except (EOFError, OSError):
+        return
+    use_clock(time.process_time)  # the parse deadline in this process's CPU time: it is starved on purpose
     while True:
         try:
             request = conn.recv()
@@ -156,7 +172,9 @@ def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the child
         except (EOFError, OSError):
             break
         except Exception as exc:  # noqa: BLE001 - a reply that cannot be sent costs its page (no page text)
-            conn.send((None, f"the page worker failed ({type(exc).__name__})", time.perf_counter() - started))
+            why = f"the page worker failed ({type(exc).__name__})"
+            with contextlib.suppress(EOFError, OSError):
+                conn.send((None, why, time.perf_counter() - started))
 
 
 if __name__ == "__main__":  # pragma: no cover - the child process

@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pipeline.ingest.storage.clock import now
 from pipeline.ingest.storage.inline import render_text
 from pipeline.ingest.storage.repair import limit_depth, max_depth, repair, sanitize
 from pipeline.ingest.storage.tables import TableBudget
@@ -84,7 +84,7 @@ def parse_page(xhtml: str, *, limits: ParseLimits, page_id: str = "") -> ParseRe
 def _context(page_id: str, limits: ParseLimits, deadline: float | None = None) -> WalkContext:
     return WalkContext(
         page_id=page_id, max_depth=limits.max_depth, timeout_s=limits.timeout_s,
-        deadline=deadline if deadline is not None else time.monotonic() + limits.timeout_s,
+        deadline=deadline if deadline is not None else now() + limits.timeout_s,
         tables=TableBudget(max_columns=limits.max_table_columns, max_cells=limits.max_table_cells,
                            max_span_chars=limits.max_span_chars),
     )

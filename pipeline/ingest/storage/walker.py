@@ -10,13 +10,13 @@ elements (``ParseTimeoutError``), and tables spend from one ``TableBudget``
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from lxml import etree
 
 from pipeline.errors import ParseTimeoutError
+from pipeline.ingest.storage.clock import now
 from pipeline.ingest.storage.inline import (
     attr,
     clean_code,
@@ -42,7 +42,7 @@ class WalkContext:
 
     page_id: str = ""
     max_depth: int = 200
-    deadline: float = float("inf")  # time.monotonic() bound
+    deadline: float = float("inf")  # bound on ``now()``
     timeout_s: float = 0.0
     tables: TableBudget = field(default_factory=TableBudget)
     table_count: int = 0
@@ -50,7 +50,7 @@ class WalkContext:
 
     def tick(self) -> None:
         self.ticks += 1
-        if self.ticks % _TICK_EVERY == 0 and time.monotonic() > self.deadline:
+        if self.ticks % _TICK_EVERY == 0 and now() > self.deadline:
             raise ParseTimeoutError(
                 f"page {self.page_id or '?'} took longer than {self.timeout_s:g} s to parse "
                 "(EVIDENT_PAGE_TIMEOUT_S)", page_id=self.page_id)
