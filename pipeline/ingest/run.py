@@ -182,7 +182,7 @@ async def _unchanged(page: Page, run: _Run, access: dict[str, PageAccess]) -> No
     if run.words is not None and run.words.bootstrap and run.words.failed is None:
         prepared, _, _ = await run.work.prepare(page, run.options, encode=False, count=True)
         if prepared is not None:
-            await _count([_Pending(page, "", True, prepared)], run.words)
+            await _count(page.id, prepared, run.words)
 
 
 async def _prepared(page: Page, run: _Run) -> PreparedPage | None:
@@ -231,17 +231,13 @@ async def _embed_and_write(batch: Sequence[_Pending], run: _Run) -> None:
         start = end
 
 
-async def _count(written: Sequence[_Pending], words: VocabularyRun) -> None:
-    """The written pages' words into the vocabulary's counts: as counted where they were prepared, else
-    (a sparse encoder the page worker could not rebuild) counted here."""
-    counted = [(item.page.id, item.prepared.words, len(item.evidence)) for item in written
-               if item.prepared.words is not None]
-    if counted:
-        await words.counted(counted)
-    uncounted = [(item.page.id, [ev.text for ev in item.evidence]) for item in written
-                 if item.prepared.words is None]
-    if uncounted:
-        await words.count(uncounted)
+async def _count(page_id: str, prepared: PreparedPage, words: VocabularyRun) -> None:
+    """A written page's words into the vocabulary's counts: as counted where it was prepared, else (a sparse
+    encoder the page worker could not rebuild) counted here."""
+    if prepared.words is not None:
+        await words.counted([(page_id, prepared.words, len(prepared.split.evidence))])
+    else:
+        await words.count([(page_id, [ev.text for ev in prepared.split.evidence])])
 
 
 async def _encode(batch: Sequence[_Pending], run: _Run, *, report: bool = False
@@ -275,7 +271,7 @@ async def _write(item: _Pending, dense: Any, sparse_vecs: Sequence[SparseVector]
     """Swap the page's new version in and count its words; ``run.live`` follows (a failed swap may leave the
     page absent: never taken for unchanged later; it is reported)."""
     texts = item.prepared.texts
-    # an array's rows as Python floats in one C call (not one float() per number: 3 % of serve's GIL time)
+    # an array's rows as Python floats in one C call a page (not one float() a number: 4 % of serve's GIL)
     rows = dense.tolist() if hasattr(dense, "tolist") else [[float(x) for x in row] for row in dense]
     points = [IndexPoint(ev, texts[i], tuple(rows[i]), sparse_vecs[i], item.hash)
               for i, ev in enumerate(item.evidence)]
@@ -292,4 +288,4 @@ async def _write(item: _Pending, dense: Any, sparse_vecs: Sequence[SparseVector]
         run.report.added += 1
     run.kinds.update(ev.kind for ev in item.evidence)
     if run.words is not None:  # at once: a run stopped later has counted every page it wrote
-        await _count([item], run.words)
+        await _count(item.page.id, item.prepared, run.words)
