@@ -64,7 +64,8 @@ class SyncLoop:
 
     async def run(self) -> None:
         """Sync cycles until cancelled; pages are prepared where ``EVIDENT_PAGE_PROCESS`` says (by default in
-        a worker process at a lower CPU priority), by one worker kept for every cycle."""
+        a worker process at a lower CPU priority), by one worker kept for every cycle, and the keyword
+        vocabulary's counts are kept in memory from one cycle to the next."""
         from pipeline.ingest.page_work import make_page_work
 
         work = make_page_work(self.settings.ingest, self.engine.sparse, serving=True)
@@ -75,11 +76,14 @@ class SyncLoop:
 
     async def _cycles(self, work: PageWork) -> None:
         from connectors.confluence.run import run_sync, summary
+        from pipeline.ingest.vocabulary_run import KeptCounts
 
+        kept = KeptCounts()  # the keyword vocabulary's counts, from one cycle to the next
         while True:
             try:
                 report = await run_sync(
-                    self.settings, spaces=None, full=False, progress=False, engine=self.engine, work=work
+                    self.settings, spaces=None, full=False, progress=False, engine=self.engine, work=work,
+                    kept=kept,
                 )
                 log.info("sync: %s", summary(report))
                 for label, rows in (("failed", report.failed), ("partial", report.partial)):

@@ -11,6 +11,7 @@ from connectors.settings import ConnectorSettings
 from pipeline.errors import ConfigError
 from pipeline.factory import drop_index, ingest_options, make_store, open_stack, vocabulary_path
 from pipeline.ingest.page_work import PageWork, make_page_work
+from pipeline.ingest.vocabulary_run import KeptCounts
 from pipeline.protocols import Embedder, Index, SparseEncoder
 from pipeline.runtime.foreground import Foreground
 from pipeline.store import Store
@@ -44,9 +45,9 @@ def check_sync_settings(settings: ConnectorSettings, spaces: Sequence[str] | Non
 
 async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None, full: bool, progress: bool,
                    engine: EngineParts | None = None, rebuild: bool = False,
-                   work: PageWork | None = None) -> SyncReport:
+                   work: PageWork | None = None, kept: KeptCounts | None = None) -> SyncReport:
     """One sync. Reuses the engine's index, embedder and store when given, else opens (and closes) its own;
-    ``work`` (where pages are parsed and encoded, ``make_page_work``) likewise."""
+    ``work`` (``make_page_work``) likewise. ``kept``: a sync loop's vocabulary counts (``KeptCounts``)."""
     check_sync_settings(settings, spaces)
     source = make_confluence_source(settings)
     try:
@@ -64,6 +65,7 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
                 vocabulary=vocabulary_path(settings),
                 step_aside=engine.foreground.step_aside,  # questions first
                 work=work,
+                kept=kept,
             )
             await engine.store.record_sync(
                 source.source_key, summary(report), [*report.failed, *report.partial]
@@ -78,7 +80,7 @@ async def run_sync(settings: ConnectorSettings, *, spaces: Sequence[str] | None,
             report = await sync_confluence(
                 source=source, index=index, embedder=embedder, sparse=sparse, store=store,
                 options=ingest_options(settings), full=full, spaces=list(spaces) if spaces else None,
-                progress=progress, vocabulary=vocabulary_path(settings), work=own,
+                progress=progress, vocabulary=vocabulary_path(settings), work=own, kept=kept,
             )
             await store.record_sync(source.source_key, summary(report), [*report.failed, *report.partial])
             return report

@@ -64,7 +64,7 @@ from pipeline.errors import ConfigError, RemoteError
 from pipeline.ingest.page_work import PageWork
 from pipeline.ingest.report import IngestReport
 from pipeline.ingest.run import ingest_pages
-from pipeline.ingest.vocabulary_run import VocabularyRun
+from pipeline.ingest.vocabulary_run import KeptCounts, VocabularyRun
 from pipeline.protocols import CheckpointStore, Embedder, Index, SparseEncoder, SyncStore
 from pipeline.runtime.foreground import StepAside
 from pipeline.types import Page
@@ -115,12 +115,13 @@ async def sync_confluence(
     vocabulary: Path | None = None,
     step_aside: StepAside | None = None,
     work: PageWork | None = None,
+    kept: KeptCounts | None = None,
 ) -> SyncReport:
     """Sync ``spaces`` (default: the source's) into ``index``; ``full`` ignores checkpoints. ``vocabulary``:
     the keyword-expansion vocabulary to keep up to date; while it has no word counts yet, the run reads every
     page (as ``full``) so that the unchanged ones are counted too. ``step_aside``: awaited between ingest
-    steps (``evident serve``: questions first, ``pipeline.runtime.foreground``). ``work``: where pages are
-    parsed and encoded (``pipeline.ingest.page_work``; default: a thread); the caller closes it.
+    steps (``evident serve``: questions first). ``work``: where pages are parsed and encoded (``page_work``;
+    default: a thread); the caller closes it. ``kept``: a sync loop's vocabulary counts, kept between cycles.
 
     Raises ``NotFoundError``/``AuthError``/``UnreachableError`` up front for a wrong space key, bad
     credentials or base URL; later per-page and per-space failures are reported, not raised.
@@ -132,7 +133,7 @@ async def sync_confluence(
         raise ConfigError("no Confluence spaces to sync: set CONFLUENCE_SPACES")
     report = SyncReport()
     # loaded once, saved once, for every space
-    async with VocabularyRun.held(vocabulary, sparse, None, embedder, report.warnings) as words:
+    async with VocabularyRun.held(vocabulary, sparse, None, embedder, report.warnings, kept) as words:
         full = full or (words is not None and words.bootstrap)
         await _sync_spaces(
             keys, _Cycle(source, index, embedder, sparse, store, options, full, progress, report, words,
