@@ -90,11 +90,13 @@ async def test_the_trace_file_times_each_request_and_a_failing_one_turns_it_off(
         await idx.replace_page("P", "hash-v1", page_version("P", "v1", 3))
         await asyncio.gather(*(idx.search(SearchRequest(dense=QUERY_DENSE_T, sparse=QUERY_SPARSE,
                                                         scope=EVERYTHING)) for _ in range(3)))
+        await asyncio.gather(*(idx.count() for _ in range(3)))
         lines = [json.loads(line) for line in trace.read_text().splitlines()]
-        assert [line["op"] for line in lines] == ["open", "replace_page", "search", "search", "search"]
+        assert [line["op"] for line in lines] == ["open", "replace_page", *["search"] * 3, *["count"] * 3]
         for line in lines:
             assert 0 <= line["exec_ms"] <= line["round_trip_ms"] and line["cpu_ms"] >= 0
-        assert max(line["queued_ms"] for line in lines[2:]) > 0  # the third search waited for the others
+        assert all(line["queued_ms"] == 0 for line in lines[2:5])  # questions go at once, side by side
+        assert max(line["queued_ms"] for line in lines[5:]) > 0  # the third count waited for the others
         idx.trace_file = tmp_path  # a directory: the write fails
         assert await idx.count() == 3
         assert idx.trace_file is None and "index trace off" in caplog.text

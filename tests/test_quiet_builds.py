@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -59,21 +61,29 @@ async def test_a_question_waiting_for_the_worker_postpones_the_build_until_answe
         await idx.replace_page("P", "hash-p", page_version("P", "p", 3))
         assert await idx.search(_question()) != []  # answered just now: the build waits
         assert await idx.optimize() is False
-        async with idx._lock:  # the worker busy (a sync's page write): the question waits past quiet_s
+        pid = idx.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # the worker busy (a segment build): the question waits past quiet_s
+        try:
             asking = asyncio.create_task(idx.search(_question()))
             await asyncio.sleep(1.2)
             assert idx.builds.builds == 0
+        finally:
+            os.kill(pid, signal.SIGCONT)
         assert await asking != []
         assert idx.builds.builds == 0  # the quiet period counts from the answer
         await asyncio.wait_for(idx.builds.settled(), 10)
         assert idx.builds.builds == 1 and idx.builds.answering == 0
-        async with idx._lock:  # a question given up while it waits is no longer in flight
+        os.kill(pid, signal.SIGSTOP)  # a question given up while it waits is no longer in flight
+        try:
             asking = asyncio.create_task(idx.search(_question()))
             await asyncio.sleep(0.1)
             assert idx.builds.answering == 1
             asking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asking
+        finally:
+            os.kill(pid, signal.SIGCONT)
         assert idx.builds.answering == 0
 
 

@@ -3,19 +3,22 @@
 Qdrant Edge keeps the GIL for the whole of each call: building the HNSW graph of a 100k-point segment
 froze every thread of the calling process for seconds (``asyncio.to_thread`` does not help), and
 loading a large shard for hundreds of milliseconds. ``ProcessEdgeIndex`` is the ``Index`` that an
-``EdgeIndex(path, ...)`` would be, running in a child process (``python -m pipeline.index.edge_worker``);
-the bot's process only pickles requests and results. ``evident serve`` uses it by default
+``EdgeIndex(path, ...)`` would be, running in a child process (``pipeline.index.edge_worker_child``); the
+bot's process only pickles requests and results. ``evident serve`` uses it by default
 (``EVIDENT_INDEX_PROCESS=auto``).
 
-- One request at a time, in order: the child is one ``EdgeIndex``. An optimize delays searches queued
-  behind it, never the event loop; with ``build_quiet_s`` it waits for a quiet moment (``QuietBuilds``).
+- Writes and every other request go one at a time, in order; a question's requests (``QUESTION_OPS``) go
+  at once beside them (``pipeline.runtime.request_pipe``): the child answers each request as its own task,
+  so a search waits for one step of a page's write, not the whole of it. An optimize still delays the
+  searches behind it (Qdrant Edge holds the child's GIL), never the event loop; with ``build_quiet_s`` it
+  waits for a quiet moment (``QuietBuilds``).
 - The child holds the directory's lease like any evident process, so CLI commands still get the index
   handed over between operations.
-- A crash of the child fails the call in flight with ``IndexError_``; the next call starts a new child
+- A crash of the child fails the calls in flight with ``IndexError_``; the next call starts a new child
   and opens the index again with the same arguments.
 - ``export_points`` moves one page per request.
 - ``trace_file`` (``EVIDENT_INDEX_TRACE_FILE``): a JSON line per request, for finding what a slow search
-  waited for (``trace_line``).
+  waited for (``trace_line``; its CPU time is the child's, with whatever ran beside the request).
 """
 
 from __future__ import annotations
@@ -25,11 +28,8 @@ import contextlib
 import json
 import logging
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from multiprocessing.connection import Connection
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,33 +41,10 @@ from pipeline.index.edge_manifest import read_recipe
 from pipeline.index.lease import describe_process
 from pipeline.index.quiet_builds import QuietBuilds
 from pipeline.runtime.child import spawn_child, stop_child
+from pipeline.runtime.request_pipe import Message, RequestPipe
 from pipeline.types import Evidence, Hit, IndexPoint, SearchRequest
 
 log = logging.getLogger("evident.index")
-
-_OPS = frozenset(
-    {
-        "open",
-        "close",
-        "optimize",
-        "drop",
-        "replace_page",
-        "delete_pages",
-        "set_access",
-        "missing_access",
-        "search",
-        "search_many",
-        "page_hashes",
-        "page_spaces",
-        "get",
-        "count",
-        "stats",
-        "export_page",
-        "snapshot",
-        "restore",
-    }
-)
-
 
 class ProcessEdgeIndex:
     """``EdgeIndex(path, wait_s=..., command=..., layout=...)`` in a child process (see module docstring)."""
@@ -83,10 +60,10 @@ class ProcessEdgeIndex:
             command or f"{describe_process()} (index worker)",
             layout or EdgeLayout(),
         )
-        self._lock = asyncio.Lock()  # requests in order; the pipe carries one at a time
-        self._io = threading.Lock()
+        self._lock = asyncio.Lock()  # every request but a question's: one at a time, in order
+        self._starting = asyncio.Lock()  # one (re)start of the child at a time
         self._process: subprocess.Popen[bytes] | None = None
-        self._conn: Connection | None = None
+        self._pipe: RequestPipe | None = None
         self._open_kwargs: dict[str, Any] | None = None
         self.restarts = 0
         self.trace_file = trace_file
@@ -116,14 +93,14 @@ class ProcessEdgeIndex:
         await self.builds.cancel()
         async with self._lock:
             self._open_kwargs = None
-            await asyncio.to_thread(self._stop)
+            await self._stop()
 
     async def drop(self) -> None:
         await self.builds.cancel()
         await self._request("drop")
         self._open_kwargs = None
         async with self._lock:
-            await asyncio.to_thread(self._stop)
+            await self._stop()
 
     async def optimize(self) -> bool:
         """Build now, or once no request has come for ``build_quiet_s`` (then False; see ``QuietBuilds``)."""
@@ -206,73 +183,90 @@ class ProcessEdgeIndex:
     async def _request(
         self, op: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
-        question = op in QUESTION_OPS
-        asked = time.monotonic()
-        if question:
+        message = (op, args, kwargs or {})
+        if op in QUESTION_OPS:  # beside whatever else is in flight
             self.builds.begin()
-        try:
+            try:
+                reply = await self._call(message)
+            finally:
+                self.builds.end()
+        else:
+            asked = time.monotonic()
             async with self._lock:
-                if self._conn is None and op != "open" and self._open_kwargs is not None:
-                    await self._round_trip(("open", (), self._open_kwargs))  # a new child after a crash
-                    self.restarts += 1
                 self.busy = (op, time.monotonic())
-                try:
-                    reply = await self._round_trip((op, args, kwargs or {}), self.busy[1] - asked)
+                try:  # a cancelled caller still waits: the next request is sent once this one is done
+                    reply = await _finished(self._call(message, self.busy[1] - asked))
                 finally:
                     self.busy = None
-        finally:
-            if question:
-                self.builds.end()
         if reply[0] == "error":
             raise _error(reply[1], reply[2])
         return reply[1]
 
-    async def _round_trip(self, message: tuple[str, tuple[Any, ...], dict[str, Any]],
-                          queued_s: float = 0.0) -> Any:
-        """Send and receive in a worker thread; a cancelled caller still waits, keeping the pipe in step."""
-        task = asyncio.ensure_future(asyncio.to_thread(self._exchange, message, queued_s))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            await asyncio.wait([task])
-            raise
+    async def _call(self, message: Message, queued_s: float = 0.0) -> Any:
+        return await (await self._running(message[0])).call(message, queued_s)
 
-    def _exchange(self, message: tuple[str, tuple[Any, ...], dict[str, Any]], queued_s: float = 0.0) -> Any:
-        with self._io:
-            if self._conn is None:
-                self._start()
-            conn = self._conn
-            assert conn is not None
-            try:
-                sent = time.monotonic()
-                conn.send(message)
-                reply = conn.recv()
-                if self.trace_file is not None:
-                    self._trace(self.trace_file,
-                                trace_line(message[0], sent, queued_s, time.monotonic() - sent, reply))
-                return reply
-            except (EOFError, OSError):
-                code = self._process.poll() if self._process is not None else None
-                self._stop()
-                raise IndexError_(f"the index worker for {self._path} died (exit code {code}) during "
-                                  f"{message[0]}; the next call starts a new one") from None
+    async def _running(self, op: str) -> RequestPipe:
+        """The child's pipe; after a crash, a new child with the index opened again."""
+        async with self._starting:
+            if self._pipe is not None and self._pipe.alive:
+                return self._pipe
+            await self._stop_child()
+            self._process, conn = await asyncio.to_thread(spawn_child, "pipeline.index.edge_worker_child")
+            await asyncio.to_thread(conn.send, self._spec)
+            pipe = self._pipe = RequestPipe(conn, self._died, self._traced)
+            if op != "open" and self._open_kwargs is not None:
+                reply = await pipe.call(("open", (), self._open_kwargs))
+                if reply[0] == "error":
+                    raise _error(reply[1], reply[2])
+                self.restarts += 1
+            return pipe
 
-    def _trace(self, path: Path, line: str) -> None:
-        """Append to the trace file (this runs in the request's thread); a write that fails turns it off."""
+    def _died(self, op: str) -> IndexError_:
+        code = self._process.poll() if self._process is not None else None
+        return IndexError_(f"the index worker for {self._path} died (exit code {code}) during {op}; the next "
+                           f"call starts a new one")
+
+    def _traced(self, op: str, sent: float, queued_s: float, round_trip_s: float, reply: Any) -> None:
+        """Append to the trace file (in the pipe's reader thread); a write that fails turns it off."""
+        path = self.trace_file
+        if path is None:
+            return
         try:
             with open(path, "a", encoding="utf-8") as out:
-                out.write(line + "\n")
+                out.write(trace_line(op, sent, queued_s, round_trip_s, reply) + "\n")
         except OSError as exc:
             log.warning("index trace off: cannot write %s: %s", path, exc)
             self.trace_file = None
 
-    def _start(self) -> None:
-        self._process, self._conn = spawn_child("pipeline.index.edge_worker")
-        self._conn.send(self._spec)
+    async def _stop(self) -> None:
+        async with self._starting:
+            await self._stop_child()
 
-    def _stop(self) -> None:
-        conn, process, self._conn, self._process = self._conn, self._process, None, None
-        stop_child(conn, process, ("close", (), {}), reply_s=60, exit_s=30)  # closing flushes the shard
+    async def _stop_child(self) -> None:
+        """Close the child's index (it finishes what is in flight first; closing flushes the shard), then
+        stop it."""
+        pipe, process, self._pipe, self._process = self._pipe, self._process, None, None
+        if pipe is not None and pipe.alive:
+            with contextlib.suppress(EvidentError, TimeoutError):  # died meanwhile, or hangs: stopped below
+                async with asyncio.timeout(60):
+                    await pipe.call(("close", (), {}))
+        await asyncio.to_thread(_reap, pipe, process)
+
+
+def _reap(pipe: RequestPipe | None, process: subprocess.Popen[bytes] | None) -> None:
+    stop_child(None, process, None, exit_s=30)
+    if pipe is not None:
+        pipe.close()
+
+
+async def _finished(call: Awaitable[Any]) -> Any:
+    """``call``'s result; when the caller is cancelled, still waits for it before raising."""
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
 
 
 MAINTENANCE_OPS = frozenset({"optimize", "replace_page", "delete_pages"})
@@ -297,50 +291,3 @@ def _error(kind: str, message: str) -> EvidentError:
     if isinstance(cls, type) and issubclass(cls, EvidentError):
         return cls(message)
     return IndexError_(message)
-
-
-async def _handle(index: Any, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if op == "export_page":
-        page_id, batch = args
-        return [p async for p in index.export_points(batch, page_ids=[page_id])]
-    return await getattr(index, op)(*args, **kwargs)
-
-
-def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the child
-    """The child: one ``EdgeIndex``, answering requests until told to close or the parent goes away."""
-    import signal
-
-    from pipeline.index.edge import EdgeIndex
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the parent's; it closes us
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    path, wait_s, command, layout = conn.recv()
-    index = EdgeIndex(Path(path), wait_s=wait_s, command=command, layout=layout)
-    loop = asyncio.new_event_loop()
-    try:
-        while True:
-            try:
-                op, args, kwargs = conn.recv()
-            except (EOFError, OSError):
-                break
-            if op not in _OPS:
-                conn.send(("error", "IndexError_", f"unknown index operation {op!r}"))
-                continue
-            try:
-                started, cpu = time.monotonic(), time.process_time()
-                result = loop.run_until_complete(_handle(index, op, args, kwargs))
-                conn.send(("ok", result, time.monotonic() - started, time.process_time() - cpu))
-            except EvidentError as exc:
-                conn.send(("error", type(exc).__name__, str(exc)))
-            except Exception as exc:  # noqa: BLE001 - one failed call; the worker lives on
-                conn.send(("error", "IndexError_", f"{type(exc).__name__}: {exc}"))
-            if op in ("close", "drop"):
-                break
-    finally:
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(index.close())
-        loop.close()
-
-
-if __name__ == "__main__":  # pragma: no cover - the child process
-    _serve(Connection(int(sys.argv[1])))
