@@ -4,6 +4,7 @@ and every way it can end."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 from pathlib import Path
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.access.scope import EVERYTHING
-from pipeline.errors import IndexError_
+from pipeline.errors import IndexBusyError, IndexError_
 from pipeline.index.edge_worker import ProcessEdgeIndex
+from pipeline.index.lease import LOCK_FILE
 from pipeline.types import IndexPoint, SearchRequest
 from tests.index_contract import DIM, EMBEDDER, QUERY_DENSE_T, QUERY_SPARSE, make_point, names, page_version
 
@@ -120,3 +122,44 @@ async def test_closing_waits_for_the_questions_in_flight(tmp_path: Path) -> None
     for task in searches:
         assert set(names(await task)) == {"P"}
     assert idx.pid is None
+
+
+async def test_a_reopen_that_fails_leaves_no_worker_and_the_next_call_tries_again(tmp_path: Path) -> None:
+    """A worker whose reopen failed used to stay, never opened: every later call failed until a restart."""
+    idx = ProcessEdgeIndex(tmp_path / "index", wait_s=0.5)
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        await idx.replace_page("P", "hash-p1", page_version("P", "p1", 3))
+        assert idx.pid is not None
+        os.kill(idx.pid, signal.SIGKILL)
+        for _ in range(500):
+            if not idx.worker_alive:
+                break
+            await asyncio.sleep(0.01)
+        fd = os.open(tmp_path / "index" / LOCK_FILE, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds the index (a bare lock hands nothing over)
+        try:
+            with pytest.raises(IndexBusyError):
+                await idx.count()
+            assert not idx.worker_alive and idx.pid is None
+        finally:
+            os.close(fd)
+        assert await idx.count() == 3
+        assert idx.restarts == 1
+    finally:
+        await idx.close()
+
+
+async def test_a_closed_index_starts_no_worker_until_opened_again(tmp_path: Path) -> None:
+    idx = ProcessEdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    await idx.replace_page("P", "hash-p1", page_version("P", "p1", 3))
+    await idx.close()
+    with pytest.raises(IndexError_, match="not open; call open"):
+        await idx.search(QUESTION)
+    assert idx.pid is None
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        assert await idx.count() == 3
+    finally:
+        await idx.close()

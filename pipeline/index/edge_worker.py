@@ -65,6 +65,7 @@ class ProcessEdgeIndex:
         self._process: subprocess.Popen[bytes] | None = None
         self._pipe: RequestPipe | None = None
         self._open_kwargs: dict[str, Any] | None = None
+        self._closed = False  # by close() or drop(): no new child until open()
         self.restarts = 0
         self.trace_file = trace_file
         self.busy: tuple[str, float] | None = None  # the request in the worker now, since (monotonic)
@@ -79,10 +80,17 @@ class ProcessEdgeIndex:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    @property
+    def worker_alive(self) -> bool:
+        """Whether a child is running and its connection open (False after it died: the next call starts
+        one)."""
+        return self._pipe is not None and self._pipe.alive
+
     # ------------------------------------------------------------------ Index
 
     async def open(self, *, dense_dim: int, embedder: str, recipe: Mapping[str, Any] | None = None) -> None:
         kwargs = {"dense_dim": dense_dim, "embedder": embedder, "recipe": dict(recipe) if recipe else None}
+        self._closed = False
         await self._request("open", (), kwargs)
         self._open_kwargs = kwargs
         if self.builds.quiet_s > 0:  # what an earlier process left unbuilt (cheap when nothing is)
@@ -92,13 +100,13 @@ class ProcessEdgeIndex:
         """Close the index and stop the child (idempotent); a build still waiting for quiet is dropped."""
         await self.builds.cancel()
         async with self._lock:
-            self._open_kwargs = None
+            self._open_kwargs, self._closed = None, True
             await self._stop()
 
     async def drop(self) -> None:
         await self.builds.cancel()
         await self._request("drop")
-        self._open_kwargs = None
+        self._open_kwargs, self._closed = None, True
         async with self._lock:
             await self._stop()
 
@@ -206,25 +214,33 @@ class ProcessEdgeIndex:
         return await (await self._running(message[0])).call(message, queued_s)
 
     async def _running(self, op: str) -> RequestPipe:
-        """The child's pipe; after a crash, a new child with the index opened again."""
+        """The child's pipe; after a crash, a new child with the index opened again (when that fails, or its
+        caller is cancelled, the child is stopped: the next call tries again)."""
         async with self._starting:
             if self._pipe is not None and self._pipe.alive:
                 return self._pipe
+            if self._closed and op != "open":
+                raise IndexError_(f"index at {self._path} is not open; call open() first")
             await self._stop_child()
-            self._process, conn = await asyncio.to_thread(spawn_child, "pipeline.index.edge_worker_child")
-            await asyncio.to_thread(conn.send, self._spec)
-            pipe = self._pipe = RequestPipe(conn, self._died, self._traced)
+            process, conn = await asyncio.to_thread(spawn_child, "pipeline.index.edge_worker_child")
+            self._process = process
+            try:
+                await asyncio.to_thread(conn.send, self._spec)
+            except BaseException:
+                conn.close()
+                raise
+            pipe = self._pipe = RequestPipe(conn, lambda failed: _died(self._path, failed, process),
+                                            self._traced)
             if op != "open" and self._open_kwargs is not None:
-                reply = await pipe.call(("open", (), self._open_kwargs))
-                if reply[0] == "error":
-                    raise _error(reply[1], reply[2])
+                try:
+                    reply = await _finished(pipe.call(("open", (), self._open_kwargs)))
+                    if reply[0] == "error":
+                        raise _error(reply[1], reply[2])
+                except BaseException:
+                    await self._stop_child()
+                    raise
                 self.restarts += 1
             return pipe
-
-    def _died(self, op: str) -> IndexError_:
-        code = self._process.poll() if self._process is not None else None
-        return IndexError_(f"the index worker for {self._path} died (exit code {code}) during {op}; the next "
-                           f"call starts a new one")
 
     def _traced(self, op: str, sent: float, queued_s: float, round_trip_s: float, reply: Any) -> None:
         """Append to the trace file (in the pipe's reader thread); a write that fails turns it off."""
@@ -246,11 +262,18 @@ class ProcessEdgeIndex:
         """Close the child's index (it finishes what is in flight first; closing flushes the shard), then
         stop it."""
         pipe, process, self._pipe, self._process = self._pipe, self._process, None, None
-        if pipe is not None and pipe.alive:
-            with contextlib.suppress(EvidentError, TimeoutError):  # died meanwhile, or hangs: stopped below
-                async with asyncio.timeout(60):
-                    await pipe.call(("close", (), {}))
-        await asyncio.to_thread(_reap, pipe, process)
+        try:
+            if pipe is not None and pipe.alive:
+                with contextlib.suppress(EvidentError, TimeoutError):  # died meanwhile, or hangs: see below
+                    async with asyncio.timeout(60):
+                        await pipe.call(("close", (), {}))
+        finally:  # also when cancelled: the child is stopped and its threads end
+            await asyncio.shield(asyncio.to_thread(_reap, pipe, process))
+
+
+def _died(path: Path, op: str, process: subprocess.Popen[bytes]) -> IndexError_:
+    return IndexError_(f"the index worker for {path} died (exit code {process.poll()}) during {op}; the next "
+                       f"call starts a new one")
 
 
 def _reap(pipe: RequestPipe | None, process: subprocess.Popen[bytes] | None) -> None:

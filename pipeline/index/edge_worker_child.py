@@ -3,8 +3,8 @@ a child process, started as ``python -m pipeline.index.edge_worker_child <fd>``.
 
 Requests arrive as ``(id, op, args, kwargs)`` and are answered as ``(id, reply)``, each by its own task: a
 question's search runs between the steps of a page's write (``EdgeIndex`` keeps its writes in order and lets
-reads through, as it does in one process). ``close`` and ``drop`` wait for the requests in flight, and are
-the last.
+reads through, as it does in one process). ``open``, ``snapshot`` and ``restore`` run alone (after the
+requests in flight, before the next); ``close`` and ``drop`` too, and are the last.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ _OPS = frozenset(
         "restore",
     }
 )
+
+
+# what runs alone: opening, closing, and what swaps the shard's files (a search beside it would find it shut)
+_ALONE = frozenset({"open", "close", "drop", "snapshot", "restore"})
+GONE_WAIT_S = 600.0  # the longest the requests in flight get once the parent has gone
 
 
 async def _handle(index: Any, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -91,14 +96,18 @@ async def _answer_requests(conn: Connection, index: Any) -> None:  # pragma: no 
     running: set[asyncio.Task[None]] = set()
     while (message := await inbox.get()) is not None:
         rid, op, args, kwargs = message
-        if op in ("close", "drop"):
+        if op in _ALONE:  # after what is in flight, and nothing beside it
             if running:
                 await asyncio.wait(running)
             await _answer(conn, index, rid, op, args, kwargs)
-            return
+            if op in ("close", "drop"):
+                return
+            continue
         task = asyncio.create_task(_answer(conn, index, rid, op, args, kwargs))
         running.add(task)
         task.add_done_callback(running.discard)
+    if running:  # the parent went away: what it asked is finished before the index is closed
+        await asyncio.wait(running, timeout=GONE_WAIT_S)
 
 
 async def _answer(conn: Connection, index: Any, rid: int, op: str, args: tuple[Any, ...],

@@ -53,6 +53,7 @@ class IndexSettings(Area):
         None,
         "EVIDENT_INDEX_TRACE_FILE",
         "Diagnostics: serve's index worker appends a JSON line per request here (operation, ms queued "
-        "behind other requests, round trip, execution and CPU in the worker); the file grows until removed. "
+        "behind other requests (writes and maintenance; a question's go at once), round trip, execution and "
+        "CPU in the worker); the file grows until removed. "
         "Only with the index in a worker process (EVIDENT_INDEX_PROCESS). Unset: off.",
     )

@@ -49,7 +49,7 @@ class TermCounts:
         self.df: Counter[str] = df if df is not None else Counter()
         self.stems: Counter[str] = stems if stems is not None else Counter()
         self.pages_path = pages
-        self.added = 0  # changes since loading: evidence counted, pages forgotten (a page emptied counts 1)
+        self.added = 0  # changes since loading: evidence counted, pages forgotten or emptied
         self._db: sqlite3.Connection | None = None
         # a cancelled run's counting thread may still run while the run closes or saves
         self._lock = threading.RLock()
@@ -75,11 +75,11 @@ class TermCounts:
         ``evidence`` texts."""
         words, stems = contribution
         with self._lock:
-            self._take_out(page_id)
+            removed = self._take_out(page_id)
             self.df.update(words)
             self.stems.update(stems)
             self._changed[page_id] = (words, stems)
-            self.added += max(evidence, 1)
+            self.added += evidence or int(removed)  # a page emptied changes the counts too
             self._spill()
 
     def forget(self, page_ids: Iterable[str]) -> None:
@@ -91,10 +91,11 @@ class TermCounts:
                 self.added += 1
             self._spill()
 
-    def _take_out(self, page_id: str) -> None:
+    def _take_out(self, page_id: str) -> bool:
+        """The page's earlier words out of the counts (True when it had any)."""
         old = self._changed[page_id] if page_id in self._changed else self._stored(page_id)
-        if old is None:
-            return
+        if old is None or not (old[0] or old[1]):
+            return False
         for counts, minus in ((self.df, old[0]), (self.stems, old[1])):
             for word, n in minus.items():  # one pass (``Counter.subtract`` and a sweep took two)
                 left = counts.get(word, 0) - n
@@ -102,6 +103,7 @@ class TermCounts:
                     counts[word] = left
                 else:
                     counts.pop(word, None)
+        return True
 
     def _spill(self, at: int = SPILL_PAGES) -> None:
         """Move the changed pages' rows into the database's open transaction once ``at`` are pending: memory
@@ -180,10 +182,12 @@ class TermCounts:
         between leaves counts and rows of different generations, which ``load`` counts afresh."""
         generation = uuid.uuid4().hex
         final = self.path_for(vocabulary)
-        tmp = write_npz(final, words=pack(list(self.df)),  # keys and values in the same order
-                        counts=np.fromiter(self.df.values(), dtype=np.int64, count=len(self.df)),
-                        stems=pack(list(self.stems)),
-                        stem_counts=np.fromiter(self.stems.values(), dtype=np.int64, count=len(self.stems)),
+        with self._lock:  # one snapshot (a cancelled run's counting thread may still be counting)
+            words, stems = list(self.df.items()), list(self.stems.items())
+        tmp = write_npz(final, words=pack([w for w, _ in words]),
+                        counts=np.fromiter((c for _, c in words), dtype=np.int64, count=len(words)),
+                        stems=pack([s for s, _ in stems]),
+                        stem_counts=np.fromiter((c for _, c in stems), dtype=np.int64, count=len(stems)),
                         generation=pack([generation]))
         with self._lock:
             try:

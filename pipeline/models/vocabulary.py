@@ -95,7 +95,7 @@ class KeywordExpander:
         self.embedder = embedder
         self.sparse = sparse
         self._vocab: Vocabulary | None = None
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._lock = threading.Lock()
         self._reloading: threading.Thread | None = None
 
@@ -106,7 +106,7 @@ class KeywordExpander:
             st = self.path.stat()
         except FileNotFoundError:
             return None
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # a save replaces the file: a new inode
         with self._lock:
             if stamp == self._stamp:
                 return self._vocab
@@ -126,7 +126,7 @@ class KeywordExpander:
             thread.join(timeout_s)
         return self._reloading is None
 
-    def _reload(self, stamp: tuple[int, int]) -> None:
+    def _reload(self, stamp: tuple[int, int, int]) -> None:
         """The thread: a read that fails in any way turns expansion off until the file changes again, and
         never stops later reloads."""
         vocab: Vocabulary | None = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 Message = tuple[str, tuple[Any, ...], dict[str, Any]]  # (operation, args, kwargs)
 Trace = Callable[[str, float, float, float, Any], None]  # (op, sent, queued_s, round_trip_s, reply)
@@ -76,7 +79,9 @@ class RequestPipe:
             waiting.sent = time.monotonic()
             try:
                 self._conn.send((rid, *message))
-            except OSError:  # the connection broke, or was closed (the reader fails what is in flight)
+            except OSError:  # the connection broke: the next call starts a new worker
+                with self._state:
+                    self.alive = False
                 error: Exception = self._died(message[0])
             except Exception as exc:  # noqa: BLE001 - not picklable: nothing was sent, this request fails
                 error = TypeError(f"{message[0]} could not be sent to the worker: {exc}")
@@ -89,24 +94,31 @@ class RequestPipe:
 
     def _read(self) -> None:
         """The reader thread: replies to their callers until the connection ends, then fails the rest."""
-        while True:
-            try:
-                rid, reply = self._conn.recv()
-            except Exception:  # noqa: BLE001 - ended, broken or garbled: the worker is taken for dead
-                break
+        try:
+            while True:
+                try:
+                    rid, reply = self._conn.recv()
+                except Exception:  # noqa: BLE001 - ended, broken or garbled: the worker is taken for dead
+                    return
+                with self._state:
+                    waiting = self._waiting.pop(rid, None)
+                if waiting is not None:
+                    self._traced(waiting, reply)
+                    _settle(waiting, reply, None)
+        finally:
             with self._state:
-                waiting = self._waiting.pop(rid, None)
-            if waiting is None:
-                continue
-            if self._trace is not None:
-                round_trip = time.monotonic() - waiting.sent
-                self._trace(waiting.op, waiting.sent, waiting.queued_s, round_trip, reply)
-            _settle(waiting, reply, None)
-        with self._state:
-            self.alive = False
-            left, self._waiting = self._waiting, {}
-        for waiting in left.values():
-            _settle(waiting, None, self._died(waiting.op))
+                self.alive = False
+                left, self._waiting = self._waiting, {}
+            for waiting in left.values():
+                _settle(waiting, None, self._died(waiting.op))
+
+    def _traced(self, waiting: _Waiting, reply: Any) -> None:
+        if self._trace is None:
+            return
+        try:
+            self._trace(waiting.op, waiting.sent, waiting.queued_s, time.monotonic() - waiting.sent, reply)
+        except Exception:  # a diagnostic must not end the replies
+            log.exception("worker trace failed for %s", waiting.op)
 
     def close(self, wait_s: float = 5.0) -> None:
         """Once the worker has exited (its end of the connection closed): stop sending and reading, close
