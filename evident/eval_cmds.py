@@ -183,10 +183,12 @@ def _turn_rows(results: list[Any]) -> list[dict[str, Any]]:
     """Per turn, for paired comparisons between runs (``--output`` only; the table shows the summary)."""
     from pipeline.evaluation.ragas import METRICS
 
-    return [{"lang": r.lang, "conv_id": r.conv_id, "turn": r.turn, "f1": r.f1, "containment": r.containment,
-             "exact": r.exact, "out_of_scope": r.out_of_scope, "judge": r.judge, "answer": r.answer,
+    return [{"lang": r.lang, "conv_id": r.conv_id, "turn": r.turn, "question": r.question,
+             "completed_question": r.completed_question, "gold": r.gold, "f1": r.f1,
+             "containment": r.containment, "exact": r.exact, "out_of_scope": r.out_of_scope, "judge": r.judge,
+             "answer": r.answer,
              "model_reply": r.model_reply, "model_containment": r.model_containment, "model_f1": r.model_f1,
-             **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
+             "draft": r.draft, **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
 
 
 @eval_group.command("judge")

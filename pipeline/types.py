@@ -171,6 +171,7 @@ class AnswerTrace:
     warning: str | None = None
     notice: str | None = None
     model_reply: str | None = None  # the model's own answer where the draft guard showed the quote instead
+    draft: str | None = None  # ``draft`` style: the quote the model was given to rewrite ("[Source n]" cited)
     timings_ms: dict[str, float] = field(default_factory=dict)
     question_terms: list[str] = field(default_factory=list)  # extractive answers: the terms matched
     unit_scores: list[float] = field(default_factory=list)  # extractive answers: the chosen units' scores

@@ -270,6 +270,7 @@ async def test_the_draft_style_hands_the_model_the_extractive_quote_to_rewrite(m
     assert "[Source " in draft and "[1]" not in draft  # cited as the model is asked to cite
     assert re.sub(r" ?\[Source \d+\]", "", draft) == re.sub(r" ?\[\d+\]", "", quoted.answer.text)
     assert r.answer.text == "Alice prepares the evaluation todo list [1]."  # the model's rewrite is shown
+    assert r.answer.trace.draft == draft  # kept for the trace and `eval answers --output`
     assert explained.error is None and len(prompts) > 1  # counterfactuals get a draft of their own subset
     assert all("Draft answer (quoted from the sources):" in u for u in prompts)
 

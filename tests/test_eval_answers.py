@@ -232,6 +232,9 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
         "lang",
         "conv_id",
         "turn",
+        "question",
+        "completed_question",
+        "gold",
         "f1",
         "containment",
         "exact",
@@ -241,6 +244,7 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
         "model_reply",
         "model_containment",
         "model_f1",
+        "draft",
     }
 
 

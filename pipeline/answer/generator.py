@@ -91,6 +91,7 @@ class Generator:
         ans.evidence = kept
         ans.trace.raw_answer = raw
         ans.trace.dropped_for_budget = dropped
+        ans.trace.draft = draft or None
         if quoted:  # replacing what was streamed
             said = "the model's answer said less than the quoted draft" if reply else (
                 "the language model returned an empty answer")

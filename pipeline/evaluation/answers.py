@@ -173,6 +173,7 @@ class AnswerResult:
     model_reply: str | None = None
     model_f1: float | None = None
     model_containment: float | None = None
+    draft: str | None = None  # ``draft`` style: the quote the model was given (``AnswerTrace.draft``)
 
 
 async def run_answer_eval(
@@ -220,6 +221,7 @@ async def _answer_turn(engine: Engine, key: str, turn: QATurn, lang: str, judge:
         exact=exact_match(text, turn.answer, lang), out_of_scope=bool(result.answer.out_of_scope),
         p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency, error=result.error,
         ragas=metrics, **_model_reply(result.answer.trace.model_reply, turn.answer, lang),
+        draft=result.answer.trace.draft,
     )
 
 
