@@ -382,6 +382,7 @@ def engine_options(settings: PipelineSettings, *, trace: bool = False) -> Engine
         context_tokens=llm.context_tokens,
         answer_max_tokens=answer.answer_max_tokens,
         answer_style=answer.answer_style,
+        answer_quotes=answer.answer_quotes,
         followup_retrieval=answer.followup_retrieval,
         attribution_method=method,
         attribution_params=settings.attribution.params(llm=bool(llm.base_url)),

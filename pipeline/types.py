@@ -170,8 +170,10 @@ class AnswerTrace:
     prompt: list[ChatMessage] | None = None  # only when tracing
     warning: str | None = None
     notice: str | None = None
-    model_reply: str | None = None  # the model's own answer where the draft guard showed the quote instead
+    model_reply: str | None = None  # the model's own answer where the shown one differs: the draft guard
+    # showed the quote instead, or quoted units beneath it (``quoted_beneath``)
     draft: str | None = None  # ``draft`` style: the quote the model was given to rewrite ("[Source n]" cited)
+    quoted_beneath: int = 0  # ``draft`` style: the draft's units the rewrite left out, quoted beneath it
     timings_ms: dict[str, float] = field(default_factory=dict)
     question_terms: list[str] = field(default_factory=list)  # extractive answers: the terms matched
     unit_scores: list[float] = field(default_factory=list)  # extractive answers: the chosen units' scores

@@ -275,6 +275,38 @@ async def test_the_draft_style_hands_the_model_the_extractive_quote_to_rewrite(m
     assert all("Draft answer (quoted from the sources):" in u for u in prompts)
 
 
+@pytest.mark.parametrize("quotes", [True, False])
+async def test_a_rewrite_gets_the_quoted_units_it_leaves_out_beneath_it(make: Make, quotes: bool) -> None:
+    from pipeline.answer.draft_guard import draft_units
+
+    question = "What is Alice's todo from the RAG meeting in October?"
+
+    def answering_unit_only(body: dict[str, Any]) -> str:  # the quote's last unit, word for word
+        draft = _user(body).split("Draft answer (quoted from the sources): ", 1)[1].split("\n")[0]
+        return draft_units(draft)[-1]
+
+    async with StubLLMServer(responder=answering_unit_only) as stub:
+        p = await make(llm_url=stub.base_url,
+                       options=engine_options_for(answer_style="draft", answer_quotes=quotes))
+        r = await p.engine.ask("t:quotes", question, scope=EVERYTHING)
+        draft = _user(_answers(stub)[0]).split("Draft answer (quoted from the sources): ", 1)[1].split("\n")[0]
+        counterfactual = await p.engine.generator.generate_from(question, r.answer.evidence, 1, 80)
+    first, last = draft_units(draft)
+    text, marker = re.fullmatch(r"(.*?) (\[Source \d+\])\.?", first).groups()  # type: ignore[union-attr]
+    assert text.startswith("Row 1 in Table 1: Member is Alice")
+    if not quotes:
+        assert r.answer.trace.raw_answer == last and counterfactual == [last]
+        assert r.answer.trace.quoted_beneath == 0 and r.answer.trace.model_reply is None
+        return
+    said, beneath = r.answer.text.split("\n\n")
+    assert "Alice" not in said and said.endswith("[1]")
+    assert beneath == f"\u201c{text}\u201d [2]"  # the unit the rewrite left out, cited as the answer cites
+    assert r.answer.trace.quoted_beneath == 1 and r.answer.trace.model_reply == last
+    assert r.answer.trace.raw_answer == f"{last}\n\n\u201c{text}\u201d {marker}"
+    assert len(r.answer.citations) == 2 and r.answer.citations[1].url == RAG_MEETING_URL
+    assert counterfactual == [r.answer.trace.raw_answer]  # counterfactuals answer the same way
+
+
 @pytest.mark.parametrize(("question", "reply", "why"), [
     ("What is Alice's todo from the RAG meeting in October?", OUT_OF_SCOPE, "the model's answer said less"),
     ("What is Alice's todo from the RAG meeting in October?", "", "the language model returned an empty"),

@@ -34,6 +34,7 @@ ROW_KEYS = {
     "latency_ms_p50",
     "latency_ms_p95",
     "draft_shown",
+    "quoted_beneath",
     "f1_without_guard",
     "containment_without_guard",
 }
@@ -245,6 +246,7 @@ def test_cli_eval_answers_offline(tmp_path: Path) -> None:
         "model_containment",
         "model_f1",
         "draft",
+        "quoted_beneath",
     }
 
 

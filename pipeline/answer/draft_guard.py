@@ -76,7 +76,7 @@ def keeps_draft(answer: str, question: str, draft: str, sources: Sequence[str] =
     restated = not (said - asked) and 2 * len(said & asked) >= len(asked)  # half the question, nothing else
     if restated:
         return bool(quoted - asked)
-    return _leaves_out_the_answer(answer, said, (asked, _numbers(question)), draft, sources, terms)
+    return _leaves_out_the_answer(answer, said, (asked, numbers_in(question)), draft, sources, terms)
 
 
 def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str], set[str]], draft: str,
@@ -84,32 +84,32 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
     """Whether ``answer`` (content words ``said``) leaves out every quoted unit of ``draft`` that shares the
     most of the question's content words (``question``: those and its numbers; see module docstring)."""
     asked, given = question
-    units = [strip_markers(u) for u in _UNIT.findall(draft)]
+    units = [strip_markers(u) for u in draft_units(draft)]
     if not units:
         return False
-    said_in, quoted_in = text_language(answer), text_language(" ".join(_content(u) for u in units))
+    said_in, quoted_in = text_language(answer), text_language(" ".join(unit_content(u) for u in units))
     if said_in and quoted_in and said_in != quoted_in:
         return False  # another language: not comparable word for word
     words = [terms(u) for u in units]
     plain = said - _YES_NO - _NOT
     if plain <= asked and (said & _YES_NO or (plain and any(plain <= w for w in words))):
         return False  # yes or no with the question's words, or one of its options that the quote names
-    numbers = _numbers(strip_markers(answer))
-    if _corrects_a_number(numbers - _numbers(" ".join(units)), asked, sources, terms):
+    numbers = numbers_in(strip_markers(answer))
+    if _corrects_a_number(numbers - numbers_in(" ".join(units)), asked, sources, terms):
         return False
     overlap = [len(w & asked) for w in words]
     most = max(overlap)
     if _corrects_in_words(said - asked - set().union(*words), (asked, most), sources, terms):
         return False
     answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
-    return all(_left_out(_content(u), said, numbers | given, asked, terms) for u in answering)
+    return all(_left_out(unit_content(u), said, numbers | given, asked, terms) for u in answering)
 
 
 def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], terms: Terms) -> bool:
     """Whether an answer with content words ``said`` and ``numbers`` (the question's included) leaves
     ``unit`` out: it has under half of the unit's numbers (where it has one to three), or else none of its
     content words the question does not have (``asked``)."""
-    own_numbers = _numbers(unit)
+    own_numbers = numbers_in(unit)
     if 0 < len(own_numbers) <= MAX_CHECKED_NUMBERS:  # "PCR18 [Source 1]" keeps "PCR18 - Trusted OS start-up"
         return 2 * len(own_numbers & numbers) < len(own_numbers)  # "On 12 November" keeps "12 November 2024"
     own = terms(unit) - asked
@@ -134,18 +134,23 @@ def _corrects_a_number(stated: set[str], asked: set[str], sources: Sequence[str]
     of the ``sources`` that shares a content word with the question: a correction from the sources."""
     if not stated:
         return False
-    return any(stated & _numbers(unit) and terms(unit) & asked
+    return any(stated & numbers_in(unit) and terms(unit) & asked
                for source in sources for unit in split_units(source))
 
 
-def _numbers(text: str) -> set[str]:
+def draft_units(draft: str) -> list[str]:
+    """The quoted units of a draft, each with its markers: "fact [Source 1]." as the draft cites it."""
+    return _UNIT.findall(draft)
+
+
+def numbers_in(text: str) -> set[str]:
     """The numbers in ``text``: thousands separators and leading zeros dropped ("10,000" as "10000", "02:00"
     as "2:00"); "1,5" stays a decimal."""
     found = (n.replace(",", "") if _THOUSANDS_NUMBER.fullmatch(n) else n for n in _NUMBER.findall(text))
     return {_LEADING_ZEROS.sub("", n) for n in found}
 
 
-def _content(unit: str) -> str:
+def unit_content(unit: str) -> str:
     """A unit's words; a verbalized row's cell values only ("Row 2 in Table 1: Step is syncui, and ..." ->
     "syncui ..."), as its numbering and headers are no fact a rewrite must repeat; marker-like page text
     ("note [3]", "(Source 2)", kept as written) aside, as no rewrite repeats a footnote mark."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pipeline.answer.budget import fit_evidence
 from pipeline.answer.citations import CitingStream, is_out_of_scope, parse_citations
 from pipeline.answer.draft_guard import keeps_draft
+from pipeline.answer.draft_quotes import left_out_units, with_quotes
 from pipeline.answer.extractive import extractive_answer_dense
 from pipeline.answer.prompts import ANSWER_TEMPLATES, OUT_OF_SCOPE, PromptLibrary, answer_stream, final_answer
 from pipeline.attribution.counterfactual import NEEDS_PROMPT_LOGPROBS
@@ -81,7 +82,7 @@ class Generator:
         reply = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
         model = self.llm.model_for("answer")
         quoted = keeps_draft(reply, question, draft, texts)  # the model dropped the quote: shown instead
-        raw = draft if quoted else reply
+        raw, beneath = (draft, 0) if quoted else self.with_quotes(reply, question, draft)
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=model)
             ans.trace.warning = "the language model returned an empty answer"
@@ -92,6 +93,9 @@ class Generator:
         ans.trace.raw_answer = raw
         ans.trace.dropped_for_budget = dropped
         ans.trace.draft = draft or None
+        ans.trace.quoted_beneath = beneath
+        if beneath:
+            ans.trace.model_reply = reply
         if quoted:  # replacing what was streamed
             said = "the model's answer said less than the quoted draft" if reply else (
                 "the language model returned an empty answer")
@@ -139,8 +143,18 @@ class Generator:
         out = await self.complete(messages, role="counterfactual", max_tokens=max_tokens,
                                   temperature=temperature, n=m)
         answers = [final_answer(text, self.options.answer_style) for text in out]
-        # the answer's own procedure: where the model dropped this subset's quote, the quote
-        return [draft if keeps_draft(a, question, draft, texts) else a for a in answers]
+        # the answer's own procedure: where the model dropped this subset's quote, the quote; else the
+        # rewrite with the quoted units it leaves out beneath it
+        return [draft if keeps_draft(a, question, draft, texts) else self.with_quotes(a, question, draft)[0]
+                for a in answers]
+
+    def with_quotes(self, reply: str, question: str, draft: str) -> tuple[str, int]:
+        """``reply`` with the units of ``draft`` it leaves out quoted beneath it (``answer_quotes``), and how
+        many; ``(reply, 0)`` without a draft or with the quotes off."""
+        if not (draft and self.options.answer_quotes) or is_out_of_scope(reply):
+            return reply, 0
+        units = left_out_units(reply, question, draft)
+        return with_quotes(reply, units), len(units)
 
     async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:
         """Teacher-forced mean log-prob of ``answer`` given only ``hits``, in the answer prompt's shape."""

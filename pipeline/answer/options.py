@@ -26,4 +26,5 @@ class EngineOptions:
     raw_template: str
     confident_k: int  # evidence for the generator when retrieval is sure (0: all); pipeline.answer.confidence
     answer_style: str  # the answer prompt: plain | persona | cot | draft (``pipeline.answer.prompts``)
+    answer_quotes: bool  # draft style: the units a rewrite leaves out quoted beneath it (``draft_quotes``)
     followup_retrieval: str  # with an LLM: fused | completed | builder (``QueryPlan.retrieval_queries``)

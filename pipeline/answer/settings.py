@@ -115,6 +115,12 @@ class AnswerSettings(Area):
         "quoting) | plain | persona (a named assistant) | cot (reasons first; only its answer is shown and "
         "streamed).",
     )
+    answer_quotes: bool = setting(
+        False,
+        "EVIDENT_ANSWER_QUOTES",
+        "draft style: the quoted units a model's rewrite leaves out are shown beneath it, word for word, so "
+        "an answer says at least what quoting says (pipeline/answer/draft_quotes.py).",
+    )
     prompts_dir: OptionalPath = setting(None, "EVIDENT_PROMPTS_DIR", "Directory of Jinja2 prompt templates.")
 
     @property

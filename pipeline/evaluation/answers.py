@@ -169,11 +169,12 @@ class AnswerResult:
     error: str | None = None
     # faithfulness, answer relevancy, context precision / recall (``--ragas``)
     ragas: RagasScores | None = None
-    # where the draft guard showed the quote: the model's own reply and its scores ("without the guard")
+    # where the shown answer is not the model's (the draft guard, quotes beneath): its own reply and scores
     model_reply: str | None = None
     model_f1: float | None = None
     model_containment: float | None = None
     draft: str | None = None  # ``draft`` style: the quote the model was given (``AnswerTrace.draft``)
+    quoted_beneath: int = 0  # the draft's units quoted beneath the model's answer (``AnswerTrace``)
 
 
 async def run_answer_eval(
@@ -221,7 +222,7 @@ async def _answer_turn(engine: Engine, key: str, turn: QATurn, lang: str, judge:
         exact=exact_match(text, turn.answer, lang), out_of_scope=bool(result.answer.out_of_scope),
         p_at_10=1.0 if rank is not None else 0.0, judge=score, latency_ms=latency, error=result.error,
         ragas=metrics, **_model_reply(result.answer.trace.model_reply, turn.answer, lang),
-        draft=result.answer.trace.draft,
+        draft=result.answer.trace.draft, quoted_beneath=result.answer.trace.quoted_beneath,
     )
 
 
@@ -248,8 +249,10 @@ def _answer_row(results: Sequence[AnswerResult], **keys: object) -> dict[str, An
         "exact_match": _mean([r.exact for r in results]),
         "out_of_scope_rate": _mean([float(r.out_of_scope) for r in results]),
         "p_at_10": _mean([r.p_at_10 for r in results]),
-        # the draft guard: turns where it showed the quote, and the same run scored with the model's replies
-        "draft_shown": sum(r.model_reply is not None for r in results),
+        # the draft guard: turns where it showed the quote; turns with quotes beneath the model's answer; and
+        # the same run scored with the model's own replies
+        "draft_shown": sum(r.model_reply is not None and not r.quoted_beneath for r in results),
+        "quoted_beneath": sum(r.quoted_beneath > 0 for r in results),
         "f1_without_guard": _mean([r.f1 if r.model_f1 is None else r.model_f1 for r in results]),
         "containment_without_guard": _mean(
             [r.containment if r.model_containment is None else r.model_containment for r in results]),

@@ -1,0 +1,51 @@
+"""The draft style's quotes beneath a rewrite (``pipeline/answer/draft_quotes.py``)."""
+
+from __future__ import annotations
+
+from pipeline.answer.draft_quotes import left_out_units, with_quotes
+
+DRAFT = ("Kevin Pearson - AFRL [Source 1]. Row 2 in Table 1: Member is Kevin, and Action is Send the slides "
+         "to Bob [Source 3].")
+QUESTION = "What is Kevin's action item?"
+
+
+def test_the_units_a_rewrite_leaves_out_are_quoted_beneath_it_with_their_markers() -> None:
+    reply = "Kevin sends the slides to Bob [Source 3]."
+    units = left_out_units(reply, QUESTION, DRAFT)
+    assert units == ["Kevin Pearson - AFRL [Source 1]."]  # the row is said, the other unit is not
+    assert with_quotes(reply, units) == (
+        "Kevin sends the slides to Bob [Source 3].\n\n\u201cKevin Pearson - AFRL\u201d [Source 1]")
+
+
+def test_a_rewrite_that_says_every_unit_gets_nothing_beneath_it() -> None:
+    reply = "Kevin Pearson from AFRL sends the slides to Bob [Source 1][Source 3]."
+    assert left_out_units(reply, QUESTION, DRAFT) == []
+    assert with_quotes(reply, []) == reply
+
+
+def test_a_unit_counts_as_said_only_with_its_numbers_and_most_of_its_own_words() -> None:
+    draft = "The next RAG meeting is on 12 November 2024 [Source 2]."
+    question = "When is the next RAG meeting?"
+    assert left_out_units("On 12 November 2024 [Source 2].", question, draft) == []
+    assert left_out_units("In November [Source 2].", question, draft) == [draft]  # its numbers left out
+    # two of three own words ("send", "slide", "bob") count as said; one does not
+    row = "Row 2 in Table 1: Member is Kevin, and Action is Send the slides to Bob [Source 3]."
+    assert left_out_units("Kevin sends the slides [Source 3].", QUESTION, row) == []
+    assert left_out_units("Kevin sends something [Source 3].", QUESTION, row) == [row]
+    # the question's numbers count as said
+    assert left_out_units("It is the second release [Source 1].", "What is release 4.2?",
+                          "Release 4.2 is the second release [Source 1].") == []
+
+
+def test_another_language_than_the_quote_gets_the_units_with_words_of_their_own_quoted() -> None:
+    reply = "Kevin schickt die Folien an Bob [Source 3]."  # German over an English quote
+    assert left_out_units(reply, "Was ist Kevins Aufgabe?", DRAFT) == DRAFT_UNITS
+
+
+def test_nothing_is_added_without_a_draft_or_an_answer() -> None:
+    assert left_out_units("Kevin sends the slides [Source 3].", QUESTION, "") == []
+    assert left_out_units("", QUESTION, DRAFT) == []
+
+
+DRAFT_UNITS = ["Kevin Pearson - AFRL [Source 1].",
+               "Row 2 in Table 1: Member is Kevin, and Action is Send the slides to Bob [Source 3]."]
