@@ -188,7 +188,8 @@ def _turn_rows(results: list[Any]) -> list[dict[str, Any]]:
              "containment": r.containment, "exact": r.exact, "out_of_scope": r.out_of_scope, "judge": r.judge,
              "answer": r.answer,
              "model_reply": r.model_reply, "model_containment": r.model_containment, "model_f1": r.model_f1,
-             "draft": r.draft, "quoted_beneath": r.quoted_beneath, **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
+             "draft": r.draft, "quoted_beneath": r.quoted_beneath,
+             **({m: r.ragas.get(m) for m in METRICS} if r.ragas else {})} for r in results]
 
 
 @eval_group.command("judge")

@@ -34,6 +34,7 @@ from pipeline.answer.query_builder import MAX_QUESTION_CHARS
 from pipeline.answer.settings import RetrievalSettings
 
 REPHRASED = "Who is the primary on-call engineer in weeks 5 to 6?"
+DRAFT_LINE = "Draft answer (quoted from the sources): "
 
 
 def _system(body: dict[str, Any]) -> str:
@@ -282,14 +283,13 @@ async def test_a_rewrite_gets_the_quoted_units_it_leaves_out_beneath_it(make: Ma
     question = "What is Alice's todo from the RAG meeting in October?"
 
     def answering_unit_only(body: dict[str, Any]) -> str:  # the quote's last unit, word for word
-        draft = _user(body).split("Draft answer (quoted from the sources): ", 1)[1].split("\n")[0]
-        return draft_units(draft)[-1]
+        return draft_units(_user(body).split(DRAFT_LINE, 1)[1].split("\n")[0])[-1]
 
     async with StubLLMServer(responder=answering_unit_only) as stub:
         p = await make(llm_url=stub.base_url,
                        options=engine_options_for(answer_style="draft", answer_quotes=quotes))
         r = await p.engine.ask("t:quotes", question, scope=EVERYTHING)
-        draft = _user(_answers(stub)[0]).split("Draft answer (quoted from the sources): ", 1)[1].split("\n")[0]
+        draft = _user(_answers(stub)[0]).split(DRAFT_LINE, 1)[1].split("\n")[0]
         counterfactual = await p.engine.generator.generate_from(question, r.answer.evidence, 1, 80)
     first, last = draft_units(draft)
     text, marker = re.fullmatch(r"(.*?) (\[Source \d+\])\.?", first).groups()  # type: ignore[union-attr]

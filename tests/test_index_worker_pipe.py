@@ -163,3 +163,35 @@ async def test_a_closed_index_starts_no_worker_until_opened_again(tmp_path: Path
         assert await idx.count() == 3
     finally:
         await idx.close()
+
+
+async def test_a_question_cancelled_during_a_reopen_keeps_the_reopened_worker(tmp_path: Path) -> None:
+    """The reopen used to be undone: the new child, opened fine, was stopped because its caller had gone
+    (every question cancelled while the shard loaded cost a whole reopen)."""
+    idx = ProcessEdgeIndex(tmp_path / "index", wait_s=30)
+    await idx.open(dense_dim=DIM, embedder=EMBEDDER)
+    try:
+        await idx.replace_page("P", "hash-p1", page_version("P", "p1", 3))
+        assert idx.pid is not None
+        os.kill(idx.pid, signal.SIGKILL)
+        for _ in range(500):
+            if not idx.worker_alive:
+                break
+            await asyncio.sleep(0.01)
+        fd = os.open(tmp_path / "index" / LOCK_FILE, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the reopen waits for the lease until it is released below
+        searching = asyncio.create_task(idx.search(QUESTION))
+        for _ in range(500):
+            if idx.pid is not None:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        searching.cancel()
+        os.close(fd)
+        with pytest.raises(asyncio.CancelledError):
+            await searching
+        assert idx.worker_alive and idx.restarts == 1  # kept: the next call needs no start
+        pid = idx.pid
+        assert await idx.count() == 3 and idx.pid == pid and idx.restarts == 1
+    finally:
+        await idx.close()

@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import os
+import threading
 import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -134,6 +139,91 @@ async def test_a_page_emptied_takes_its_words_out_of_the_saved_counts(tmp_path: 
         await run.counted([("2", (Counter(), Counter()), 0)])
     df = TermCounts.load(path).df
     assert "gamma" not in df and df["alpha"] == 1
+
+
+async def test_a_cancelled_runs_counting_thread_is_waited_for_before_the_counts_are_saved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancelled cycle's counting went on in its thread while the counts were saved: the rows committed
+    could hold a page whose words the counts file did not, for good (or the thread opened the rows' database
+    again after the run and held it)."""
+    path = tmp_path / "vocab.npz"
+    started, release = threading.Event(), threading.Event()
+    real = TermCounts.set_contribution
+
+    def slow(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
+        if page_id == "2":
+            started.set()
+            release.wait(10)
+        real(self, page_id, contribution, evidence)
+
+    monkeypatch.setattr(TermCounts, "set_contribution", slow)
+
+    async def cycle() -> None:
+        async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), []) as run:
+            assert run is not None
+            await run.count([("1", ["alpha beta"])])
+            await run.count([("2", ["gamma delta"])])
+
+    task = asyncio.create_task(cycle())
+    await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0.1)
+    assert not task.done()  # finish waits for the thread
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    df = TermCounts.load(path).df  # counts and rows of one save: the rows are those counted
+    assert df["gamma"] == 1 and df["alpha"] == 1
+    async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), []) as run:
+        assert run is not None
+        await run.count([("2", ["alpha"])])  # page 2's old words out: "gamma" was in the rows too
+    df = TermCounts.load(path).df
+    assert "gamma" not in df and df["alpha"] == 2
+
+
+def test_retired_counts_change_nothing_and_open_no_database(tmp_path: Path) -> None:
+    counts = TermCounts(tmp_path / "pages.sqlite")
+    counts.retire()
+    counts.set_page("1", ["alpha"], Bm25Encoder())
+    counts.forget(["2"])
+    assert not counts.df and not (tmp_path / "pages.sqlite").exists()
+
+
+async def test_a_start_that_fails_lets_go_of_the_vocabulary_lock(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock was held by a leaked descriptor: the next cycle in the same process waited forever."""
+    path, kept = tmp_path / "vocab.npz", KeptCounts()
+    async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), [], kept) as run:
+        assert run is not None
+        await run.count([("1", ["alpha beta"])])
+
+    def broken(cls: type[TermCounts], vocabulary: Path) -> TermCounts:
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(KeptCounts, "take", lambda self, p: None)
+    monkeypatch.setattr(TermCounts, "load", classmethod(broken))
+    with pytest.raises(MemoryError):
+        await VocabularyRun.start(path, Bm25Encoder(), None, kept)
+    monkeypatch.undo()
+    fd = os.open(path.with_name(path.stem + ".lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the failed start holds it
+    finally:
+        os.close(fd)
+    run = await VocabularyRun.start(path, Bm25Encoder(), None)
+    assert run is not None and run.counts.df["alpha"] == 1
+    run.release()
+
+
+def test_kept_counts_whose_files_cannot_be_stamped_are_not_used(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    path, kept = tmp_path / "vocab.npz", KeptCounts(TermCounts(tmp_path / "p.sqlite"), (None, None))
+
+    def denied(self: Path) -> None:
+        raise PermissionError("denied")
+
+    monkeypatch.setattr(Path, "stat", denied)
+    assert kept.take(path) is None
 
 
 def test_the_update_keeps_known_words_vectors_and_embeds_only_new_words(tmp_path: Path) -> None:

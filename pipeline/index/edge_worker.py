@@ -214,33 +214,36 @@ class ProcessEdgeIndex:
         return await (await self._running(message[0])).call(message, queued_s)
 
     async def _running(self, op: str) -> RequestPipe:
-        """The child's pipe; after a crash, a new child with the index opened again (when that fails, or its
-        caller is cancelled, the child is stopped: the next call tries again)."""
+        """The child's pipe; after a crash, a new child with the index opened again (``_start``)."""
         async with self._starting:
             if self._pipe is not None and self._pipe.alive:
                 return self._pipe
             if self._closed and op != "open":
                 raise IndexError_(f"index at {self._path} is not open; call open() first")
             await self._stop_child()
-            process, conn = await asyncio.to_thread(spawn_child, "pipeline.index.edge_worker_child")
-            self._process = process
+            return await _finished(self._start(op))  # a cancelled caller neither orphans nor undoes a start
+
+    async def _start(self, op: str) -> RequestPipe:
+        """A new child, its spec sent and (unless ``op`` is the open) the index opened again; when a step
+        fails the child is stopped (or left to the next ``_stop_child``): the next call tries again."""
+        process, conn = await asyncio.to_thread(spawn_child, "pipeline.index.edge_worker_child")
+        self._process = process
+        try:
+            await asyncio.to_thread(conn.send, self._spec)
+        except BaseException:
+            conn.close()
+            raise
+        pipe = self._pipe = RequestPipe(conn, lambda failed: _died(self._path, failed, process), self._traced)
+        if op != "open" and self._open_kwargs is not None:
             try:
-                await asyncio.to_thread(conn.send, self._spec)
+                reply = await pipe.call(("open", (), self._open_kwargs))
+                if reply[0] == "error":
+                    raise _error(reply[1], reply[2])
             except BaseException:
-                conn.close()
+                await self._stop_child()
                 raise
-            pipe = self._pipe = RequestPipe(conn, lambda failed: _died(self._path, failed, process),
-                                            self._traced)
-            if op != "open" and self._open_kwargs is not None:
-                try:
-                    reply = await _finished(pipe.call(("open", (), self._open_kwargs)))
-                    if reply[0] == "error":
-                        raise _error(reply[1], reply[2])
-                except BaseException:
-                    await self._stop_child()
-                    raise
-                self.restarts += 1
-            return pipe
+            self.restarts += 1
+        return pipe
 
     def _traced(self, op: str, sent: float, queued_s: float, round_trip_s: float, reply: Any) -> None:
         """Append to the trace file (in the pipe's reader thread); a write that fails turns it off."""
@@ -283,12 +286,15 @@ def _reap(pipe: RequestPipe | None, process: subprocess.Popen[bytes] | None) -> 
 
 
 async def _finished(call: Awaitable[Any]) -> Any:
-    """``call``'s result; when the caller is cancelled, still waits for it before raising."""
+    """``call``'s result; when the caller is cancelled, still waits for it before raising (its own failure,
+    if any, is read, so it is not logged as never retrieved)."""
     task = asyncio.ensure_future(call)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()
         raise
 
 

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -77,8 +77,16 @@ class KeptCounts:
     stamp: Stamp | None = None
 
     def take(self, path: Path) -> TermCounts | None:
+        """The kept counts while the files are as their run left them (None: read the files)."""
         counts, self.counts = self.counts, None
-        return counts if counts is not None and self.stamp == _stamp(path) else None
+        if counts is None:
+            return None
+        try:
+            same = self.stamp == _stamp(path)
+        except OSError as exc:  # the files cannot be stamped: they are read as they are
+            log.info("keyword vocabulary: kept counts not used (%s)", exc)
+            return None
+        return counts if same else None
 
     def keep(self, path: Path, counts: TermCounts) -> None:
         """After ``counts`` were saved to ``path`` (or loaded, and left unchanged); kept only while their
@@ -105,6 +113,8 @@ class VocabularyRun:
     existed: bool
     lock_fd: int
     failed: str | None = None  # why counting stopped in this run
+    # counting in threads: a cancelled caller's goes on, and ``finish`` waits for it before saving
+    _pending: set[asyncio.Future[None]] = field(default_factory=set)
 
     @classmethod
     async def start(
@@ -117,9 +127,13 @@ class VocabularyRun:
 
         def load() -> VocabularyRun:
             fd = _lock(path)
-            counts = (kept.take(path) if kept is not None else None) or TermCounts.load(path)
-            return cls(path, counts, sparse, not counts.df if bootstrap is None else bootstrap, path.exists(),
-                       fd)
+            try:
+                counts = (kept.take(path) if kept is not None else None) or TermCounts.load(path)
+                return cls(path, counts, sparse, not counts.df if bootstrap is None else bootstrap,
+                           path.exists(), fd)
+            except BaseException:  # the lock goes with it, or the next run waits for it forever
+                os.close(fd)
+                raise
 
         return await asyncio.to_thread(load)
 
@@ -164,18 +178,38 @@ class VocabularyRun:
     async def _counting(self, work: Callable[[_T], None], arg: _T) -> None:
         if self.failed is not None:
             return
+        job = asyncio.ensure_future(asyncio.to_thread(work, arg))
+        self._pending.add(job)
+        job.add_done_callback(self._pending.discard)
         try:
-            await asyncio.to_thread(work, arg)
+            await asyncio.shield(job)  # cancelled, the thread still counts: ``finish`` waits for it
         except COUNTING_FAILS as exc:
+            self._stop_counting(exc)
+
+    def _stop_counting(self, exc: BaseException) -> None:
+        if self.failed is None:
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("keyword vocabulary: counting stopped (%s); the next run counts afresh", self.failed)
+
+    async def _settled(self) -> None:
+        """Wait for counting still in threads (a cancelled caller's); what failed there stops counting."""
+        jobs = list(self._pending)
+        if not jobs:
+            return
+        await asyncio.wait(jobs)  # never cancels them: a save must not start while one still counts
+        for job in jobs:
+            if not job.cancelled() and (exc := job.exception()) is not None:
+                self._stop_counting(exc)
 
     async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]],
                      kept: KeptCounts | None = None) -> None:
         """Write the vocabulary when words were counted (or there is none yet), then let the next run have it
         (and ``kept`` the counts); a failure is a warning (appended to ``warnings``): search works without
-        expansion, and the counts are deleted so that the next run counts afresh."""
+        expansion, and the counts are deleted so that the next run counts afresh. Counting still in threads
+        (a cancelled caller's) is waited for first."""
+        kept_now = False
         try:
+            await self._settled()
             if self.failed is not None:
                 await asyncio.to_thread(self._discard)
                 warnings.append(("vocabulary", f"keyword-expansion counts dropped: {self.failed}"))
@@ -184,10 +218,13 @@ class VocabularyRun:
                 await asyncio.to_thread(update_vocabulary, self.path, self.counts, self.sparse, embedder)
             if kept is not None:
                 await asyncio.to_thread(kept.keep, self.path, self.counts)
+                kept_now = True
         except (*COUNTING_FAILS, EvidentError, RuntimeError) as exc:
             await asyncio.to_thread(self._discard)
             warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
         finally:
+            if not kept_now:  # no later run uses them: a change still coming (finish cancelled) is dropped
+                self.counts.retire()
             self.release()
 
     def _discard(self) -> None:

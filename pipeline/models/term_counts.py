@@ -54,6 +54,7 @@ class TermCounts:
         # a cancelled run's counting thread may still run while the run closes or saves
         self._lock = threading.RLock()
         self._changed: dict[str, Contribution | None] = {}  # page id -> its words now (None: gone)
+        self._retired = False
 
     @staticmethod
     def contribution(texts: Iterable[str], sparse: Bm25Encoder) -> Contribution:
@@ -75,6 +76,8 @@ class TermCounts:
         ``evidence`` texts."""
         words, stems = contribution
         with self._lock:
+            if self._retired:
+                return
             removed = self._take_out(page_id)
             self.df.update(words)
             self.stems.update(stems)
@@ -85,6 +88,8 @@ class TermCounts:
     def forget(self, page_ids: Iterable[str]) -> None:
         """The pages left the index: their words out."""
         with self._lock:
+            if self._retired:
+                return
             for page_id in page_ids:
                 self._take_out(page_id)
                 self._changed[page_id] = None
@@ -179,17 +184,17 @@ class TermCounts:
     def save(self, vocabulary: Path) -> None:
         """The changed pages' rows and the counts, as one generation: the counts are written to a temporary
         file, the rows committed with the generation's id, then the counts file moved into place. A crash
-        between leaves counts and rows of different generations, which ``load`` counts afresh."""
+        between leaves counts and rows of different generations, which ``load`` counts afresh. All of it under
+        the lock, so the rows committed are those the counts were written from."""
         generation = uuid.uuid4().hex
         final = self.path_for(vocabulary)
-        with self._lock:  # one snapshot (a cancelled run's counting thread may still be counting)
-            words, stems = list(self.df.items()), list(self.stems.items())
-        tmp = write_npz(final, words=pack([w for w, _ in words]),
-                        counts=np.fromiter((c for _, c in words), dtype=np.int64, count=len(words)),
-                        stems=pack([s for s, _ in stems]),
-                        stem_counts=np.fromiter((c for _, c in stems), dtype=np.int64, count=len(stems)),
-                        generation=pack([generation]))
         with self._lock:
+            words, stems = list(self.df.items()), list(self.stems.items())
+            tmp = write_npz(final, words=pack([w for w, _ in words]),
+                            counts=np.fromiter((c for _, c in words), dtype=np.int64, count=len(words)),
+                            stems=pack([s for s, _ in stems]),
+                            stem_counts=np.fromiter((c for _, c in stems), dtype=np.int64, count=len(stems)),
+                            generation=pack([generation]))
             try:
                 self._spill(at=0)
                 db = self._rows()
@@ -197,7 +202,14 @@ class TermCounts:
                 db.commit()
             finally:
                 self.close()
-        tmp.replace(final)
+            tmp.replace(final)
+
+    def retire(self) -> None:
+        """No run uses these counts any more: close them, and let a change that still comes (a cancelled run's
+        counting thread) change nothing, rather than open the rows' database again and hold it."""
+        with self._lock:
+            self._retired = True
+            self.close()
 
 
 _SCHEMA = """
