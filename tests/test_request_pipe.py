@@ -120,3 +120,34 @@ async def test_a_request_that_cannot_be_pickled_fails_alone() -> None:
         await pipe.call(("echo", (lambda: None,), {}))
     assert await pipe.call(("echo", ("after",), {})) == ("ok", "after")
     await _closed(pipe)
+
+
+class _SlowToSend:
+    """Pickled only once ``go`` is set: the sender thread is held mid-send."""
+
+    def __init__(self, go: threading.Event) -> None:
+        self.go = go
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self.go.wait(10)
+        return (str, ("sent",))
+
+
+async def test_the_trace_counts_the_wait_behind_another_requests_sending() -> None:
+    """A question behind a page's write in the sender's queue waited there unrecorded (queued 0 ms)."""
+    traced: dict[str, float] = {}
+
+    def trace(op: str, sent: float, queued_s: float, *_: Any) -> None:
+        traced[op] = queued_s
+
+    pipe, _, _ = _pipe(trace)
+    go = threading.Event()
+    writing = asyncio.create_task(pipe.call(("echo", (_SlowToSend(go),), {})))
+    await asyncio.sleep(0.05)
+    asking = asyncio.create_task(pipe.call(("question", ("q",), {})))
+    await asyncio.sleep(0.3)
+    go.set()
+    await writing
+    assert await asking == ("ok", "q")
+    assert traced["question"] >= 0.25
+    await _closed(pipe)

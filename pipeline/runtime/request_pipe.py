@@ -39,7 +39,8 @@ class _Waiting:
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
     op: str
-    queued_s: float
+    queued_s: float  # the caller's own wait before ``call``; the sender's queue is added when it is sent
+    enqueued: float = 0.0
     sent: float = 0.0
 
 
@@ -64,7 +65,7 @@ class RequestPipe:
     async def call(self, message: Message, queued_s: float = 0.0) -> Any:
         loop = asyncio.get_running_loop()
         rid = next(self._ids)
-        waiting = _Waiting(loop.create_future(), loop, message[0], queued_s)
+        waiting = _Waiting(loop.create_future(), loop, message[0], queued_s, time.monotonic())
         with self._state:
             if not self.alive:
                 raise self._died(message[0])
@@ -77,6 +78,7 @@ class RequestPipe:
         while (item := self._outbox.get()) is not None:
             rid, message, waiting = item
             waiting.sent = time.monotonic()
+            waiting.queued_s += waiting.sent - waiting.enqueued  # behind other requests' sending
             try:
                 self._conn.send((rid, *message))
             except OSError:  # the connection broke: the next call starts a new worker
