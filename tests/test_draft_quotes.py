@@ -42,6 +42,12 @@ def test_another_language_than_the_quote_gets_the_units_with_words_of_their_own_
     assert left_out_units(reply, "Was ist Kevins Aufgabe?", DRAFT) == DRAFT_UNITS
 
 
+def test_each_unit_quoted_beneath_is_a_paragraph_of_its_own() -> None:
+    assert with_quotes("Kevin [Source 1]", DRAFT_UNITS) == (
+        "Kevin [Source 1]\n\n\u201cKevin Pearson - AFRL\u201d [Source 1]\n\n"
+        "\u201cRow 2 in Table 1: Member is Kevin, and Action is Send the slides to Bob\u201d [Source 3]")
+
+
 def test_nothing_is_added_without_a_draft_or_an_answer() -> None:
     assert left_out_units("Kevin sends the slides [Source 3].", QUESTION, "") == []
     assert left_out_units("", QUESTION, DRAFT) == []

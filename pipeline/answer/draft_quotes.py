@@ -53,7 +53,7 @@ def left_out_units(answer: str, question: str, draft: str, *, share: float = SAI
 
 
 def with_quotes(answer: str, units: Sequence[str]) -> str:
-    """``answer`` with ``units`` beneath it, one a line, each in quotation marks before its markers:
+    """``answer`` with ``units`` beneath it, a paragraph each, in quotation marks before its markers:
     'fact [Source 2].' -> '“fact” [Source 2]'."""
     if not units:
         return answer
@@ -62,7 +62,7 @@ def with_quotes(answer: str, units: Sequence[str]) -> str:
         match = _TRAILING_MARKERS.match(unit.strip())
         text, marks = (match["text"].strip(), match["marks"].strip()) if match else (unit.strip(), "")
         lines.append(f"{OPEN_QUOTE}{text}{CLOSE_QUOTE} {marks}".rstrip())
-    return answer.rstrip() + "\n\n" + "\n".join(lines)
+    return "\n\n".join([answer.rstrip(), *lines])  # a paragraph each: Teams' markdown joins single lines
 
 
 def _comparable(answer: str, contents: Sequence[str]) -> bool:
