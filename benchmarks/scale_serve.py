@@ -23,6 +23,7 @@ from fake_slack import SIGNING_SECRET, EventSender, FakeSlack
 from scale_procs import Proc, RssSampler
 
 TAGS = re.compile(r"<[^>]+>|&[a-z]+;")
+PROBE_EVERY_S = 5.0  # an edit-to-answer probe asks again this long after an answer without the edit
 
 
 def free_port() -> int:
@@ -49,6 +50,7 @@ class ServeRun:
         self.interval, self.rate, self.share, self.seed = interval, rate, share, seed
         self.edit_seed = seed if edit_seed is None else edit_seed
         self.sent: dict[str, float] = {}  # question ts -> when it was sent
+        self.marks: set[str] = set()  # the edit-to-answer probes' questions (ts), kept out of the stream's
         self.probes: list[tuple[float, float]] = []  # (when, /healthz response seconds)
         self.missed: list[dict[str, str]] = []  # edits never seen in an answer
         self.inflight: set[asyncio.Task[int]] = set()
@@ -117,7 +119,11 @@ class ServeRun:
             edited = await asyncio.to_thread(self._site, "edit",
                                              {"share": self.share, "seed": self.edit_seed + k})
             t_edit = time.monotonic()
-            markers = [asyncio.create_task(self._until_answered(e, t_edit)) for e in edited[:3]]
+            # staggered: three probes asked at the same moment every 5 s were bursts of three questions
+            # at once that only the sync windows had, and the slowest answers there (the index worker
+            # answers them one after another)
+            markers = [asyncio.create_task(self._until_answered(e, t_edit, i * PROBE_EVERY_S / 3))
+                       for i, e in enumerate(edited[:3])]
             t_line = await self._sync_line(after=t_edit, within_s=3600)
             after = await asyncio.to_thread(self._site, "stats")
             windows.append((t_edit + 6, t_line))
@@ -161,13 +167,16 @@ class ServeRun:
                     out[thread] = (c.at, str(c.args.get("text", "")))
         return out
 
-    async def _until_answered(self, edited: dict[str, str], t_edit: float) -> float | None:
-        """Seconds from the edit to the first answer showing the edit's new text (asked every 5 s)."""
+    async def _until_answered(self, edited: dict[str, str], t_edit: float, delay: float) -> float | None:
+        """Seconds from the edit to the first answer showing the edit's new text (asked every 5 s, from
+        ``delay`` after the edit)."""
         question = f"Which page names the rotation code word {edited['word']}?"  # only the new version has it
         last = ""
+        await asyncio.sleep(delay)
         while time.monotonic() - t_edit < 2 * self.interval + 60:
             ev = self.send.mention(question, channel="CMARK", user="UMARK")
             self.sent[ev["ts"]] = time.monotonic()
+            self.marks.add(ev["ts"])
             await self.send.event(ev)
             for _ in range(120):
                 got = self._answers().get(ev["ts"])
@@ -177,20 +186,24 @@ class ServeRun:
                     last = got[1]
                     break
                 await asyncio.sleep(0.25)
-            await asyncio.sleep(5)
+            await asyncio.sleep(PROBE_EVERY_S)
         self.missed.append({"page": edited["id"], "question": question, "last answer": last[:300]})
         return None
 
     def _summary(self, windows: list[tuple[float, float]], idle: list[tuple[float, float]],
                  cycles: list[dict[str, Any]], to_answer: list[float | None]) -> dict[str, Any]:
         answers = self._answers()
-        lat: dict[str, list[float]] = {"idle": [], "sync": []}
+        # the steady stream's answers idle and during a sync (the same load in both); the edit probes', which
+        # only the sync windows have, apart, and every question of the sync windows as before
+        lat: dict[str, list[float]] = {"idle": [], "sync": [], "sync_probes": [], "sync_all": []}
         for ts, sent in self.sent.items():
             if ts in answers:
                 where = "sync" if any(a <= sent <= b for a, b in windows) else \
                     "idle" if any(a <= sent <= b for a, b in idle) else None
+                if where == "sync":
+                    lat["sync_all"].append(answers[ts][0] - sent)
                 if where:
-                    lat[where].append(answers[ts][0] - sent)
+                    lat[f"{where}_probes" if ts in self.marks else where].append(answers[ts][0] - sent)
         idle_probe = [d for t, d in self.probes if any(a <= t <= b for a, b in idle)]
         base = statistics.median(idle_probe) if idle_probe else 0.0
         stalls = [d - base for _, d in self.probes]

@@ -13,11 +13,13 @@ with Slack's HTTP transport against the test suite's fake Slack Web API in this 
 Reports: cold sync wall and requests per page; peak RSS of every process (polled every 0.25 s, with their
 children: the index worker); disk; the keyword vocabulary's size; a no-change cycle's requests, bodies and
 seconds, between listings and with every space listed; per edit cycle (``--share`` of the pages edited just
-before serve's next cycle) requests, bodies and seconds; edit-to-answer latency (a question about an edited
-page asked every 5 s until the answer has the new text); answer latency (question to answer in Slack) idle
-against during a sync; event-loop stalls (a ``/healthz`` request every 50 ms, the response time over its
-idle median, which also counts this process's own loop and the machine's scheduling; and serve's own
-``event loop blocked`` warnings, which name where).
+before serve's next cycle) requests, bodies and seconds; edit-to-answer latency (three edited pages, each
+asked about every 5 s until the answer has the new text, the three staggered); the steady stream's answer
+latency (question to answer in Slack) idle against during a sync, and apart from it the edit probes' own
+answers (only the sync windows have them) and every question of the sync windows; event-loop stalls (a
+``/healthz`` request every 50 ms, the response time over its idle median, which also counts this
+process's own loop and the machine's scheduling; and serve's own ``event loop blocked`` warnings, which
+name where).
 
 ``--reuse --work DIR --edit-seed N`` starts from an earlier run's data (the site on the port that run's
 pages were synced from, kept in ``DIR/site.port``: page URLs are part of a page's hash): an incremental sync
@@ -166,6 +168,10 @@ def report(r: dict[str, Any]) -> None:
           f"{s['sync'].get('p90', float('nan')):.3f}/{s['sync'].get('p95', float('nan')):.3f} s, "
           f"{s['sync'].get('over_2x_idle_p99', '?')} over 2x idle p99); "
           f"answered {s['answered']}/{s['asked']}")
+    for key, name in (("sync_probes", "the edit probes' own questions"), ("sync_all", "every question")):
+        if key in s and s[key]["n"]:
+            print(f"  during sync, {name}: p50/p99 {s[key]['p50']:.3f}/{s[key]['p99']:.3f} s "
+                  f"(n={s[key]['n']}, {s[key]['over_2x_idle_p99']} over 2x idle p99)")
     print(f"stalls: max {s['stalls']['max_ms']:.0f} ms, over 100 ms: {s['stalls']['over_100ms']} "
           f"of {s['stalls']['probes']} probes; serve's own loop watch (> 100 ms): {len(s['loop_blocked'])}")
     for line in s["loop_blocked"][:20]:
