@@ -170,7 +170,11 @@ class ServeRun:
     async def _until_answered(self, edited: dict[str, str], t_edit: float, delay: float) -> float | None:
         """Seconds from the edit to the first answer showing the edit's new text (asked every 5 s, from
         ``delay`` after the edit)."""
-        question = f"Which page names the rotation code word {edited['word']}?"  # only the new version has it
+        # only the new version has the word; asked with no other content word, as the reused index of a
+        # `--reuse` run keeps earlier runs' code-word lines (the restarted site serves its pages' older
+        # versions, which a sync does not take for changes), and short passages repeating "rotation code
+        # word" outranked the long one holding the new word (3 of 6 probes missed in the 22nd run)
+        question = f"What is {edited['word']}?"
         last = ""
         await asyncio.sleep(delay)
         while time.monotonic() - t_edit < 2 * self.interval + 60:
