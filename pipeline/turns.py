@@ -81,6 +81,7 @@ class TurnRecord:
     timings: Mapping[str, float] = field(default_factory=dict)
     error: str | None = None
     raw_answer: str = ""  # the generator's text before citation parsing: what explain regenerates against
+    explained_answer: str = ""  # where explain regenerates against less (the model's words; "" for all of it)
     notice: str | None = None  # e.g. "your message was shortened"
     message_ref: str | None = None  # the platform's id of the posted answer (Slack ts, Teams activity id)
     explained_at: str | None = None  # when an explanation of this answer was posted (it is posted once)

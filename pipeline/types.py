@@ -174,6 +174,9 @@ class AnswerTrace:
     # showed the quote instead, or quoted units beneath it (``quoted_beneath``)
     draft: str | None = None  # ``draft`` style: the quote the model was given to rewrite ("[Source n]" cited)
     quoted_beneath: int = 0  # ``draft`` style: the draft's units the rewrite left out, quoted beneath it
+    # what explanations regenerate against where it is not ``raw_answer``: the model's answer without the
+    # units quoted beneath it (they are the sources' own words, cited)
+    explained: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     question_terms: list[str] = field(default_factory=list)  # extractive answers: the terms matched
     unit_scores: list[float] = field(default_factory=list)  # extractive answers: the chosen units' scores

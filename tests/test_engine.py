@@ -291,12 +291,16 @@ async def test_a_rewrite_gets_the_quoted_units_it_leaves_out_beneath_it(make: Ma
         r = await p.engine.ask("t:quotes", question, scope=EVERYTHING)
         draft = _user(_answers(stub)[0]).split(DRAFT_LINE, 1)[1].split("\n")[0]
         counterfactual = await p.engine.generator.generate_from(question, r.answer.evidence, 1, 80)
+        explained = await p.engine.explain(r.turn_id, scope=EVERYTHING)
+        stored = await p.store.get_turn(r.turn_id)
+    assert explained.error is None and stored is not None
     first, last = draft_units(draft)
     text, marker = re.fullmatch(r"(.*?) (\[Source \d+\])\.?", first).groups()  # type: ignore[union-attr]
     assert text.startswith("Row 1 in Table 1: Member is Alice")
     if not quotes:
         assert r.answer.trace.raw_answer == last and counterfactual == [last]
         assert r.answer.trace.quoted_beneath == 0 and r.answer.trace.model_reply is None
+        assert stored.explained_answer == ""  # the whole answer is explained
         return
     said, beneath = r.answer.text.split("\n\n")
     assert "Alice" not in said and said.endswith("[1]")
@@ -304,7 +308,9 @@ async def test_a_rewrite_gets_the_quoted_units_it_leaves_out_beneath_it(make: Ma
     assert r.answer.trace.quoted_beneath == 1 and r.answer.trace.model_reply == last
     assert r.answer.trace.raw_answer == f"{last}\n\n\u201c{text}\u201d {marker}"
     assert len(r.answer.citations) == 2 and r.answer.citations[1].url == RAG_MEETING_URL
-    assert counterfactual == [r.answer.trace.raw_answer]  # counterfactuals answer the same way
+    # explanations are of the model's own words: counterfactuals regenerate those, not the quotes beneath
+    assert counterfactual == [last] and stored.explained_answer == last
+    assert stored.raw_answer == r.answer.trace.raw_answer
 
 
 @pytest.mark.parametrize(("question", "reply", "why"), [
@@ -536,7 +542,8 @@ async def test_429_with_retry_after_then_success_is_answered(make: Make) -> None
         p = await make(llm_url=stub.base_url)
         r = await p.engine.ask("t:429", "How do I roll back a deployment?", scope=EVERYTHING)
         assert stub.calls == 2
-    assert r.error is None and r.answer.text == "Run kestrel rollback [1]."
+    # the model's answer first (the quoted units it leaves out follow beneath it)
+    assert r.error is None and r.answer.text.split("\n\n")[0] == "Run kestrel rollback [1]."
 
 
 # ---------------------------------------------------------------- bad input

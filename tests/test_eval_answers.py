@@ -151,9 +151,10 @@ async def test_ragas_metrics_are_reported_per_language_and_source(tmp_path: Path
 
 
 async def test_conversations_use_the_systems_own_history(tmp_path: Path) -> None:
+    """The scores of known answers (quotes beneath them are off here: ``test_quotes_beneath_...``)."""
     convs = load_conversations(write_questions(tmp_path / "q.json", CONVS))
     async with StubLLMServer(responder=scripted_reply) as stub:
-        engine = await open_world(tmp_path, stub.base_url)
+        engine = await open_world(tmp_path, stub.base_url, answer_quotes=False)
         try:
             from pipeline.evaluation.answers import LLMJudge
 
@@ -199,7 +200,7 @@ async def test_conversations_use_the_systems_own_history(tmp_path: Path) -> None
 async def test_concurrent_conversations_keep_turn_order_and_no_judge_is_null(tmp_path: Path) -> None:
     convs = load_conversations(write_questions(tmp_path / "q.json", CONVS))
     async with StubLLMServer(responder=scripted_reply, latency=0.05) as stub:
-        engine = await open_world(tmp_path, stub.base_url)
+        engine = await open_world(tmp_path, stub.base_url, answer_quotes=False)
         try:
             results = await run_answer_eval(convs, engine, langs=("en",), concurrency=2)
         finally:
@@ -263,3 +264,24 @@ async def test_failed_turns_score_zero_and_are_counted(tmp_path: Path) -> None:
     report = summarize_answers(results)
     assert report["config"]["turn_errors"] == 2
     assert report["rows"][0]["out_of_scope_rate"] == 0.0
+
+
+async def test_quotes_beneath_an_answer_are_counted_and_the_models_own_reply_scored(tmp_path: Path) -> None:
+    """With the default quotes beneath a rewrite, the turn shows the draft's unit the reply left out; the row
+    counts such turns and scores the model's own reply beside the shown answer."""
+    convs = load_conversations(write_questions(tmp_path / "q.json", CONVS[:1]))
+    async with StubLLMServer(responder=scripted_reply) as stub:
+        engine = await open_world(tmp_path, stub.base_url)
+        try:
+            results = await run_answer_eval(convs, engine, langs=("en",))
+        finally:
+            await close_world(engine)
+    second = results[1]
+    assert second.quoted_beneath == 1 and second.draft and second.model_reply is not None
+    assert second.model_reply == "At eight in the morning [Source 2]."
+    assert second.answer.split("\n\n")[0] == "At eight in the morning [1]."
+    assert "\u201cVisitor badges are handed out at reception desk seven\u201d" in second.answer
+    assert second.model_f1 == 1.0 and second.f1 < 1.0 and second.containment == 1.0
+    (row,) = summarize_answers(results)["rows"]
+    assert row["quoted_beneath"] == sum(r.quoted_beneath > 0 for r in results) >= 1
+    assert row["draft_shown"] == 0 and row["f1_without_guard"] > row["f1"]

@@ -222,6 +222,7 @@ class Engine:
                 timings=turn.timings,
                 error=turn.error,
                 raw_answer=answer.trace.raw_answer if answer.trace.raw_answer is not None else answer.text,
+                explained_answer=answer.trace.explained or "",
                 notice=notice,
             )
         )

@@ -60,7 +60,7 @@ class Explainer:
             return ExplainResult(turn_id, "There is no answer to explain for this turn.", error="no answer")
         if turn.out_of_scope:  # nothing in the wiki produced it: shares over the evidence would mean nothing
             return ExplainResult(turn_id, NOTHING_TO_EXPLAIN)
-        question, answer = turn.asked, turn.raw_answer or turn.answer
+        question, answer = turn.asked, turn.explained_answer or turn.raw_answer or turn.answer
         max_tokens = max(32, int(len(answer) / 3.0) + 16)
 
         async def generate(subset: Sequence[Hit], m: int) -> list[str]:

@@ -95,7 +95,7 @@ class Generator:
         ans.trace.draft = draft or None
         ans.trace.quoted_beneath = beneath
         if beneath:
-            ans.trace.model_reply = reply
+            ans.trace.model_reply = ans.trace.explained = reply
         if quoted:  # replacing what was streamed
             said = "the model's answer said less than the quoted draft" if reply else (
                 "the language model returned an empty answer")
@@ -143,10 +143,9 @@ class Generator:
         out = await self.complete(messages, role="counterfactual", max_tokens=max_tokens,
                                   temperature=temperature, n=m)
         answers = [final_answer(text, self.options.answer_style) for text in out]
-        # the answer's own procedure: where the model dropped this subset's quote, the quote; else the
-        # rewrite with the quoted units it leaves out beneath it
-        return [draft if keeps_draft(a, question, draft, texts) else self.with_quotes(a, question, draft)[0]
-                for a in answers]
+        # the answer's own procedure: where the model dropped this subset's quote, the quote (units quoted
+        # beneath a rewrite are not regenerated: explanations are of the model's words, ``trace.explained``)
+        return [draft if keeps_draft(a, question, draft, texts) else a for a in answers]
 
     def with_quotes(self, reply: str, question: str, draft: str) -> tuple[str, int]:
         """``reply`` with the units of ``draft`` it leaves out quoted beneath it (``answer_quotes``), and how

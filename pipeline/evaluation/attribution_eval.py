@@ -139,7 +139,7 @@ async def answer_questions(engine: Engine, questions: Sequence[tuple[str, QATurn
             question=result.completed_question, gold_urls=turn.gold_urls, turn_id=result.turn_id,
             answer_ms=answer_ms, eligible=rank is not None and not result.error,
             out_of_scope=result.answer.out_of_scope, error=result.error,
-            raw_answer=result.answer.trace.raw_answer or result.answer.text,
+            raw_answer=result.answer.trace.explained or result.answer.trace.raw_answer or result.answer.text,
             hits=[Hit(evidence=h.evidence, score=0.0, rank=i + 1, content=prompt_text(h.evidence))
                   for i, h in enumerate(shown)],
         ))

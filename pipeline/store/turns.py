@@ -12,7 +12,7 @@ from pipeline.store.database import Database, like_escape, now_iso
 from pipeline.turns import RetrievedRef, Turn, TurnRecord, citation_from_json, citation_to_json
 
 # TurnRecord fields kept in the ``meta`` JSON column rather than a column of their own.
-_META_FIELDS = frozenset({"raw_answer", "notice"})
+_META_FIELDS = frozenset({"raw_answer", "notice", "explained_answer"})
 _BOOL_FIELDS = frozenset({"out_of_scope", "extractive"})
 
 
@@ -148,5 +148,6 @@ def decode_turn(row: dict[str, Any]) -> Turn:
         model=row.get("model") or "", prompt_template=row.get("prompt_template") or "",
         prompt_version=row.get("prompt_version"), timings=js("timings", {}), error=row.get("error"),
         raw_answer=meta.get("raw_answer") or row.get("answer") or "", notice=meta.get("notice"),
+        explained_answer=meta.get("explained_answer") or "",
         message_ref=row.get("message_ref"), explained_at=row.get("explained_at"),
     )
