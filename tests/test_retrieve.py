@@ -230,3 +230,46 @@ def test_score_pooling_does_not_clip_a_score_past_three_deviations() -> None:
     assert fused["out"] == pytest.approx((10.0 - (mean - 3 * sd)) / (6 * sd) + second)
     assert fused["out"] > 1.5  # 1.59; clipped, it was 1 + 0.38
     assert dbsf_fuse([[("only", 3.0)]]) == [("only", 0.5)]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_a_sole_keyword_match_is_kept_among_the_evidence(tmp_path: Path, keep: bool) -> None:
+    """Score pooling maps a keyword search with a single match to 0.5, an average meaning match: an
+    identifier only one passage holds was pushed out by meaning matches above their mean ("What is
+    zqpglekneg?" answered "cannot be found" in the 50,000-page run)."""
+    idx = EdgeIndex(tmp_path / "index")
+    await idx.open(dense_dim=DIM, embedder="fixed-query")
+    sparse = Bm25Encoder()
+    docs = {f"M{i}": (f"meaning match number {i}", (1.0, 0.02 * i, 0.0, 0.0)) for i in range(6)}
+    docs["Z"] = ("the rotation code word is zqpglekneg", (0.0, 0.0, 1.0, 0.0))
+    try:
+        for n, (name, (text, vec)) in enumerate(docs.items()):
+            ev = Evidence(id=f"00000000-0000-0000-0000-0000000000{n:02d}", page_id=f"p{name}", title=name,
+                          url=f"https://wiki.example/{name}", space="S", kind="passage", position=0, text=text)
+            (sv,) = sparse.encode_documents([text])
+            await idx.replace_page(ev.page_id, f"h{name}", [IndexPoint(ev, text, vec, sv, f"h{name}")])
+        cfg = RetrievalSettings(fusion="dbsf", lexical_k=5, dense_k=6, final_k=3, keep_firsts=keep)
+        r = await retrieve("What is zqpglekneg?", index=idx, embedder=QueryVector(), sparse=sparse, config=cfg,
+                           scope=EVERYTHING)
+    finally:
+        await idx.close()
+    assert [h.evidence.title for h in r.firsts] == ["Z", "M0"]  # each ranker's first
+    if not keep:
+        assert "Z" not in _titles(r.hits)  # fused below three meaning matches
+        return
+    assert _titles(r.hits) == ["M0", "M1", "Z"]  # the last place, the fused order before it
+    assert [h.rank for h in r.hits] == [1, 2, 3] and r.hits[2].score == r.hits[1].score
+
+
+def test_keeping_the_rankers_firsts_never_drops_another_first_and_fills_a_short_list() -> None:
+    from pipeline.answer.retrieve import keep_firsts
+
+    def hit(name: str, score: float) -> Hit:
+        ev = Evidence(id=name, page_id=name, title=name, url="", space="S", kind="passage", position=0,
+                      text=name)
+        return Hit(evidence=ev, score=score, rank=1)
+
+    lexical, dense = hit("L", 9.0), hit("D", 0.9)
+    assert _titles(keep_firsts([dense, hit("X", 0.5)], [lexical, dense], 2)) == ["D", "L"]
+    assert _titles(keep_firsts([hit("X", 0.7)], [lexical], 3)) == ["X", "L"]  # appended while short
+    assert _titles(keep_firsts([dense], [lexical, dense], 1)) == ["D"]  # no room but another first's

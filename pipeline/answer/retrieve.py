@@ -30,6 +30,7 @@ class Retrieval:
     confidence: Confidence | None = None
     # (query word, corpus word, cosine)
     expansions: list[tuple[str, str, float]] = field(default_factory=list)
+    firsts: list[Hit] = field(default_factory=list)  # each ranker's first evidence (hybrid search)
 
 
 def _search_request(
@@ -84,7 +85,8 @@ async def retrieve(
                 min_similarity=config.keyword_min_similarity)
     request = _search_request(dense_vec, sparse_vec, config=config, scope=scope,
                               reranking=reranker is not None, context_pages=bool(context_pages))
-    legs = trace or (config.confidence and config.mode == "hybrid")
+    # each ranker's first, with the search: for the confidence check, and to keep it among the evidence
+    legs = trace or (config.mode == "hybrid" and (config.confidence or config.keep_firsts))
     with _timer(timings, "search"):  # with each ranker alone when needed: one operation, one round trip
         found = await index.search_many([request, *_leg_requests(request, config, trace=trace)]) if legs \
             else [await index.search(request)]
@@ -92,14 +94,40 @@ async def retrieve(
     result = Retrieval(query=query, hits=hits, timings_ms=timings, expansions=expansions)
     if legs and (trace or hits):
         with _timer(timings, "confidence"):  # the rankers' lists came with the search
-            _set_legs(result, found[1], found[2], config)
+            _set_legs(result, found[1], found[2], config, trace)
     if reranker is not None and hits:
         with _timer(timings, "rerank"):
             hits = await asyncio.to_thread(reranker.rerank, query, hits)
     result.hits = hits[: config.final_k]
     if config.adaptive_min_k:
         result.hits = steepest_cut(result.hits, config.adaptive_min_k)
+    if legs and config.mode == "hybrid":
+        result.firsts = [leg[0] for leg in found[1:3] if leg]
+        if config.keep_firsts and reranker is None and result.hits:  # a reranker reads every candidate
+            result.hits = keep_firsts(result.hits, result.firsts, config.final_k)
     return result
+
+
+def keep_firsts(hits: list[Hit], firsts: Sequence[Hit], k: int) -> list[Hit]:
+    """``hits`` (fused, at most ``k``) with each ranker's first evidence among them: one fusion ranked lower
+    takes the last place (appended while fewer than ``k``), at the score of the hit it follows or replaces.
+
+    Why: distribution-based fusion maps each ranker's scores by their own spread, so a keyword search with a
+    single match (an identifier, an error code, a code word that one passage holds) scores that match 0.5,
+    as an average meaning match, and ten meaning matches above the mean pushed it out of the evidence."""
+    out = list(hits)
+    for first in firsts:
+        if any(h.evidence.id == first.evidence.id for h in out):
+            continue
+        kept = {f.evidence.id for f in firsts}
+        if len(out) >= k:
+            spare = [i for i, h in enumerate(out) if h.evidence.id not in kept]
+            if not spare:
+                continue
+            out.pop(spare[-1])
+        score = out[-1].score if out else first.score
+        out.append(replace(first, score=score, rank=len(out) + 1))
+    return [replace(h, rank=i) for i, h in enumerate(out, start=1)]
 
 
 async def retrieve_fused(
@@ -133,8 +161,11 @@ async def retrieve_fused(
         for name, ms in r.timings_ms.items():
             timings[name] = timings.get(name, 0.0) + ms
     weights = [1.0] + [config.fused_query_weight] * (len(results) - 1)
-    fused = fuse_ranks([r.hits for r in results], config.rrf_k, weights)
-    return replace(first, query=" | ".join(distinct), hits=fused[: config.final_k], timings_ms=timings)
+    fused = fuse_ranks([r.hits for r in results], config.rrf_k, weights)[: config.final_k]
+    firsts = [f for r in results for f in r.firsts]
+    if config.keep_firsts and reranker is None and fused:
+        fused = keep_firsts(fused, firsts, config.final_k)
+    return replace(first, query=" | ".join(distinct), hits=fused, timings_ms=timings, firsts=firsts)
 
 
 def fuse_ranks(lists: Sequence[Sequence[Hit]], rrf_k: int,
@@ -173,9 +204,10 @@ def _leg_requests(request: SearchRequest, config: RetrievalSettings, *, trace: b
             replace(request, mode="dense", limit=config.dense_k if trace else 1)]
 
 
-def _set_legs(result: Retrieval, lexical: list[Hit], dense: list[Hit], config: RetrievalSettings) -> None:
+def _set_legs(result: Retrieval, lexical: list[Hit], dense: list[Hit], config: RetrievalSettings,
+              trace: bool) -> None:
     result.lexical, result.dense = lexical, dense
-    if config.mode == "hybrid":
+    if config.mode == "hybrid" and (config.confidence or trace):
         result.confidence = confidence_of(result.hits, next(iter(lexical), None), next(iter(dense), None))
 
 

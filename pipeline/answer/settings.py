@@ -64,6 +64,13 @@ class RetrievalSettings(Area):
         "Check whether the keyword and meaning searches agree "
         "on the top page (one extra top-1 search each; a note under unsure answers).",
     )
+    keep_firsts: bool = setting(
+        True,
+        "EVIDENT_KEEP_FIRSTS",
+        "Hybrid search without a reranker: each ranker's first evidence is among the evidence shown (it takes "
+        "the last place when fusion ranked it lower: a sole keyword match scored as an average meaning match "
+        "and was lost).",
+    )
     keyword_weight: float = setting(
         0.5,
         "EVIDENT_KEYWORD_WEIGHT",
