@@ -95,7 +95,9 @@ async def test_the_trace_file_times_each_request_and_a_failing_one_turns_it_off(
         assert [line["op"] for line in lines] == ["open", "replace_page", *["search"] * 3, *["count"] * 3]
         for line in lines:
             assert 0 <= line["exec_ms"] <= line["round_trip_ms"] and line["cpu_ms"] >= 0
-        assert all(line["queued_ms"] == 0 for line in lines[2:5])  # questions go at once, side by side
+        # questions wait for no other request (side by side: tests/test_index_worker_pipe.py); what they show
+        # is the sender's hand-off
+        assert all(0 <= line["queued_ms"] < 100 for line in lines[2:5])
         assert max(line["queued_ms"] for line in lines[5:]) > 0  # the third count waited for the others
         idx.trace_file = tmp_path  # a directory: the write fails
         assert await idx.count() == 3
