@@ -87,7 +87,8 @@ async def test_a_question_and_its_confidence_are_one_index_operation(
         assert counting.operations == ["search_many(3)"]
         assert r.hits and r.confidence in ("high", "medium", "low") and len(r.lexical) == len(r.dense) == 1
         counting.operations.clear()
-        await retrieve("Alice todo", scope=EVERYTHING, index=counting, embedder=embedder, sparse=Bm25Encoder(),
+        await retrieve("Alice todo", scope=EVERYTHING, index=counting, embedder=embedder,
+                       sparse=Bm25Encoder(),
                        config=RetrievalSettings(mode="hybrid", confidence=False, keep_firsts=False))
         assert counting.operations == ["search"]
         counting.operations.clear()  # each ranker's first is still asked for, to keep it among the evidence

@@ -48,6 +48,18 @@ def test_each_unit_quoted_beneath_is_a_paragraph_of_its_own() -> None:
         "\u201cRow 2 in Table 1: Member is Kevin, and Action is Send the slides to Bob\u201d [Source 3]")
 
 
+def test_a_rewrite_citing_a_source_the_draft_does_not_is_a_correction_and_gets_nothing_beneath() -> None:
+    draft = "The cluster has 9 nodes [Source 2]. It runs in Frankfurt [Source 2]."
+    assert left_out_units("The cluster has 12 nodes [Source 3].", "How many nodes?", draft) == []
+    # the same rewrite citing the draft's source: the unit it leaves out is quoted
+    assert left_out_units("The cluster has 9 nodes [Source 2].", "How many nodes?", draft) == [
+        "It runs in Frankfurt [Source 2]."]
+    # a bracketed number copied from a source's text is no citation
+    sources = ["", "The cluster has 9 nodes.", "See regs[3] for the layout."]
+    assert left_out_units("The cluster has 9 nodes, see regs[3] [Source 2].", "How many nodes?", draft,
+                          sources) == ["It runs in Frankfurt [Source 2]."]
+
+
 def test_nothing_is_added_without_a_draft_or_an_answer() -> None:
     assert left_out_units("Kevin sends the slides [Source 3].", QUESTION, "") == []
     assert left_out_units("", QUESTION, DRAFT) == []

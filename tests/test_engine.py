@@ -301,6 +301,7 @@ async def test_a_rewrite_gets_the_quoted_units_it_leaves_out_beneath_it(make: Ma
         assert r.answer.trace.raw_answer == last and counterfactual == [last]
         assert r.answer.trace.quoted_beneath == 0 and r.answer.trace.model_reply is None
         assert stored.explained_answer == ""  # the whole answer is explained
+        assert explained.result is not None and explained.result.answer == last
         return
     said, beneath = r.answer.text.split("\n\n")
     assert "Alice" not in said and said.endswith("[1]")
@@ -310,6 +311,7 @@ async def test_a_rewrite_gets_the_quoted_units_it_leaves_out_beneath_it(make: Ma
     assert len(r.answer.citations) == 2 and r.answer.citations[1].url == RAG_MEETING_URL
     # explanations are of the model's own words: counterfactuals regenerate those, not the quotes beneath
     assert counterfactual == [last] and stored.explained_answer == last
+    assert explained.result is not None and explained.result.answer == last  # what was explained
     assert stored.raw_answer == r.answer.trace.raw_answer
 
 

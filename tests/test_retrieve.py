@@ -232,25 +232,47 @@ def test_score_pooling_does_not_clip_a_score_past_three_deviations() -> None:
     assert dbsf_fuse([[("only", 3.0)]]) == [("only", 0.5)]
 
 
-@pytest.mark.parametrize("keep", [True, False])
-async def test_a_sole_keyword_match_is_kept_among_the_evidence(tmp_path: Path, keep: bool) -> None:
-    """Score pooling maps a keyword search with a single match to 0.5, an average meaning match: an
-    identifier only one passage holds was pushed out by meaning matches above their mean ("What is
-    zqpglekneg?" answered "cannot be found" in the 50,000-page run)."""
+async def _sole_match_index(tmp_path: Path) -> tuple[EdgeIndex, Bm25Encoder]:
+    """Six meaning matches for any query (``QueryVector``) and one passage holding "zqpglekneg"."""
     idx = EdgeIndex(tmp_path / "index")
     await idx.open(dense_dim=DIM, embedder="fixed-query")
     sparse = Bm25Encoder()
     docs = {f"M{i}": (f"meaning match number {i}", (1.0, 0.02 * i, 0.0, 0.0)) for i in range(6)}
     docs["Z"] = ("the rotation code word is zqpglekneg", (0.0, 0.0, 1.0, 0.0))
+    for n, (name, (text, vec)) in enumerate(docs.items()):
+        ev = Evidence(id=f"00000000-0000-0000-0000-0000000000{n:02d}", page_id=f"p{name}", title=name,
+                      url=f"https://wiki.example/{name}", space="S", kind="passage", position=0, text=text)
+        (sv,) = sparse.encode_documents([text])
+        await idx.replace_page(ev.page_id, f"h{name}", [IndexPoint(ev, text, vec, sv, f"h{name}")])
+    return idx, sparse
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.0])
+async def test_fused_queries_keep_the_firsts_of_the_queries_that_count(tmp_path: Path, weight: float) -> None:
+    """Two queries (a follow-up's completed question and its no-LLM query): the sole match of the second is
+    kept, unless the second query does not count (EVIDENT_FUSED_QUERY_WEIGHT=0)."""
+    from pipeline.answer.retrieve import retrieve_fused
+
+    idx, sparse = await _sole_match_index(tmp_path)
     try:
-        for n, (name, (text, vec)) in enumerate(docs.items()):
-            ev = Evidence(id=f"00000000-0000-0000-0000-0000000000{n:02d}", page_id=f"p{name}", title=name,
-                          url=f"https://wiki.example/{name}", space="S", kind="passage", position=0, text=text)
-            (sv,) = sparse.encode_documents([text])
-            await idx.replace_page(ev.page_id, f"h{name}", [IndexPoint(ev, text, vec, sv, f"h{name}")])
+        cfg = RetrievalSettings(fusion="dbsf", lexical_k=5, dense_k=6, final_k=3, fused_query_weight=weight)
+        r = await retrieve_fused(["meaning", "What is zqpglekneg?"], index=idx, embedder=QueryVector(),
+                                 sparse=sparse, config=cfg, scope=EVERYTHING)
+    finally:
+        await idx.close()
+    assert ("Z" in _titles(r.hits)) == (weight > 0) and len(r.hits) == 3
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_a_sole_keyword_match_is_kept_among_the_evidence(tmp_path: Path, keep: bool) -> None:
+    """Score pooling maps a keyword search with a single match to 0.5, an average meaning match: an
+    identifier only one passage holds was pushed out by meaning matches above their mean ("What is
+    zqpglekneg?" answered "cannot be found" in the 50,000-page run)."""
+    idx, sparse = await _sole_match_index(tmp_path)
+    try:
         cfg = RetrievalSettings(fusion="dbsf", lexical_k=5, dense_k=6, final_k=3, keep_firsts=keep)
-        r = await retrieve("What is zqpglekneg?", index=idx, embedder=QueryVector(), sparse=sparse, config=cfg,
-                           scope=EVERYTHING)
+        r = await retrieve("What is zqpglekneg?", index=idx, embedder=QueryVector(), sparse=sparse,
+                           config=cfg, scope=EVERYTHING)
     finally:
         await idx.close()
     assert [h.evidence.title for h in r.firsts] == ["Z", "M0"]  # each ranker's first
@@ -273,3 +295,6 @@ def test_keeping_the_rankers_firsts_never_drops_another_first_and_fills_a_short_
     assert _titles(keep_firsts([dense, hit("X", 0.5)], [lexical, dense], 2)) == ["D", "L"]
     assert _titles(keep_firsts([hit("X", 0.7)], [lexical], 3)) == ["X", "L"]  # appended while short
     assert _titles(keep_firsts([dense], [lexical, dense], 1)) == ["D"]  # no room but another first's
+    # the fused first stays, whatever k: a small final_k keeps it and as many firsts as there is room for
+    assert _titles(keep_firsts([hit("F1", 0.9)], [lexical, dense], 1)) == ["F1"]
+    assert _titles(keep_firsts([hit("F1", 0.9), hit("F2", 0.8)], [lexical, dense], 2)) == ["F1", "L"]

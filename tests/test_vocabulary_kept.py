@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sqlite3
 import threading
 import zipfile
 from collections import Counter
@@ -179,6 +180,59 @@ async def test_a_cancelled_runs_counting_thread_is_waited_for_before_the_counts_
         await run.count([("2", ["alpha"])])  # page 2's old words out: "gamma" was in the rows too
     df = TermCounts.load(path).df
     assert "gamma" not in df and df["alpha"] == 2
+
+
+async def test_a_counting_thread_that_fails_after_its_caller_was_cancelled_stops_counting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its failure went unread: the run saved counts that thread had left half-changed."""
+    path = tmp_path / "vocab.npz"
+    started, release = threading.Event(), threading.Event()
+    real = TermCounts.set_contribution
+
+    def failing(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
+        if page_id == "2":
+            started.set()
+            release.wait(10)
+            raise sqlite3.OperationalError("disk I/O error")
+        real(self, page_id, contribution, evidence)
+
+    settled = VocabularyRun._settled
+
+    async def late(self: VocabularyRun) -> None:
+        """The thread ends (and fails) before the end of the run looks."""
+        release.set()
+        await asyncio.wait(list(self._pending))
+        await settled(self)
+
+    monkeypatch.setattr(TermCounts, "set_contribution", failing)
+    monkeypatch.setattr(VocabularyRun, "_settled", late)
+    warnings: list[tuple[str, str]] = []
+
+    async def cycle() -> None:
+        async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), warnings) as run:
+            assert run is not None
+            await run.count([("1", ["alpha beta"])])
+            await run.count([("2", ["gamma delta"])])
+
+    task = asyncio.create_task(cycle())
+    await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert warnings and "counting stopped" not in warnings[0][1]  # the run's own warning: counts dropped
+    assert "keyword-expansion counts dropped: OperationalError: disk I/O error" in warnings[0][1]
+    assert not TermCounts.path_for(path).exists()  # the next run counts afresh
+
+
+def test_retired_counts_are_not_taken_by_the_next_run(tmp_path: Path) -> None:
+    """A run cancelled while keeping its counts retired them after the keep: the next run took counts that
+    ignore every change, so nothing was saved again."""
+    path = tmp_path / "vocab.npz"
+    counts = TermCounts(TermCounts.pages_for(path))
+    kept = KeptCounts()
+    kept.keep(path, counts)
+    counts.retire()
+    assert kept.take(path) is None
 
 
 def test_retired_counts_change_nothing_and_open_no_database(tmp_path: Path) -> None:

@@ -14,7 +14,13 @@ A unit counts as said when the rewrite has every number of the unit (the questio
 at least ``SAID_SHARE`` of its own content words: stemmed, without the question's words, stop words,
 citation markers and a verbalized row's numbering and headers. A unit with no such words counts as said
 where its numbers are. A rewrite in another language than the quote cannot be compared word for word: a
-unit is said there only where it has no content word of its own and the rewrite has all of its numbers.
+unit is said there only where it has no content word of its own and the rewrite has all of its numbers
+(German answers over an English wiki: the quotes are what holds the wiki's own words). A rewrite that cites
+a source the draft does not is a correction, as the draft guard takes it, and gets nothing beneath it: the
+draft's units would contradict it.
+
+Explanations regenerate the model's words above the quotes (``AnswerTrace.explained``): the quotes are the
+sources' own words, each cited.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pipeline.answer.citations import strip_markers
+from pipeline.answer.citations import cited_numbers, source_numbers, strip_markers
 from pipeline.answer.draft_guard import draft_units, numbers_in, unit_content
 from pipeline.answer.extractive import Terms, text_language
 
@@ -31,11 +37,14 @@ _TRAILING_MARKERS = re.compile(r"^(?P<text>.*?)(?P<marks>(?:\s*\[Source \d+\])+)
 OPEN_QUOTE, CLOSE_QUOTE = "\u201c", "\u201d"
 
 
-def left_out_units(answer: str, question: str, draft: str, *, share: float = SAID_SHARE) -> list[str]:
-    """The units of ``draft`` (each "fact [Source n]." as the draft cites it) that ``answer`` does not say;
-    ``[]`` where there is no draft or no answer to add to (see module docstring)."""
+def left_out_units(answer: str, question: str, draft: str, sources: Sequence[str] = (), *,
+                   share: float = SAID_SHARE) -> list[str]:
+    """The units of ``draft`` (each "fact [Source n]." as the draft cites it) that ``answer``, written from
+    ``sources``, does not say; ``[]`` where there is no draft, no answer to add to, or the answer cites a
+    source the draft does not (the draft guard takes that for a correction: the quote beneath would
+    contradict it; see module docstring)."""
     units = draft_units(draft)
-    if not units or not answer.strip():
+    if not units or not answer.strip() or not source_numbers(answer, sources) <= cited_numbers(draft):
         return []
     terms = Terms()
     asked = terms(strip_markers(question))

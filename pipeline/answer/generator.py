@@ -82,7 +82,7 @@ class Generator:
         reply = final_answer(await self._generate(messages, kept, on_text), self.options.answer_style)
         model = self.llm.model_for("answer")
         quoted = keeps_draft(reply, question, draft, texts)  # the model dropped the quote: shown instead
-        raw, beneath = (draft, 0) if quoted else self.with_quotes(reply, question, draft)
+        raw, beneath = (draft, 0) if quoted else self.with_quotes(reply, question, draft, texts)
         if not raw:
             ans = Answer(text=OUT_OF_SCOPE, out_of_scope=True, model=model)
             ans.trace.warning = "the language model returned an empty answer"
@@ -147,12 +147,12 @@ class Generator:
         # beneath a rewrite are not regenerated: explanations are of the model's words, ``trace.explained``)
         return [draft if keeps_draft(a, question, draft, texts) else a for a in answers]
 
-    def with_quotes(self, reply: str, question: str, draft: str) -> tuple[str, int]:
-        """``reply`` with the units of ``draft`` it leaves out quoted beneath it (``answer_quotes``), and how
-        many; ``(reply, 0)`` without a draft or with the quotes off."""
+    def with_quotes(self, reply: str, question: str, draft: str, sources: Sequence[str]) -> tuple[str, int]:
+        """``reply`` (written from ``sources``) with the units of ``draft`` it leaves out quoted beneath it
+        (``answer_quotes``), and how many; ``(reply, 0)`` without a draft or with the quotes off."""
         if not (draft and self.options.answer_quotes) or is_out_of_scope(reply):
             return reply, 0
-        units = left_out_units(reply, question, draft)
+        units = left_out_units(reply, question, draft, sources)
         return with_quotes(reply, units), len(units)
 
     async def score_from(self, question: str, hits: Sequence[Hit], answer: str) -> float:

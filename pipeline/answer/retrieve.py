@@ -104,13 +104,16 @@ async def retrieve(
     if legs and config.mode == "hybrid":
         result.firsts = [leg[0] for leg in found[1:3] if leg]
         if config.keep_firsts and reranker is None and result.hits:  # a reranker reads every candidate
-            result.hits = keep_firsts(result.hits, result.firsts, config.final_k)
+            # within an adaptive cut, a first replaces; it never lengthens the list the cut shortened
+            room = len(result.hits) if config.adaptive_min_k else config.final_k
+            result.hits = keep_firsts(result.hits, result.firsts, room)
     return result
 
 
 def keep_firsts(hits: list[Hit], firsts: Sequence[Hit], k: int) -> list[Hit]:
     """``hits`` (fused, at most ``k``) with each ranker's first evidence among them: one fusion ranked lower
-    takes the last place (appended while fewer than ``k``), at the score of the hit it follows or replaces.
+    takes the last place (appended while fewer than ``k``), at the score of the hit it follows or replaces;
+    the fused first is never replaced (the confidence check is of it), nor another ranker's first.
 
     Why: distribution-based fusion maps each ranker's scores by their own spread, so a keyword search with a
     single match (an identifier, an error code, a code word that one passage holds) scores that match 0.5,
@@ -121,7 +124,7 @@ def keep_firsts(hits: list[Hit], firsts: Sequence[Hit], k: int) -> list[Hit]:
             continue
         kept = {f.evidence.id for f in firsts}
         if len(out) >= k:
-            spare = [i for i, h in enumerate(out) if h.evidence.id not in kept]
+            spare = [i for i, h in enumerate(out) if i > 0 and h.evidence.id not in kept]
             if not spare:
                 continue
             out.pop(spare[-1])
@@ -162,7 +165,7 @@ async def retrieve_fused(
             timings[name] = timings.get(name, 0.0) + ms
     weights = [1.0] + [config.fused_query_weight] * (len(results) - 1)
     fused = fuse_ranks([r.hits for r in results], config.rrf_k, weights)[: config.final_k]
-    firsts = [f for r in results for f in r.firsts]
+    firsts = [f for r, w in zip(results, weights, strict=True) if w > 0 for f in r.firsts]
     if config.keep_firsts and reranker is None and fused:
         fused = keep_firsts(fused, firsts, config.final_k)
     return replace(first, query=" | ".join(distinct), hits=fused, timings_ms=timings, firsts=firsts)

@@ -67,9 +67,9 @@ class RetrievalSettings(Area):
     keep_firsts: bool = setting(
         True,
         "EVIDENT_KEEP_FIRSTS",
-        "Hybrid search without a reranker: each ranker's first evidence is among the evidence shown (it takes "
-        "the last place when fusion ranked it lower: a sole keyword match scored as an average meaning match "
-        "and was lost).",
+        "Hybrid search without a reranker: each ranker's first evidence is among the evidence shown (it "
+        "takes the last place when fusion ranked it lower: a sole keyword match scored as an average meaning "
+        "match and was lost).",
     )
     keyword_weight: float = setting(
         0.5,

@@ -79,7 +79,7 @@ class KeptCounts:
     def take(self, path: Path) -> TermCounts | None:
         """The kept counts while the files are as their run left them (None: read the files)."""
         counts, self.counts = self.counts, None
-        if counts is None:
+        if counts is None or counts.retired:  # a run cancelled while keeping them retired them
             return None
         try:
             same = self.stamp == _stamp(path)
@@ -180,10 +180,16 @@ class VocabularyRun:
             return
         job = asyncio.ensure_future(asyncio.to_thread(work, arg))
         self._pending.add(job)
-        job.add_done_callback(self._pending.discard)
+        job.add_done_callback(self._counted)
         try:
             await asyncio.shield(job)  # cancelled, the thread still counts: ``finish`` waits for it
         except COUNTING_FAILS as exc:
+            self._stop_counting(exc)
+
+    def _counted(self, job: asyncio.Future[None]) -> None:
+        """A counting thread ended: a failure stops counting, also where its caller was cancelled."""
+        self._pending.discard(job)
+        if not job.cancelled() and (exc := job.exception()) is not None:
             self._stop_counting(exc)
 
     def _stop_counting(self, exc: BaseException) -> None:
@@ -197,9 +203,7 @@ class VocabularyRun:
         if not jobs:
             return
         await asyncio.wait(jobs)  # never cancels them: a save must not start while one still counts
-        for job in jobs:
-            if not job.cancelled() and (exc := job.exception()) is not None:
-                self._stop_counting(exc)
+        await asyncio.sleep(0)  # their done callbacks (``_counted``) have run
 
     async def finish(self, embedder: Embedder, warnings: list[tuple[str, str]],
                      kept: KeptCounts | None = None) -> None:

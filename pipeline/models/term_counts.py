@@ -204,6 +204,10 @@ class TermCounts:
                 self.close()
             tmp.replace(final)
 
+    @property
+    def retired(self) -> bool:
+        return self._retired
+
     def retire(self) -> None:
         """No run uses these counts any more: close them, and let a change that still comes (a cancelled run's
         counting thread) change nothing, rather than open the rows' database again and hold it."""
