@@ -6,8 +6,10 @@ draft) and optionally the same turns without an LLM (quoting). No model is calle
     python benchmarks/answer_quotes.py LLM.json [--quoting OFFLINE.json] [--shares 0,0.5,0.667,1]
 
 Prints per language: gold contained, token F1 and median words for the model's replies, the answers shown
-(the guard's choice), the shown answers with the units they leave out quoted beneath at each share, and
-quoting; and, per share, the turns where it contains the gold and quoting does not, and the other way.
+(the guard's choice), the shown answers with the units they leave out quoted beneath at each share (and
+"not found" replies judged by the guard as the code has it now), and quoting; and, per share, the turns where
+it contains the gold and quoting does not, and the other way. History is the run's: a follow-up's
+completion saw the answers as that run showed them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline.answer.citations import is_out_of_scope
+from pipeline.answer.draft_guard import keeps_draft
 from pipeline.answer.draft_quotes import left_out_units, with_quotes
 from pipeline.evaluation.answers import contains_gold, token_f1
 
@@ -30,6 +34,8 @@ def shown_with_quotes(turn: dict[str, Any], share: float) -> str:
     if guarded(turn) or not turn.get("draft"):
         return str(turn["answer"])  # the guard showed the draft, or there was none
     reply = own_reply(turn)
+    if not reply.strip() or is_out_of_scope(reply):  # the guard's "not found" rule as the code has it now
+        return str(turn["draft"]) if keeps_draft(reply, turn["question"], turn["draft"]) else reply
     return with_quotes(reply, left_out_units(reply, turn["question"], turn["draft"], share=share))
 
 

@@ -366,6 +366,10 @@ def test_the_draft_guard_keeps_every_rewrite_that_says_something() -> None:
     # a quote that shares one word with a question the wiki does not answer: "not found" stands
     assert not keeps_draft(OUT_OF_SCOPE, "What is on the canteen menu on Friday?",
                            "Deployments are frozen on Friday [Source 3].")
+    # a quote in another language than the question shares no word: chosen by meaning, it is shown
+    assert keeps_draft(OUT_OF_SCOPE, "Und wenn ich nur die Regeln löschen möchte?",
+                       "Row 8 in Table 1: RPC Name is clear_rules, and Description is Deletes all the rules "
+                       "of the table [Source 4].")
     assert not keeps_draft("The desired information cannot be found in the retrieved pool of evidence.",
                            question, "")  # no quote: the model's reply stands
 
@@ -392,8 +396,12 @@ def test_the_draft_guard_shows_the_quote_where_a_rewrite_leaves_out_the_answerin
     assert not keeps_draft("No, it is not required for development.", "Is the VPN required for development?",
                            vpn)
     assert not keeps_draft("Production [Source 1].", "Is the VPN required for staging or production?", vpn)
-    # "not found" to a German question over an English quote sharing none of its words stands
-    assert not keeps_draft(OUT_OF_SCOPE, "Worüber stimmt der Vorstand bei den Treffen ab?", draft)
+    # "not found" to a German question over an English quote, which shares none of its words, gives way to
+    # the quote: chosen by meaning, it is what quoting shows (it stood until the 0.5B said "not found" over
+    # a quoted row holding the answer, the one turn where its answers contained the gold less often than
+    # quoting on unseen dev conversations); in one language, a quote sharing none of the words does not
+    assert keeps_draft(OUT_OF_SCOPE, "Worüber stimmt der Vorstand bei den Treffen ab?", draft)
+    assert not keeps_draft(OUT_OF_SCOPE, "What is on the canteen menu?", draft)
 
 
 def test_the_draft_guard_compares_numbers_and_table_cells() -> None:

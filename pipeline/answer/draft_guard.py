@@ -11,7 +11,10 @@ BENCHMARKS.md, "Answers written from an extractive draft"). Three shapes are rec
   does a restatement that cites another source than the quote);
 - or it is empty or the out-of-scope sentence while the quote shares two of the question's content words (a
   quote that shares fewer, as for a question the wiki does not answer, leaves "not found" standing; one that
-  shares two is what the product would show without a model);
+  shares two is what the product would show without a model), or is in another language than the question
+  (a German question over an English wiki: no word can match, and the quote was chosen by meaning;
+  Qwen2.5-0.5B said "not found" to "Und wenn ich nur die Regeln löschen möchte?" over the quoted
+  "clear_rules" row);
 - or it leaves out the answering unit: of the quote's units (sentences or table rows), those that share the
   most of the question's content words are all left out. A unit with one to three numbers is left out where
   the reply has fewer than half of them ("18" of "PCR18"; "4.3.3", "10,000" as "10000", "02:00" as "2:00";
@@ -68,7 +71,11 @@ def keeps_draft(answer: str, question: str, draft: str, sources: Sequence[str] =
     asked = terms(strip_markers(question))
     quoted = terms(strip_markers(draft))
     if not answer.strip() or is_out_of_scope(answer):
-        # "not found" stands unless the quote matches two of the question's content words (all, if fewer)
+        # "not found" stands unless the quote matches two of the question's content words (all, if fewer),
+        # or is in another language than the question: then no word can match, and the quote was chosen by
+        # meaning, as quoting shows it
+        if _other_language(question, draft):
+            return True
         return bool(asked) and len(asked & quoted) >= min(MIN_SHARED_TERMS, len(asked))
     if not source_numbers(answer, sources) <= cited_numbers(draft):
         return False  # cites another source: a correction ("regs[0]" copied from a source is no citation)
@@ -136,6 +143,13 @@ def _corrects_a_number(stated: set[str], asked: set[str], sources: Sequence[str]
         return False
     return any(stated & numbers_in(unit) and terms(unit) & asked
                for source in sources for unit in split_units(source))
+
+
+def _other_language(question: str, draft: str) -> bool:
+    """Whether the question and the draft's quoted words are in two languages (both recognised)."""
+    asked = text_language(strip_markers(question))
+    quoted = text_language(" ".join(unit_content(strip_markers(u)) for u in draft_units(draft)))
+    return asked is not None and quoted is not None and asked != quoted
 
 
 def draft_units(draft: str) -> list[str]:
