@@ -124,20 +124,27 @@ async def test_closing_waits_for_the_questions_in_flight(tmp_path: Path) -> None
     assert idx.pid is None
 
 
+async def _killed_and_held(idx: ProcessEdgeIndex, tmp_path: Path) -> int:
+    """A page written, the worker killed, and the index's lease held by a bare lock (as another process
+    would hold it; it hands nothing over): the descriptor that holds it."""
+    await idx.replace_page("P", "hash-p1", page_version("P", "p1", 3))
+    assert idx.pid is not None
+    os.kill(idx.pid, signal.SIGKILL)
+    for _ in range(500):
+        if not idx.worker_alive:
+            break
+        await asyncio.sleep(0.01)
+    fd = os.open(tmp_path / "index" / LOCK_FILE, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
 async def test_a_reopen_that_fails_leaves_no_worker_and_the_next_call_tries_again(tmp_path: Path) -> None:
     """A worker whose reopen failed used to stay, never opened: every later call failed until a restart."""
     idx = ProcessEdgeIndex(tmp_path / "index", wait_s=0.5)
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)
     try:
-        await idx.replace_page("P", "hash-p1", page_version("P", "p1", 3))
-        assert idx.pid is not None
-        os.kill(idx.pid, signal.SIGKILL)
-        for _ in range(500):
-            if not idx.worker_alive:
-                break
-            await asyncio.sleep(0.01)
-        fd = os.open(tmp_path / "index" / LOCK_FILE, os.O_RDWR)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds the index (a bare lock hands nothing over)
+        fd = await _killed_and_held(idx, tmp_path)
         try:
             with pytest.raises(IndexBusyError):
                 await idx.count()
@@ -171,15 +178,7 @@ async def test_a_question_cancelled_during_a_reopen_keeps_the_reopened_worker(tm
     idx = ProcessEdgeIndex(tmp_path / "index", wait_s=30)
     await idx.open(dense_dim=DIM, embedder=EMBEDDER)
     try:
-        await idx.replace_page("P", "hash-p1", page_version("P", "p1", 3))
-        assert idx.pid is not None
-        os.kill(idx.pid, signal.SIGKILL)
-        for _ in range(500):
-            if not idx.worker_alive:
-                break
-            await asyncio.sleep(0.01)
-        fd = os.open(tmp_path / "index" / LOCK_FILE, os.O_RDWR)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # the reopen waits for the lease until it is released below
+        fd = await _killed_and_held(idx, tmp_path)
         searching = asyncio.create_task(idx.search(QUESTION))
         for _ in range(500):
             if idx.pid is not None:

@@ -142,30 +142,40 @@ async def test_a_page_emptied_takes_its_words_out_of_the_saved_counts(tmp_path: 
     assert "gamma" not in df and df["alpha"] == 1
 
 
+def _held_at_page_2(monkeypatch: pytest.MonkeyPatch,
+                    fails: Exception | None = None) -> tuple[threading.Event, threading.Event]:
+    """Counting page "2" waits (``started`` set) until ``release`` is set, then counts it or raises
+    ``fails``."""
+    started, release = threading.Event(), threading.Event()
+    real = TermCounts.set_contribution
+
+    def held(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
+        if page_id == "2":
+            started.set()
+            release.wait(10)
+            if fails is not None:
+                raise fails
+        real(self, page_id, contribution, evidence)
+
+    monkeypatch.setattr(TermCounts, "set_contribution", held)
+    return started, release
+
+
+async def _two_pages_counted(path: Path, warnings: list[tuple[str, str]]) -> None:
+    async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), warnings) as run:
+        assert run is not None
+        await run.count([("1", ["alpha beta"])])
+        await run.count([("2", ["gamma delta"])])
+
+
 async def test_a_cancelled_runs_counting_thread_is_waited_for_before_the_counts_are_saved(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cancelled cycle's counting went on in its thread while the counts were saved: the rows committed
     could hold a page whose words the counts file did not, for good (or the thread opened the rows' database
     again after the run and held it)."""
     path = tmp_path / "vocab.npz"
-    started, release = threading.Event(), threading.Event()
-    real = TermCounts.set_contribution
-
-    def slow(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
-        if page_id == "2":
-            started.set()
-            release.wait(10)
-        real(self, page_id, contribution, evidence)
-
-    monkeypatch.setattr(TermCounts, "set_contribution", slow)
-
-    async def cycle() -> None:
-        async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), []) as run:
-            assert run is not None
-            await run.count([("1", ["alpha beta"])])
-            await run.count([("2", ["gamma delta"])])
-
-    task = asyncio.create_task(cycle())
+    started, release = _held_at_page_2(monkeypatch)
+    task = asyncio.create_task(_two_pages_counted(path, []))
     await asyncio.to_thread(started.wait, 10)
     task.cancel()
     await asyncio.sleep(0.1)
@@ -186,16 +196,7 @@ async def test_a_counting_thread_that_fails_after_its_caller_was_cancelled_stops
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its failure went unread: the run saved counts that thread had left half-changed."""
     path = tmp_path / "vocab.npz"
-    started, release = threading.Event(), threading.Event()
-    real = TermCounts.set_contribution
-
-    def failing(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
-        if page_id == "2":
-            started.set()
-            release.wait(10)
-            raise sqlite3.OperationalError("disk I/O error")
-        real(self, page_id, contribution, evidence)
-
+    started, release = _held_at_page_2(monkeypatch, sqlite3.OperationalError("disk I/O error"))
     settled = VocabularyRun._settled
 
     async def late(self: VocabularyRun) -> None:
@@ -204,17 +205,9 @@ async def test_a_counting_thread_that_fails_after_its_caller_was_cancelled_stops
         await asyncio.wait(list(self._pending))
         await settled(self)
 
-    monkeypatch.setattr(TermCounts, "set_contribution", failing)
     monkeypatch.setattr(VocabularyRun, "_settled", late)
     warnings: list[tuple[str, str]] = []
-
-    async def cycle() -> None:
-        async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), warnings) as run:
-            assert run is not None
-            await run.count([("1", ["alpha beta"])])
-            await run.count([("2", ["gamma delta"])])
-
-    task = asyncio.create_task(cycle())
+    task = asyncio.create_task(_two_pages_counted(path, warnings))
     await asyncio.to_thread(started.wait, 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
