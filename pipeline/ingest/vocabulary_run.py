@@ -227,9 +227,13 @@ class VocabularyRun:
             await asyncio.to_thread(self._discard)
             warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
         finally:
-            if not kept_now:  # no later run uses them: a change still coming (finish cancelled) is dropped
-                self.counts.retire()
-            self.release()
+            # in a thread: finish cancelled while it waited, a counting thread may still hold the counts
+            await asyncio.to_thread(self._end, retire=not kept_now)
+
+    def _end(self, *, retire: bool) -> None:
+        if retire:  # no later run uses them: a change still coming (finish cancelled) is dropped
+            self.counts.retire()
+        self.release()
 
     def _discard(self) -> None:
         self.counts.close()  # what was not saved is rolled back
