@@ -217,38 +217,6 @@ async def test_a_counting_thread_that_fails_after_its_caller_was_cancelled_stops
     assert not TermCounts.path_for(path).exists()  # the next run counts afresh
 
 
-async def test_a_run_cancelled_while_it_waits_for_counting_never_blocks_the_event_loop(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cancelled again while it waited for a counting thread, the run retired its counts on the event loop:
-    the loop stood still until that thread let go of the counts (a spill of rows at 50,000 pages)."""
-    path = tmp_path / "vocab.npz"
-    started, release = threading.Event(), threading.Event()
-    real = TermCounts.set_contribution
-
-    def holding(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
-        with self._lock:  # as a spill does
-            if page_id == "2":
-                started.set()
-                release.wait(10)
-            real(self, page_id, contribution, evidence)
-
-    monkeypatch.setattr(TermCounts, "set_contribution", holding)
-    task = asyncio.create_task(_two_pages_counted(path, []))
-    await asyncio.to_thread(started.wait, 10)
-    task.cancel()
-    await asyncio.sleep(0.05)  # finish waits for the thread
-    threading.Timer(0.6, release.set).start()
-    task.cancel()
-    t = asyncio.get_running_loop().time()
-    await asyncio.sleep(0.05)
-    assert asyncio.get_running_loop().time() - t < 0.4
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert release.is_set()
-    async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), []) as run:
-        assert run is not None  # the lock was let go
-
-
 def test_retired_counts_are_not_taken_by_the_next_run(tmp_path: Path) -> None:
     """A run cancelled while keeping its counts retired them after the keep: the next run took counts that
     ignore every change, so nothing was saved again."""

@@ -135,7 +135,12 @@ class VocabularyRun:
                 os.close(fd)
                 raise
 
-        return await asyncio.to_thread(load)
+        taking = asyncio.get_running_loop().run_in_executor(None, load)
+        try:
+            return await asyncio.shield(taking)
+        except asyncio.CancelledError:  # the thread may still take the lock: a run nobody finishes lets it go
+            taking.add_done_callback(_let_go)
+            raise
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -210,30 +215,41 @@ class VocabularyRun:
         """Write the vocabulary when words were counted (or there is none yet), then let the next run have it
         (and ``kept`` the counts); a failure is a warning (appended to ``warnings``): search works without
         expansion, and the counts are deleted so that the next run counts afresh. Counting still in threads
-        (a cancelled caller's) is waited for first."""
-        kept_now = False
+        (a cancelled caller's) is waited for first. The writing and the end run in one thread that a
+        cancelled caller does not stop: nothing is written after the lock is let go, and it is let go."""
         try:
             await self._settled()
+        except BaseException:  # cancelled while counting went on: those counts are dropped, the lock let go
+            await _in_thread(self._end, True)
+            raise
+        await _in_thread(self._write, embedder, warnings, kept)
+
+    def _write(self, embedder: Embedder, warnings: list[tuple[str, str]], kept: KeptCounts | None) -> None:
+        kept_now = False
+        try:
             if self.failed is not None:
-                await asyncio.to_thread(self._discard)
+                self._discard()
                 warnings.append(("vocabulary", f"keyword-expansion counts dropped: {self.failed}"))
                 return
             if self.counts.added or not self.existed:
-                await asyncio.to_thread(update_vocabulary, self.path, self.counts, self.sparse, embedder)
+                update_vocabulary(self.path, self.counts, self.sparse, embedder)
             if kept is not None:
-                await asyncio.to_thread(kept.keep, self.path, self.counts)
+                kept.keep(self.path, self.counts)
                 kept_now = True
         except (*COUNTING_FAILS, EvidentError, RuntimeError) as exc:
-            await asyncio.to_thread(self._discard)
+            self._discard()
             warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
         finally:
-            # in a thread: finish cancelled while it waited, a counting thread may still hold the counts
-            await asyncio.to_thread(self._end, retire=not kept_now)
+            self._end(not kept_now)
 
-    def _end(self, *, retire: bool) -> None:
-        if retire:  # no later run uses them: a change still coming (finish cancelled) is dropped
-            self.counts.retire()
-        self.release()
+    def _end(self, retire: bool) -> None:
+        """Let the next run have the vocabulary; with ``retire`` no later run uses these counts, and a change
+        still coming (a cancelled caller's counting thread) is dropped."""
+        try:
+            if retire:
+                self.counts.retire()
+        finally:
+            self.release()
 
     def _discard(self) -> None:
         self.counts.close()  # what was not saved is rolled back
@@ -241,6 +257,19 @@ class VocabularyRun:
 
     def release(self) -> None:
         """Close the counts (unsaved changes are rolled back) and let the next run have the vocabulary."""
-        self.counts.close()
-        with contextlib.suppress(OSError):
-            os.close(self.lock_fd)
+        try:
+            self.counts.close()
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.lock_fd)
+
+
+async def _in_thread(work: Callable[..., None], *args: object) -> None:
+    """``work`` in a thread that runs to its end: cancelled, the caller stops waiting, the thread goes on."""
+    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, work, *args))
+
+
+def _let_go(taking: asyncio.Future[VocabularyRun]) -> None:
+    """A run whose start was cancelled after its thread took the lock: nobody finishes it."""
+    if not taking.cancelled() and taking.exception() is None:
+        taking.result()._end(True)
