@@ -67,14 +67,17 @@ def test_paragraph_breaks_survive() -> None:
 
 @pytest.mark.parametrize("text", [
     OUT_OF_SCOPE, f"  {OUT_OF_SCOPE.lower()}  ", f'"{OUT_OF_SCOPE[:-1]}"', f"**{OUT_OF_SCOPE}**\n",
-    f"{OUT_OF_SCOPE} [Source 1]",
+    f"{OUT_OF_SCOPE} [Source 1]", f"No, {OUT_OF_SCOPE.lower()}",  # Qwen2.5-0.5B's lead-in
+    f"Sorry, but {OUT_OF_SCOPE.lower()}",
 ])
 def test_out_of_scope_detected(text: str) -> None:
     assert is_out_of_scope(text)
 
 
 @pytest.mark.parametrize("text", ["", "Alice leads it.", OUT_OF_SCOPE + " But Alice leads it.",
-                                  "The desired information cannot be found."])
+                                  "The desired information cannot be found.",
+                                  f"Alice leads it, and otherwise {OUT_OF_SCOPE.lower()}",
+                                  f"X{OUT_OF_SCOPE.lower()}"])
 def test_out_of_scope_not_detected(text: str) -> None:
     assert not is_out_of_scope(text)
 

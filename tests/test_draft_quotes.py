@@ -60,6 +60,17 @@ def test_a_rewrite_citing_a_source_the_draft_does_not_is_a_correction_and_gets_n
                           sources) == ["It runs in Frankfurt [Source 2]."]
 
 
+def test_a_rewrite_that_corrects_the_draft_from_its_source_gets_nothing_beneath() -> None:
+    """The guard keeps a rewrite that corrects a number or words from the sources, citing the same source;
+    the draft's unit quoted beneath it contradicted it ("12 nodes", then "9 nodes")."""
+    question = "How many nodes does the cluster have?"
+    draft = "The cluster has 9 nodes [Source 2]."
+    sources = ["", "The old cluster had 9 nodes. The cluster has 12 nodes since May."]
+    assert left_out_units("The cluster has 12 nodes [Source 2].", question, draft, sources) == []
+    # no source has the number: the rewrite is no correction, and the draft's unit is quoted
+    assert left_out_units("The cluster has 14 nodes [Source 2].", question, draft, sources) == [draft]
+
+
 def test_nothing_is_added_without_a_draft_or_an_answer() -> None:
     assert left_out_units("Kevin sends the slides [Source 3].", QUESTION, "") == []
     assert left_out_units("", QUESTION, DRAFT) == []

@@ -283,6 +283,30 @@ async def test_a_sole_keyword_match_is_kept_among_the_evidence(tmp_path: Path, k
     assert [h.rank for h in r.hits] == [1, 2, 3] and r.hits[2].score == r.hits[1].score
 
 
+async def test_fused_queries_never_lengthen_lists_an_adaptive_cut_shortened(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each query's list cut to its first evidence (no room for another ranker's first there): the fused
+    list appended the firsts, up to final_k."""
+    from pipeline.answer import retrieve as module
+
+    def hit(name: str) -> Hit:
+        ev = Evidence(id=name, page_id=name, title=name, url="", space="S", kind="passage", position=0,
+                      text=name)
+        return Hit(evidence=ev, score=1.0, rank=1)
+
+    async def cut(query: str, **_: object) -> module.Retrieval:
+        return module.Retrieval(query=query, hits=[hit("A")], firsts=[hit("Z"), hit("A")])
+
+    monkeypatch.setattr(module, "retrieve", cut)
+    cfg = RetrievalSettings(final_k=3, adaptive_min_k=1)
+    r = await module.retrieve_fused(["q1", "q2"], index=None, embedder=None, sparse=None,  # type: ignore[arg-type]
+                                    config=cfg, scope=EVERYTHING)
+    assert _titles(r.hits) == ["A"]
+    wide = await module.retrieve_fused(["q1", "q2"], index=None, embedder=None, sparse=None,  # type: ignore[arg-type]
+                                       config=RetrievalSettings(final_k=3), scope=EVERYTHING)
+    assert _titles(wide.hits) == ["A", "Z"]  # without a cut: appended while short
+
+
 def test_keeping_the_rankers_firsts_never_drops_another_first_and_fills_a_short_list() -> None:
     from pipeline.answer.retrieve import keep_firsts
 

@@ -192,6 +192,14 @@ def _norm(text: str) -> str:
     return _NORMALISE.sub(" ", _MARKER_RE.sub(" ", text).lower()).strip()
 
 
+MAX_LEAD_IN_WORDS = 3  # "No, the desired information cannot be found …" (Qwen2.5-0.5B), "Sorry, but …"
+
+
 def is_out_of_scope(text: str) -> bool:
-    """True when the answer is the fallback sentence, ignoring case, punctuation, quotes and markers."""
-    return bool(text) and _norm(text) == _norm(OUT_OF_SCOPE)
+    """True when the answer is the fallback sentence, ignoring case, punctuation, quotes and markers, after
+    at most ``MAX_LEAD_IN_WORDS`` words of lead-in."""
+    said, fallback = _norm(text), _norm(OUT_OF_SCOPE)
+    if not text or not said.endswith(fallback):
+        return False
+    lead_in = said[: len(said) - len(fallback)]
+    return lead_in == "" or (lead_in.endswith(" ") and len(lead_in.split()) <= MAX_LEAD_IN_WORDS)

@@ -102,14 +102,41 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
     if plain <= asked and (said & _YES_NO or (plain and any(plain <= w for w in words))):
         return False  # yes or no with the question's words, or one of its options that the quote names
     numbers = numbers_in(strip_markers(answer))
-    if _corrects_a_number(numbers - numbers_in(" ".join(units)), asked, sources, terms):
+    if _corrects_from_sources((said, numbers), asked, (units, words), sources, terms):
         return False
     overlap = [len(w & asked) for w in words]
     most = max(overlap)
-    if _corrects_in_words(said - asked - set().union(*words), (asked, most), sources, terms):
-        return False
     answering = [u for u, n in zip(units, overlap, strict=True) if n == most]
     return all(_left_out(unit_content(u), said, numbers | given, asked, terms) for u in answering)
+
+
+def corrects(answer: str, question: str, draft: str, sources: Sequence[str] = ()) -> bool:
+    """Whether ``answer`` corrects its ``draft`` from the ``sources``, as the guard takes a correction: it
+    cites a source the draft does not, or states a number or words the draft does not that the sources have
+    where they answer the question (see module docstring). Quoting the draft beneath it would contradict it
+    (``draft_quotes``)."""
+    if not source_numbers(answer, sources) <= cited_numbers(draft):
+        return True
+    units = [strip_markers(u) for u in draft_units(draft)]
+    if not units:
+        return False
+    terms = Terms()
+    plain = strip_markers(answer)
+    return _corrects_from_sources((terms(plain), numbers_in(plain)), terms(strip_markers(question)),
+                                  (units, [terms(u) for u in units]), sources, terms)
+
+
+def _corrects_from_sources(said: tuple[set[str], set[str]], asked: set[str],
+                           quoted: tuple[Sequence[str], Sequence[set[str]]], sources: Sequence[str],
+                           terms: Terms) -> bool:
+    """An answer's content words and numbers (``said``) correct its quoted units (``quoted``: their texts and
+    words) from the ``sources``: a number (``_corrects_a_number``) or words (``_corrects_in_words``)."""
+    words, numbers = said
+    units, unit_words = quoted
+    if _corrects_a_number(numbers - numbers_in(" ".join(units)), asked, sources, terms):
+        return True
+    most = max(len(w & asked) for w in unit_words)
+    return _corrects_in_words(words - asked - set().union(*unit_words), (asked, most), sources, terms)
 
 
 def _left_out(unit: str, said: set[str], numbers: set[str], asked: set[str], terms: Terms) -> bool:

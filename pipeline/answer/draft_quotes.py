@@ -15,9 +15,10 @@ at least ``SAID_SHARE`` of its own content words: stemmed, without the question'
 citation markers and a verbalized row's numbering and headers. A unit with no such words counts as said
 where its numbers are. A rewrite in another language than the quote cannot be compared word for word: a
 unit is said there only where it has no content word of its own and the rewrite has all of its numbers
-(German answers over an English wiki: the quotes are what holds the wiki's own words). A rewrite that cites
-a source the draft does not is a correction, as the draft guard takes it, and gets nothing beneath it: the
-draft's units would contradict it.
+(German answers over an English wiki: the quotes are what holds the wiki's own words). A rewrite that
+corrects the draft, as the draft guard takes a correction (it cites a source the draft does not, or states a
+number or words the draft does not that the sources have where they answer the question), gets nothing
+beneath it: the draft's units would contradict it ("12 nodes" above a quoted "9 nodes").
 
 Explanations regenerate the model's words above the quotes (``AnswerTrace.explained``): the quotes are the
 sources' own words, each cited.
@@ -28,8 +29,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pipeline.answer.citations import cited_numbers, source_numbers, strip_markers
-from pipeline.answer.draft_guard import draft_units, numbers_in, unit_content
+from pipeline.answer.citations import strip_markers
+from pipeline.answer.draft_guard import corrects, draft_units, numbers_in, unit_content
 from pipeline.answer.extractive import Terms, text_language
 
 SAID_SHARE = 2 / 3  # of a unit's own content words a rewrite must have for the unit to count as said
@@ -41,10 +42,10 @@ def left_out_units(answer: str, question: str, draft: str, sources: Sequence[str
                    share: float = SAID_SHARE) -> list[str]:
     """The units of ``draft`` (each "fact [Source n]." as the draft cites it) that ``answer``, written from
     ``sources``, does not say; ``[]`` where there is no draft, no answer to add to, or the answer cites a
-    source the draft does not (the draft guard takes that for a correction: the quote beneath would
-    contradict it; see module docstring)."""
+    source the draft does not or otherwise corrects it from the sources, as the draft guard takes a
+    correction (``draft_guard.corrects``): the quote beneath would contradict it."""
     units = draft_units(draft)
-    if not units or not answer.strip() or not source_numbers(answer, sources) <= cited_numbers(draft):
+    if not units or not answer.strip() or corrects(answer, question, draft, sources):
         return []
     terms = Terms()
     asked = terms(strip_markers(question))

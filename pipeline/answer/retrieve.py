@@ -112,7 +112,7 @@ async def retrieve(
 
 def keep_firsts(hits: list[Hit], firsts: Sequence[Hit], k: int) -> list[Hit]:
     """``hits`` (fused, at most ``k``) with each ranker's first evidence among them: one fusion ranked lower
-    takes the last place (appended while fewer than ``k``), at the score of the hit it follows or replaces;
+    takes the last place (appended while fewer than ``k``), at the score of the hit before that place;
     the fused first is never replaced (the confidence check is of it), nor another ranker's first.
 
     Why: distribution-based fusion maps each ranker's scores by their own spread, so a keyword search with a
@@ -166,8 +166,8 @@ async def retrieve_fused(
     weights = [1.0] + [config.fused_query_weight] * (len(results) - 1)
     fused = fuse_ranks([r.hits for r in results], config.rrf_k, weights)[: config.final_k]
     firsts = [f for r, w in zip(results, weights, strict=True) if w > 0 for f in r.firsts]
-    if config.keep_firsts and reranker is None and fused:
-        fused = keep_firsts(fused, firsts, config.final_k)
+    if config.keep_firsts and reranker is None and fused:  # within adaptive cuts, as ``retrieve`` keeps them
+        fused = keep_firsts(fused, firsts, len(fused) if config.adaptive_min_k else config.final_k)
     return replace(first, query=" | ".join(distinct), hits=fused, timings_ms=timings, firsts=firsts)
 
 
