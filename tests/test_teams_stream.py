@@ -9,7 +9,7 @@ from itertools import pairwise
 from typing import Any
 
 from fake_slack import FakeEngine
-from test_teams import Factory, make_harness  # noqa: F401  (the fixture)
+from test_teams import Factory, _injecting_answer, make_harness  # noqa: F401  (the fixture)
 
 
 def _info(activity: dict[str, Any]) -> dict[str, Any] | None:
@@ -101,3 +101,16 @@ async def test_a_stream_that_breaks_ends_with_the_error_in_the_same_message(make
     final = posted.activity
     assert _info(final) is not None and _info(final)["streamType"] == "final"  # type: ignore[index]
     assert "couldn't reach the language model" in final["text"]
+
+
+async def test_the_streamed_text_is_escaped_as_the_final_message_is(make_harness: Factory) -> None:
+    """Page text in the model's answer streamed as written: a mention, a link and markup rendered in the
+    streaming bubble until the final message replaced it."""
+    h = await make_harness(FakeEngine(delay_s=2.5, answer_for=_injecting_answer))
+    await h.send.send(h.send.personal("who?"))
+    (final,) = await h.answers()
+    texts = [p.activity["text"] for p in h.connector.posted
+             if (_info(p.activity) or {}).get("streamType") == "streaming"]
+    assert texts and all("<at>" not in t and "](https://" not in t and "**" not in t for t in texts)
+    assert all(b.startswith(a) for a, b in pairwise(texts))  # each still extends the last
+    assert texts[-1].replace("\\[1\\]", "[1]") in final["text"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from bot.teams.activity import Activity
 from bot.teams.connector import ConnectorClient
+from bot.teams.render import escape
 from pipeline.errors import RemoteError
 
 log = logging.getLogger("evident.teams")
@@ -107,8 +108,13 @@ class TeamsStream:
         info: dict[str, Any] = {"type": "streaminfo", "streamType": kind, "streamSequence": self.sequence}
         if self.stream_id is not None:
             info["streamId"] = self.stream_id
-        payload = {"type": "typing", "text": text, "entities": [info],
+        # the answer so far is page text as the model wrote it: escaped as the final message escapes it
+        # (character by character, so each update still extends the last)
+        shown = escape(text) if kind == "streaming" else text
+        payload = {"type": "typing", "text": shown, "entities": [info],
                    "channelData": {k: v for k, v in info.items() if k != "type"}}
+        if kind == "streaming":
+            payload["textFormat"] = "markdown"
         new_id = await self._send(payload)
         if new_id is not None and self.stream_id is None:
             self.stream_id = new_id or None
