@@ -77,7 +77,8 @@ def test_out_of_scope_detected(text: str) -> None:
 @pytest.mark.parametrize("text", ["", "Alice leads it.", OUT_OF_SCOPE + " But Alice leads it.",
                                   "The desired information cannot be found.",
                                   f"Alice leads it, and otherwise {OUT_OF_SCOPE.lower()}",
-                                  f"X{OUT_OF_SCOPE.lower()}"])
+                                  f"X{OUT_OF_SCOPE.lower()}",
+                                  f"Yes [Source 1]. {OUT_OF_SCOPE}", f"PCR18. {OUT_OF_SCOPE}"])
 def test_out_of_scope_not_detected(text: str) -> None:
     assert not is_out_of_scope(text)
 

@@ -71,6 +71,21 @@ def test_a_rewrite_that_corrects_the_draft_from_its_source_gets_nothing_beneath(
     assert left_out_units("The cluster has 14 nodes [Source 2].", question, draft, sources) == [draft]
 
 
+def test_a_number_the_question_gives_or_a_lists_numbering_is_no_correction() -> None:
+    """Any number the draft lacks counted as a correction, so a numbered rewrite, or one repeating the
+    question's release number, lost the quotes of the units it left out."""
+    question = "How do I reset the admin password of release 4.2?"
+    draft = "Hold the reset button for 30 seconds [Source 1]. Then log in as admin [Source 1]."
+    sources = ["Row 1 in Table 1: Step is Hold the reset button for 30 seconds. Release 4.2 resets the admin "
+               "password."]
+    numbered = "1. Hold the reset button [Source 1]. 2. Log in again [Source 1]."
+    assert left_out_units(numbered, question, draft, sources) == [
+        "Hold the reset button for 30 seconds [Source 1]."]  # its seconds left out; logging in is said
+    repeated = "In release 4.2, hold the reset button [Source 1]."
+    assert left_out_units(repeated, question, draft, sources) == [
+        "Hold the reset button for 30 seconds [Source 1].", "Then log in as admin [Source 1]."]
+
+
 def test_nothing_is_added_without_a_draft_or_an_answer() -> None:
     assert left_out_units("Kevin sends the slides [Source 3].", QUESTION, "") == []
     assert left_out_units("", QUESTION, DRAFT) == []

@@ -141,3 +141,34 @@ async def test_a_start_cancelled_while_it_waits_for_the_lock_lets_it_go_when_tak
     finally:
         os.close(other)  # the other process ends: the cancelled start's thread takes the lock
     assert await _until(lambda: _lock_is_free(path))
+
+
+async def test_a_run_cancelled_while_it_waits_for_counting_leaves_no_stale_counts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The earlier run's counts stayed on disk: the next run took them for current and never counted the words
+    of the pages the cancelled run had written."""
+    path = tmp_path / "vocab.npz"
+    async with VocabularyRun.held(path, Bm25Encoder(), None, TrigramEmbedder(), []) as run:
+        assert run is not None
+        await run.count([("0", ["omega"])])
+    assert TermCounts.path_for(path).exists()
+    started, release = threading.Event(), threading.Event()
+    real = TermCounts.set_contribution
+
+    def held(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
+        if page_id == "2":
+            started.set()
+            release.wait(10)
+        real(self, page_id, contribution, evidence)
+
+    monkeypatch.setattr(TermCounts, "set_contribution", held)
+    task = asyncio.create_task(_two_pages_counted(path, []))
+    await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0.05)  # finish waits for the thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    assert await _until(lambda: _lock_is_free(path))
+    assert not TermCounts.path_for(path).exists()  # the next run counts afresh

@@ -202,4 +202,8 @@ def is_out_of_scope(text: str) -> bool:
     if not text or not said.endswith(fallback):
         return False
     lead_in = said[: len(said) - len(fallback)]
-    return lead_in == "" or (lead_in.endswith(" ") and len(lead_in.split()) <= MAX_LEAD_IN_WORDS)
+    if lead_in == "":
+        return True
+    # words only: a lead-in with a citation or a number is an answer ("PCR18 [Source 1]. The desired …")
+    return (lead_in.endswith(" ") and len(lead_in.split()) <= MAX_LEAD_IN_WORDS
+            and not _MARKER_RE.search(text) and not any(c.isdigit() for c in lead_in))

@@ -60,6 +60,7 @@ _WRITTEN = re.compile(rf"[\[(]{WORD_JOINER}[^\])]*[\])]")  # "[\u20603]": page t
 _YES_NO = frozenset({"yes", "no", "ja", "nein"})
 _NOT = frozenset({"not", "nicht", "kein", "keine"})
 _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
+_LIST_NUMBER = re.compile(r"(?:^|[.:;]\s+|\n\s*)(\d{1,2})[.)]\s")  # "1. Hold …", "… [Source 1]. 2. Log …"
 
 
 def keeps_draft(answer: str, question: str, draft: str, sources: Sequence[str] = ()) -> bool:
@@ -113,8 +114,8 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
 def corrects(answer: str, question: str, draft: str, sources: Sequence[str] = ()) -> bool:
     """Whether ``answer`` corrects its ``draft`` from the ``sources``, as the guard takes a correction: it
     cites a source the draft does not, or states a number or words the draft does not that the sources have
-    where they answer the question (see module docstring). Quoting the draft beneath it would contradict it
-    (``draft_quotes``)."""
+    where they answer the question (see module docstring); a number the question gives or a list's
+    numbering is none. Quoting the draft beneath it would contradict it (``draft_quotes``)."""
     if not source_numbers(answer, sources) <= cited_numbers(draft):
         return True
     units = [strip_markers(u) for u in draft_units(draft)]
@@ -122,7 +123,9 @@ def corrects(answer: str, question: str, draft: str, sources: Sequence[str] = ()
         return False
     terms = Terms()
     plain = strip_markers(answer)
-    return _corrects_from_sources((terms(plain), numbers_in(plain)), terms(strip_markers(question)),
+    # stricter than the guard's exemption: a number the question gives or a list's numbering corrects nothing
+    stated = numbers_in(plain) - numbers_in(question) - set(_LIST_NUMBER.findall(plain))
+    return _corrects_from_sources((terms(plain), stated), terms(strip_markers(question)),
                                   (units, [terms(u) for u in units]), sources, terms)
 
 

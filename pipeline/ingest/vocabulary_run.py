@@ -219,8 +219,8 @@ class VocabularyRun:
         cancelled caller does not stop: nothing is written after the lock is let go, and it is let go."""
         try:
             await self._settled()
-        except BaseException:  # cancelled while counting went on: those counts are dropped, the lock let go
-            await _in_thread(self._end, True)
+        except BaseException:  # cancelled while counting went on: the counts cannot be saved whole, so they
+            await _in_thread(self._abandon)  # are deleted (the next run counts afresh) and the lock let go
             raise
         await _in_thread(self._write, embedder, warnings, kept)
 
@@ -241,6 +241,13 @@ class VocabularyRun:
             warnings.append(("vocabulary", f"keyword-expansion vocabulary not updated: {exc}"))
         finally:
             self._end(not kept_now)
+
+    def _abandon(self) -> None:
+        try:
+            self.counts.retire()
+            self._discard()
+        finally:
+            self.release()
 
     def _end(self, retire: bool) -> None:
         """Let the next run have the vocabulary; with ``retire`` no later run uses these counts, and a change
