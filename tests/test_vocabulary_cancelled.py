@@ -18,7 +18,7 @@ from pipeline.ingest.vocabulary_run import VocabularyRun
 from pipeline.models.sparse import Bm25Encoder
 from pipeline.models.vocabulary import TermCounts
 from tests.test_keyword_expansion import TrigramEmbedder
-from tests.test_vocabulary_kept import _two_pages_counted
+from tests.test_vocabulary_kept import _held_at_page_2, _two_pages_counted
 
 
 def _lock_file(path: Path) -> Path:
@@ -44,26 +44,24 @@ async def _until(check: Any, seconds: float = 10.0) -> bool:
     return bool(check())
 
 
+async def _cancelled_while_counting(path: Path, monkeypatch: pytest.MonkeyPatch, *,
+                                    holding: bool = False) -> tuple[asyncio.Task[None], threading.Event]:
+    """A run counting two pages, cancelled while page "2" is counted (held until ``release`` is set): its
+    ``finish`` waits for that thread."""
+    started, release = _held_at_page_2(monkeypatch, holding=holding)
+    task = asyncio.create_task(_two_pages_counted(path, []))
+    await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    return task, release
+
+
 async def test_a_run_cancelled_while_it_waits_for_counting_never_blocks_the_event_loop(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cancelled again while it waited for a counting thread, the run retired its counts on the event loop:
     the loop stood still until that thread let go of the counts (a spill of rows at 50,000 pages)."""
     path = tmp_path / "vocab.npz"
-    started, release = threading.Event(), threading.Event()
-    real = TermCounts.set_contribution
-
-    def holding(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
-        with self._lock:  # as a spill does
-            if page_id == "2":
-                started.set()
-                release.wait(10)
-            real(self, page_id, contribution, evidence)
-
-    monkeypatch.setattr(TermCounts, "set_contribution", holding)
-    task = asyncio.create_task(_two_pages_counted(path, []))
-    await asyncio.to_thread(started.wait, 10)
-    task.cancel()
-    await asyncio.sleep(0.05)  # finish waits for the thread
+    task, release = await _cancelled_while_counting(path, monkeypatch, holding=True)
     threading.Timer(0.6, release.set).start()
     task.cancel()
     t = asyncio.get_running_loop().time()
@@ -152,20 +150,7 @@ async def test_a_run_cancelled_while_it_waits_for_counting_leaves_no_stale_count
         assert run is not None
         await run.count([("0", ["omega"])])
     assert TermCounts.path_for(path).exists()
-    started, release = threading.Event(), threading.Event()
-    real = TermCounts.set_contribution
-
-    def held(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
-        if page_id == "2":
-            started.set()
-            release.wait(10)
-        real(self, page_id, contribution, evidence)
-
-    monkeypatch.setattr(TermCounts, "set_contribution", held)
-    task = asyncio.create_task(_two_pages_counted(path, []))
-    await asyncio.to_thread(started.wait, 10)
-    task.cancel()
-    await asyncio.sleep(0.05)  # finish waits for the thread
+    task, release = await _cancelled_while_counting(path, monkeypatch)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -142,20 +143,21 @@ async def test_a_page_emptied_takes_its_words_out_of_the_saved_counts(tmp_path: 
     assert "gamma" not in df and df["alpha"] == 1
 
 
-def _held_at_page_2(monkeypatch: pytest.MonkeyPatch,
-                    fails: Exception | None = None) -> tuple[threading.Event, threading.Event]:
+def _held_at_page_2(monkeypatch: pytest.MonkeyPatch, fails: Exception | None = None, *,
+                    holding: bool = False) -> tuple[threading.Event, threading.Event]:
     """Counting page "2" waits (``started`` set) until ``release`` is set, then counts it or raises
-    ``fails``."""
+    ``fails``; with ``holding`` it holds the counts' lock meanwhile, as a spill of rows does."""
     started, release = threading.Event(), threading.Event()
     real = TermCounts.set_contribution
 
     def held(self: TermCounts, page_id: str, contribution: Any, evidence: int) -> None:
-        if page_id == "2":
-            started.set()
-            release.wait(10)
-            if fails is not None:
-                raise fails
-        real(self, page_id, contribution, evidence)
+        with self._lock if holding else contextlib.nullcontext():
+            if page_id == "2":
+                started.set()
+                release.wait(10)
+                if fails is not None:
+                    raise fails
+            real(self, page_id, contribution, evidence)
 
     monkeypatch.setattr(TermCounts, "set_contribution", held)
     return started, release
