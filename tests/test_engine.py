@@ -433,6 +433,11 @@ def test_the_draft_guard_compares_numbers_and_table_cells() -> None:
     assert keeps_draft("It only supports SRTM.", "What does the host UEFI case support?", uefi)
     # a number elsewhere in the sources, in a sentence sharing no word with the question, is no correction
     assert keeps_draft(new, phone, old, ["The old number was 555-0100. Room 555-0199 has a printer."])
+    # nor is a number the question gives: repeating it corrects nothing, the unit left out shows
+    reset = "How long do I hold the reset button on release 4.2?"
+    assert keeps_draft("On release 4.2 you press it firmly [Source 1].", reset,
+                       "Hold the reset button for 30 seconds [Source 1].",
+                       ["Hold the reset button for 30 seconds. Release 4.2 changed the reset button."])
     # a bracketed number copied from a source is no citation of another source: the unit left out shows
     regs = "The flag lives in regs[\u20600] [Source 1]."
     sources = ["The flag lives in regs[0]. See note [3] of the manual."]

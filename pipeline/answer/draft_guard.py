@@ -103,7 +103,7 @@ def _leaves_out_the_answer(answer: str, said: set[str], question: tuple[set[str]
     if plain <= asked and (said & _YES_NO or (plain and any(plain <= w for w in words))):
         return False  # yes or no with the question's words, or one of its options that the quote names
     numbers = numbers_in(strip_markers(answer))
-    if _corrects_from_sources((said, numbers), asked, (units, words), sources, terms):
+    if _corrects_from_sources((said, _stated(answer, given)), asked, (units, words), sources, terms):
         return False
     overlap = [len(w & asked) for w in words]
     most = max(overlap)
@@ -122,11 +122,15 @@ def corrects(answer: str, question: str, draft: str, sources: Sequence[str] = ()
     if not units:
         return False
     terms = Terms()
+    return _corrects_from_sources((terms(strip_markers(answer)), _stated(answer, numbers_in(question))),
+                                  terms(strip_markers(question)), (units, [terms(u) for u in units]), sources,
+                                  terms)
+
+
+def _stated(answer: str, given: set[str]) -> set[str]:
+    """The numbers an answer states of its own: not those the question ``given``, nor a list's numbering."""
     plain = strip_markers(answer)
-    # stricter than the guard's exemption: a number the question gives or a list's numbering corrects nothing
-    stated = numbers_in(plain) - numbers_in(question) - set(_LIST_NUMBER.findall(plain))
-    return _corrects_from_sources((terms(plain), stated), terms(strip_markers(question)),
-                                  (units, [terms(u) for u in units]), sources, terms)
+    return numbers_in(plain) - given - set(_LIST_NUMBER.findall(plain))
 
 
 def _corrects_from_sources(said: tuple[set[str], set[str]], asked: set[str],

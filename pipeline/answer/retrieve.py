@@ -119,10 +119,10 @@ def keep_firsts(hits: list[Hit], firsts: Sequence[Hit], k: int) -> list[Hit]:
     single match (an identifier, an error code, a code word that one passage holds) scores that match 0.5,
     as an average meaning match, and ten meaning matches above the mean pushed it out of the evidence."""
     out = list(hits)
+    kept = {f.evidence.id for f in firsts}
     for first in firsts:
         if any(h.evidence.id == first.evidence.id for h in out):
             continue
-        kept = {f.evidence.id for f in firsts}
         if len(out) >= k:
             spare = [i for i, h in enumerate(out) if i > 0 and h.evidence.id not in kept]
             if not spare:

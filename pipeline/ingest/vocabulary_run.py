@@ -220,7 +220,7 @@ class VocabularyRun:
         try:
             await self._settled()
         except BaseException:  # cancelled while counting went on: the counts cannot be saved whole, so they
-            await _in_thread(self._abandon)  # are deleted (the next run counts afresh) and the lock let go
+            await _in_thread(self._end, True, True)  # are deleted (the next run counts afresh), lock let go
             raise
         await _in_thread(self._write, embedder, warnings, kept)
 
@@ -242,19 +242,14 @@ class VocabularyRun:
         finally:
             self._end(not kept_now)
 
-    def _abandon(self) -> None:
-        try:
-            self.counts.retire()
-            self._discard()
-        finally:
-            self.release()
-
-    def _end(self, retire: bool) -> None:
+    def _end(self, retire: bool, discard: bool = False) -> None:
         """Let the next run have the vocabulary; with ``retire`` no later run uses these counts, and a change
-        still coming (a cancelled caller's counting thread) is dropped."""
+        still coming (a cancelled caller's counting thread) is dropped; with ``discard`` they are deleted."""
         try:
             if retire:
                 self.counts.retire()
+            if discard:
+                self._discard()
         finally:
             self.release()
 
