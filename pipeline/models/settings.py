@@ -18,7 +18,8 @@ class ModelSettings(Area):
     embed_batch_size: int = setting(
         32,
         "EVIDENT_EMBED_BATCH_SIZE",
-        "Texts per embedding batch (the torch runtime also bounds a batch's padded tokens).",
+        "Texts per embedding batch (the torch runtime bounds a batch by its padded tokens on a CPU, by "
+        "both on CUDA).",
         ge=1,
     )
     embed_runtime: Annotated[Literal["auto", "torch", "c"], Lower] = setting(

