@@ -3,6 +3,10 @@ private operators they use."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -61,16 +65,22 @@ def test_the_pinned_torch_has_the_private_operators_the_kernels_use() -> None:
     assert isinstance(cpu_has_amx(torch), bool)
 
 
-def _fake_torch(amx: bool) -> Any:
-    return SimpleNamespace(cpu=SimpleNamespace(_is_amx_tile_supported=lambda: amx, _init_amx=lambda: True))
-
-
 def test_auto_precision_is_bf16_with_amx_and_int8_without() -> None:
-    assert pick_precision("cpu", "auto", _fake_torch(amx=True)) == "bf16"
-    assert pick_precision("cpu", "auto", _fake_torch(amx=False)) == "int8"
-    assert pick_precision("cpu", "auto", SimpleNamespace(cpu=SimpleNamespace())) == "int8"  # an older torch
-    assert pick_precision("cuda", "auto", _fake_torch(amx=False)) == "bf16"
-    assert pick_precision("cpu", "fp32", _fake_torch(amx=True)) == "fp32"  # asked for: kept
+    assert pick_precision("cpu", "auto", amx=True) == "bf16"
+    assert pick_precision("cpu", "auto", amx=False) == "int8"
+    assert pick_precision("cuda", "auto", amx=False) == "bf16"
+    assert pick_precision("cpu", "fp32", amx=True) == "fp32"  # asked for: kept
+
+
+def test_no_amx_where_torch_cannot_tell_or_the_cpu_has_none() -> None:
+    older = SimpleNamespace(cpu=SimpleNamespace())  # a torch without the AMX queries
+    assert cpu_has_amx(older) is False
+    def torch_with(tiles: bool, allowed: bool) -> Any:
+        return SimpleNamespace(cpu=SimpleNamespace(_is_amx_tile_supported=lambda: tiles,
+                                                   _init_amx=lambda: allowed))
+
+    assert cpu_has_amx(torch_with(tiles=False, allowed=True)) is False
+    assert cpu_has_amx(torch_with(tiles=True, allowed=False)) is False  # the kernel did not let us use them
 
 
 def test_kernels_follow_the_precision_and_device() -> None:
@@ -112,3 +122,20 @@ def test_a_cpu_batch_of_short_texts_is_bounded_by_tokens_not_by_count() -> None:
         assert vectors.shape == (300, 384) and sum(sizes) == 300
         assert max(sizes) > 64  # 64 texts was the cap: forwards of ~450 tokens
         assert max(padded) <= embedder._kernels.batch_tokens
+
+
+@pytest.mark.slow
+def test_a_cpu_without_onednn_bf16_runs_bf16_unfused_and_defaults_to_int8() -> None:
+    """oneDNN capped at AVX2 (as on a CPU without AVX-512): reordering a bf16 weight raised RuntimeError."""
+    script = (
+        "from pipeline.models.e5_torch import E5TorchEmbedder\n"
+        "asked = E5TorchEmbedder(device='cpu', precision='bf16')\n"
+        "auto = E5TorchEmbedder(device='cpu')\n"
+        "v = asked.embed_documents(['release policy'])\n"
+        "print(type(asked._kernels).__name__, auto.precision, v.shape)\n"
+    )
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["FloatKernels", "int8", "(1,", "384)"]

@@ -165,15 +165,19 @@ def make_kernels(torch: Any, precision: str, device: str) -> Kernels:
 
 
 def fused_bf16_available(torch: Any) -> bool:
-    """This torch can run ``FusedBf16Kernels`` (a oneDNN build with the fused linear operators)."""
-    return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    """This torch can run ``FusedBf16Kernels`` here: a oneDNN build with the fused linear operators, on a
+    CPU whose instructions oneDNN's bf16 needs (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; not plain AVX2)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def cpu_has_amx(torch: Any) -> bool:
     """The CPU has AMX tiles and the kernel lets this process use them (bf16 is then ~2x int8 here)."""
     supported = getattr(torch.cpu, "_is_amx_tile_supported", None)
     init = getattr(torch.cpu, "_init_amx", None)
-    return bool(supported is not None and init is not None and supported() and init())
+    return bool(supported is not None and init is not None and supported() and init()
+                and fused_bf16_available(torch))
 
 
 def _tensor(torch: Any, array: np.ndarray, device: str = "cpu") -> Any:

@@ -58,7 +58,8 @@ class E5TorchEmbedder:
             ) from exc
         self._torch = torch
         self.device = pick_device(device, torch)
-        self.precision = pick_precision(self.device, precision, torch)
+        amx = self.device == "cpu" and cpu_has_amx(torch)
+        self.precision = pick_precision(self.device, precision, amx=amx)
         self._kernels = make_kernels(torch, self.precision, self.device)
         self.batch_size = max(1, batch_size)
         self.max_tokens = min(max_tokens, 512) if max_tokens > 0 else 512
@@ -209,7 +210,7 @@ def _prefix(query: bool) -> str:
     return "query: " if query else "passage: "
 
 
-def pick_precision(device: str, precision: str, torch: Any) -> str:
+def pick_precision(device: str, precision: str, *, amx: bool) -> str:
     """The precision ``EVIDENT_EMBED_PRECISION`` asks for; auto: bf16 on CUDA and on a CPU with AMX (~2x
     int8 there), int8 on other CPUs (~2x bf16 without AMX)."""
     if precision not in PRECISIONS:
@@ -217,7 +218,7 @@ def pick_precision(device: str, precision: str, torch: Any) -> str:
             f"EVIDENT_EMBED_PRECISION must be one of {', '.join(PRECISIONS)}, got {precision!r}"
         )
     if precision == "auto":
-        return "bf16" if device != "cpu" or cpu_has_amx(torch) else "int8"
+        return "bf16" if device != "cpu" or amx else "int8"
     if precision == "int8" and device != "cpu":
         raise ConfigError("EVIDENT_EMBED_PRECISION=int8 runs on the CPU only; use bf16 or fp16 on CUDA")
     return precision
