@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -139,3 +140,44 @@ def test_a_cpu_without_onednn_bf16_runs_bf16_unfused_and_defaults_to_int8() -> N
                           timeout=300, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["FloatKernels", "int8", "(1,", "384)"]
+
+
+LONG = [f"Row {i} in Table 1: Member is Alice, and Task is Prepare the evaluation todo list for release "
+        f"{i} of the platform, with the Windows builds, the backups and the on-call rotation"
+        for i in range(8)]
+
+
+@pytest.mark.slow
+def test_bf16_linears_see_row_counts_in_buckets_and_padding_changes_nothing() -> None:
+    rows_seen: list[int] = []
+
+    class Recording(FusedBf16Kernels):
+        def project(self, x: Any, lin: Any) -> Any:
+            rows_seen.append(x.shape[0])
+            return super().project(x, lin)
+
+    bucketed = E5TorchEmbedder(device="cpu", precision="bf16")
+    bucketed._kernels = Recording(torch)
+    bucketed._layers = bucketed._make_layers()
+    exact = E5TorchEmbedder(device="cpu", precision="bf16")
+    exact._kernels.row_bucket = 1
+    got, want = bucketed.embed_documents(LONG), exact.embed_documents(LONG)
+    assert rows_seen and all(rows % FusedBf16Kernels.row_bucket == 0 for rows in rows_seen)
+    assert (got * want).sum(1).min() > 0.9999
+
+
+@pytest.mark.slow
+def test_the_weights_are_made_on_the_model_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second OpenMP team (bf16 conversions on the caller's thread) made libgomp stop spinning between
+    operations: a question's embedding took 30 ms instead of 12."""
+    threads: set[str] = set()
+
+    class Recording(FusedBf16Kernels):
+        def make(self, weight: np.ndarray, bias: np.ndarray) -> Any:
+            threads.add(threading.current_thread().name)
+            return super().make(weight, bias)
+
+    monkeypatch.setattr("pipeline.models.e5_torch.make_kernels", lambda torch, *_: Recording(torch))
+    embedder = E5TorchEmbedder(device="cpu", precision="bf16")
+    assert len(threads) == 1 and threads.pop().startswith("e5-torch")
+    assert embedder.embed_queries(["release policy"]).shape == (1, 384)

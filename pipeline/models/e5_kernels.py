@@ -26,6 +26,7 @@ import numpy as np
 
 INT8_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for int8's speed and peak memory
 FUSED_BATCH_TOKENS = 2048  # AMX tiles want larger batches (+12 % over 1,024 in one run, 600 passages)
+FUSED_ROW_BUCKET = 64  # oneDNN builds a kernel for each new row count: 32 counts up to 2,048 rows
 CUDA_BATCH_TOKENS = 32768
 _INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
 
@@ -45,6 +46,7 @@ class Kernels(Protocol):
     name: str  # the precision, as EVIDENT_EMBED_PRECISION names it
     stream_dtype: Any  # dtype of the residual stream between layers
     batch_tokens: int  # padded tokens per forward
+    row_bucket: int  # a forward's rows (tokens) are padded up to a multiple of this
 
     def make(self, weight: np.ndarray, bias: np.ndarray) -> Linear:
         """``weight`` is ``(out, in)`` float32, ``bias`` ``(out,)``."""
@@ -69,6 +71,7 @@ class Int8Kernels:
 
     name = "int8"
     batch_tokens = INT8_BATCH_TOKENS
+    row_bucket = 1
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
@@ -108,6 +111,7 @@ class FusedBf16Kernels:
 
     name = "bf16"
     batch_tokens = FUSED_BATCH_TOKENS
+    row_bucket = FUSED_ROW_BUCKET
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
@@ -139,6 +143,7 @@ class FloatKernels:
         self._device = device
         self.stream_dtype = torch.float32
         self.batch_tokens = INT8_BATCH_TOKENS if device == "cpu" else CUDA_BATCH_TOKENS
+        self.row_bucket = 1
 
     def make(self, weight: np.ndarray, bias: np.ndarray) -> Linear:
         torch = self._torch

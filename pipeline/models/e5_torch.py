@@ -60,7 +60,6 @@ class E5TorchEmbedder:
         self.device = pick_device(device, torch)
         amx = self.device == "cpu" and cpu_has_amx(torch)
         self.precision = pick_precision(self.device, precision, amx=amx)
-        self._kernels = make_kernels(torch, self.precision, self.device)
         self.batch_size = max(1, batch_size)
         self.max_tokens = min(max_tokens, 512) if max_tokens > 0 else 512
         self.progress = progress
@@ -74,13 +73,16 @@ class E5TorchEmbedder:
         self._pos = self._dense("emb.pos", (cfg.max_positions, cfg.hidden))
         self._type = self._dense("emb.type", (cfg.type_vocab, cfg.hidden))[0]
         self._emb_ln = (self._dense("emb.ln.w", (cfg.hidden,)), self._dense("emb.ln.b", (cfg.hidden,)))
-        self._layers = [self._layer(i) for i in range(cfg.layers)]
         # Every forward runs on this one thread. GNU OpenMP gives each calling thread its own team of
         # spinning workers, so forwards issued from asyncio's pool threads fought over the cores
-        # (measured: -30 % throughput, 2x query latency). One thread also serializes forwards.
+        # (measured: -30 % throughput, 2x query latency). One thread also serializes forwards, and the
+        # weights are made there too: a second team (bf16 conversions on the caller's thread) made libgomp
+        # stop spinning between operations, and a question took 30 ms instead of 12.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-torch")
         if self.device == "cpu":  # OpenMP keeps the thread count per calling thread: set it there
             self._worker.submit(torch.set_num_threads, threads if threads > 0 else available_cores()).result()
+        self._kernels = make_kernels(torch, self.precision, self.device)
+        self._layers = self._worker.submit(self._make_layers).result()
         self._memory = MemoryGuard(slack_bytes=64 * 2**20)
         self._memory.reset()
         # a question goes between a sync's chunks: ~2,048 padded tokens on a CPU (one or two batches)
@@ -144,41 +146,69 @@ class E5TorchEmbedder:
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
         torch = self._torch
         F = torch.nn.functional
-        cfg, kernels = self._cfg, self._kernels
-        n, length, hidden = len(batch), max(len(x) for x in batch), cfg.hidden
+        n, length = len(batch), max(len(x) for x in batch)
         ids = np.full((n, length), self._tokenizer.pad, dtype=np.int64)
         mask = np.zeros((n, length), dtype=bool)
         for i, row in enumerate(batch):
             ids[i, : len(row)] = row
             mask[i, : len(row)] = True
         with torch.inference_mode():
-            words = dequantize_q4(self._word[ids.reshape(-1)], ids.size, hidden).reshape(n, length, hidden)
-            x = torch.from_numpy(words).to(self.device) + self._pos[:length] + self._type
-            x = F.layer_norm(x, (hidden,), *self._emb_ln, eps=cfg.eps).to(kernels.stream_dtype)
             keep = torch.from_numpy(mask).to(self.device)
-            attn_mask = keep[:, None, None, :]
-            heads, head_dim = cfg.heads, hidden // cfg.heads
-            flat = x.reshape(n * length, hidden)
-            for layer in self._layers:
-                qkv = kernels.project(flat, layer["qkv"]).view(n, length, 3, heads, head_dim)
-                qkv = qkv.permute(2, 0, 3, 1, 4)
-                ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attn_mask)
-                ctx = ctx.transpose(1, 2).reshape(n * length, hidden)
-                flat = F.layer_norm(kernels.project_add(ctx, layer["ao"], flat), (hidden,), *layer["aln"],
-                                    eps=cfg.eps)
-                mid = kernels.project_gelu(flat, layer["fi"])
-                flat = F.layer_norm(kernels.project_add(mid, layer["fo"], flat), (hidden,), *layer["oln"],
-                                    eps=cfg.eps)
-            x = flat.view(n, length, hidden).float()
-            weights = keep.to(x.dtype)[..., None]
+            x = self._encoder(self._embeddings(ids), keep)
+            weights = keep.to(torch.float32)[..., None]
             pooled = (x * weights).sum(1) / weights.sum(1)
             return F.normalize(pooled, dim=-1).cpu().numpy()
+
+    def _embeddings(self, ids: np.ndarray) -> Any:
+        """Word + position + type embeddings, layer-normed, in the stream's dtype: ``(n, length, hidden)``."""
+        F, cfg = self._torch.nn.functional, self._cfg
+        n, length = ids.shape
+        words = dequantize_q4(self._word[ids.reshape(-1)], ids.size, cfg.hidden)
+        words = words.reshape(n, length, cfg.hidden)
+        x = self._torch.from_numpy(words).to(self.device) + self._pos[:length] + self._type
+        return F.layer_norm(x, (cfg.hidden,), *self._emb_ln, eps=cfg.eps).to(self._kernels.stream_dtype)
+
+    def _encoder(self, x: Any, keep: Any) -> Any:
+        """The transformer layers over ``x`` (``keep``: the tokens that are not padding); float32 out. The
+        linears see the batch's tokens as rows padded up to a multiple of the kernels' ``row_bucket``: oneDNN
+        builds a kernel for every new row count (a varying count made its bf16 matmuls 4-6x slower)."""
+        torch, F, cfg, kernels = self._torch, self._torch.nn.functional, self._cfg, self._kernels
+        n, length, hidden = x.shape
+        heads, head_dim = cfg.heads, hidden // cfg.heads
+        rows = n * length
+        padded = -(-rows // kernels.row_bucket) * kernels.row_bucket
+        flat = x.reshape(rows, hidden)
+        ctx_rows = None
+        if padded > rows:  # zero rows below the tokens; attention and pooling never read them
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, hidden)])
+            ctx_rows = flat.new_zeros(padded, hidden)
+        attn_mask = keep[:, None, None, :]
+        for layer in self._layers:
+            qkv = kernels.project(flat, layer["qkv"])[:rows].view(n, length, 3, heads, head_dim)
+            qkv = qkv.permute(2, 0, 3, 1, 4)
+            ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attn_mask).transpose(1, 2)
+            if ctx_rows is None:
+                ctx = ctx.reshape(rows, hidden)
+            else:
+                ctx_rows[:rows].view(n, length, heads, head_dim).copy_(ctx)
+                ctx = ctx_rows
+            flat = F.layer_norm(kernels.project_add(ctx, layer["ao"], flat), (hidden,), *layer["aln"],
+                                eps=cfg.eps)
+            mid = kernels.project_gelu(flat, layer["fi"])
+            flat = F.layer_norm(kernels.project_add(mid, layer["fo"], flat), (hidden,), *layer["oln"],
+                                eps=cfg.eps)
+        return flat[:rows].view(n, length, hidden).float()
 
     def _dense(self, name: str, shape: tuple[int, ...]) -> Any:
         return self._torch.from_numpy(self._file.vector(name, shape)).to(self.device)
 
-    def _layer(self, i: int) -> dict[str, Any]:
-        cfg, make = self._cfg, self._kernels.make
+    def _make_layers(self) -> list[dict[str, Any]]:
+        """Every layer's weights in the form the kernels run them."""
+        return [self._layer(self._raw_layer(i)) for i in range(self._cfg.layers)]
+
+    def _raw_layer(self, i: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Layer ``i``'s float32 (weight, bias) pairs: linears ``(out, in)``, layer norms (scale, shift)."""
+        cfg = self._cfg
         h, ff = cfg.hidden, cfg.ffn
 
         def mat(part: str, rows: int, cols: int) -> np.ndarray:
@@ -187,20 +217,22 @@ class E5TorchEmbedder:
         def vec(part: str, size: int) -> np.ndarray:
             return self._file.vector(f"l{i}.{part}", (size,))
 
-        def norm(part: str) -> tuple[Any, Any]:  # in the stream's dtype, as layer_norm wants
-            dtype = self._kernels.stream_dtype
-            return self._t(vec(f"{part}.w", h)).to(dtype), self._t(vec(f"{part}.b", h)).to(dtype)
-
-        qkv_w = np.concatenate([mat("q", h, h), mat("k", h, h), mat("v", h, h)])
-        qkv_b = np.concatenate([vec("q.b", h), vec("k.b", h), vec("v.b", h)])
         return {
-            "qkv": make(qkv_w, qkv_b),
-            "ao": make(mat("ao", h, h), vec("ao.b", h)),
-            "fi": make(mat("fi", ff, h), vec("fi.b", ff)),
-            "fo": make(mat("fo", h, ff), vec("fo.b", h)),
-            "aln": norm("aln"),
-            "oln": norm("oln"),
+            "qkv": (np.concatenate([mat("q", h, h), mat("k", h, h), mat("v", h, h)]),
+                    np.concatenate([vec("q.b", h), vec("k.b", h), vec("v.b", h)])),
+            "ao": (mat("ao", h, h), vec("ao.b", h)),
+            "fi": (mat("fi", ff, h), vec("fi.b", ff)),
+            "fo": (mat("fo", h, ff), vec("fo.b", h)),
+            "aln": (vec("aln.w", h), vec("aln.b", h)),
+            "oln": (vec("oln.w", h), vec("oln.b", h)),
         }
+
+    def _layer(self, raw: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+        kernels = self._kernels
+        layer: dict[str, Any] = {name: kernels.make(*raw[name]) for name in ("qkv", "ao", "fi", "fo")}
+        for name in ("aln", "oln"):  # in the stream's dtype, as layer_norm wants
+            layer[name] = tuple(self._t(part).to(kernels.stream_dtype) for part in raw[name])
+        return layer
 
     def _t(self, array: np.ndarray) -> Any:
         return self._torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
