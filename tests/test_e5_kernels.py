@@ -84,6 +84,13 @@ def test_no_amx_where_torch_cannot_tell_or_the_cpu_has_none() -> None:
     assert cpu_has_amx(torch_with(tiles=True, allowed=False)) is False  # the kernel did not let us use them
 
 
+def test_bf16_rows_are_padded_in_steps_int8_rows_never() -> None:
+    fused = FusedBf16Kernels(torch)
+    assert [fused.padded_rows(r) for r in (1, 15, 16, 17, 256, 257, 2048, 2049)] == [
+        16, 16, 16, 32, 256, 320, 2048, 2112]
+    assert Int8Kernels(torch).padded_rows(17) == 17 and FloatKernels(torch, "fp32", "cpu").padded_rows(3) == 3
+
+
 def test_kernels_follow_the_precision_and_device() -> None:
     assert isinstance(make_kernels(torch, "int8", "cpu"), Int8Kernels)
     assert isinstance(make_kernels(torch, "bf16", "cpu"), FusedBf16Kernels)
@@ -160,9 +167,10 @@ def test_bf16_linears_see_row_counts_in_buckets_and_padding_changes_nothing() ->
     bucketed._kernels = Recording(torch)
     bucketed._layers = bucketed._make_layers()
     exact = E5TorchEmbedder(device="cpu", precision="bf16")
-    exact._kernels.row_bucket = 1
+    assert isinstance(exact._kernels, FusedBf16Kernels)
+    exact._kernels.row_steps = ((10**6, 1),)
     got, want = bucketed.embed_documents(LONG), exact.embed_documents(LONG)
-    assert rows_seen and all(rows % FusedBf16Kernels.row_bucket == 0 for rows in rows_seen)
+    assert rows_seen and all(rows % 16 == 0 for rows in rows_seen)
     assert (got * want).sum(1).min() > 0.9999
 
 

@@ -26,7 +26,10 @@ import numpy as np
 
 INT8_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for int8's speed and peak memory
 FUSED_BATCH_TOKENS = 2048  # AMX tiles want larger batches (+12 % over 1,024 in one run, 600 passages)
-FUSED_ROW_BUCKET = 64  # oneDNN builds a kernel for each new row count: 32 counts up to 2,048 rows
+# oneDNN builds a kernel for each new row count (a varying count made bf16 matmuls 4-6x slower), so a
+# forward's rows are padded: to a multiple of 16 up to 256 rows (a question: 8.0 ms p50 against 9.7 ms at 64),
+# of 64 above (bulk: 130-134 evidence/s against 123-124 at 16)
+FUSED_ROW_STEPS: tuple[tuple[int, int], ...] = ((256, 16), (FUSED_BATCH_TOKENS, 64))
 CUDA_BATCH_TOKENS = 32768
 _INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
 
@@ -46,10 +49,13 @@ class Kernels(Protocol):
     name: str  # the precision, as EVIDENT_EMBED_PRECISION names it
     stream_dtype: Any  # dtype of the residual stream between layers
     batch_tokens: int  # padded tokens per forward
-    row_bucket: int  # a forward's rows (tokens) are padded up to a multiple of this
 
     def make(self, weight: np.ndarray, bias: np.ndarray) -> Linear:
         """``weight`` is ``(out, in)`` float32, ``bias`` ``(out,)``."""
+        ...
+
+    def padded_rows(self, rows: int) -> int:
+        """The rows a forward of ``rows`` tokens gives the linears (zero rows below the tokens)."""
         ...
 
     def project(self, x: Any, lin: Linear) -> Any:
@@ -71,7 +77,6 @@ class Int8Kernels:
 
     name = "int8"
     batch_tokens = INT8_BATCH_TOKENS
-    row_bucket = 1
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
@@ -99,6 +104,9 @@ class Int8Kernels:
         del acc
         return out.mul_(lin.scale).mul_(scale).add_(lin.bias)
 
+    def padded_rows(self, rows: int) -> int:
+        return rows
+
     def project_gelu(self, x: Any, lin: Linear) -> Any:
         return self._torch.nn.functional.gelu(self.project(x, lin))
 
@@ -111,7 +119,7 @@ class FusedBf16Kernels:
 
     name = "bf16"
     batch_tokens = FUSED_BATCH_TOKENS
-    row_bucket = FUSED_ROW_BUCKET
+    row_steps = FUSED_ROW_STEPS
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
@@ -122,6 +130,10 @@ class FusedBf16Kernels:
         torch = self._torch
         packed = self._ops._reorder_linear_weight(_tensor(torch, weight).to(torch.bfloat16))
         return Linear(packed, None, _tensor(torch, bias).to(torch.bfloat16))
+
+    def padded_rows(self, rows: int) -> int:
+        step = next((step for limit, step in self.row_steps if rows <= limit), self.row_steps[-1][1])
+        return -(-rows // step) * step
 
     def project(self, x: Any, lin: Linear) -> Any:
         return self._ops._linear_pointwise(x, lin.weight, lin.bias, "none", [], "")
@@ -143,12 +155,15 @@ class FloatKernels:
         self._device = device
         self.stream_dtype = torch.float32
         self.batch_tokens = INT8_BATCH_TOKENS if device == "cpu" else CUDA_BATCH_TOKENS
-        self.row_bucket = 1
+
 
     def make(self, weight: np.ndarray, bias: np.ndarray) -> Linear:
         torch = self._torch
         return Linear(_tensor(torch, weight, self._device).to(self._dtype), None,
                       _tensor(torch, bias, self._device).to(self._dtype))
+
+    def padded_rows(self, rows: int) -> int:
+        return rows
 
     def project(self, x: Any, lin: Linear) -> Any:
         return self._torch.nn.functional.linear(x.to(self._dtype), lin.weight, lin.bias)

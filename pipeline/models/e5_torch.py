@@ -170,13 +170,13 @@ class E5TorchEmbedder:
 
     def _encoder(self, x: Any, keep: Any) -> Any:
         """The transformer layers over ``x`` (``keep``: the tokens that are not padding); float32 out. The
-        linears see the batch's tokens as rows padded up to a multiple of the kernels' ``row_bucket``: oneDNN
+        linears see the batch's tokens as rows padded as the kernels say (``padded_rows``): oneDNN
         builds a kernel for every new row count (a varying count made its bf16 matmuls 4-6x slower)."""
         torch, F, cfg, kernels = self._torch, self._torch.nn.functional, self._cfg, self._kernels
         n, length, hidden = x.shape
         heads, head_dim = cfg.heads, hidden // cfg.heads
         rows = n * length
-        padded = -(-rows // kernels.row_bucket) * kernels.row_bucket
+        padded = kernels.padded_rows(rows)
         flat = x.reshape(rows, hidden)
         ctx_rows = None
         if padded > rows:  # zero rows below the tokens; attention and pooling never read them

