@@ -27,8 +27,8 @@ import numpy as np
 INT8_BATCH_TOKENS = 1024  # padded tokens per CPU batch: measured best for int8's speed and peak memory
 FUSED_BATCH_TOKENS = 2048  # AMX tiles want larger batches (+12 % over 1,024 in one run, 600 passages)
 # oneDNN builds a kernel for each new row count (a varying count made bf16 matmuls 4-6x slower), so a
-# forward's rows are padded: to a multiple of 16 up to 256 rows (a question: 8.0 ms p50 against 9.7 ms at 64),
-# of 64 above (bulk: 130-134 evidence/s against 123-124 at 16)
+# forward's rows are padded: to a multiple of 16 up to 256 rows (a question: 8.2-9.0 ms p50 against
+# 10.0-10.6 at 64), of 64 above (bulk: 130-134 evidence/s against 123-124 at 16)
 FUSED_ROW_STEPS: tuple[tuple[int, int], ...] = ((256, 16), (FUSED_BATCH_TOKENS, 64))
 CUDA_BATCH_TOKENS = 32768
 _INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
