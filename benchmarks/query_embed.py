@@ -20,19 +20,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.ingest import load_queries
 from pipeline.factory import make_embedder_from
 from pipeline.settings import PipelineSettings
 
 CONFQ = Path(__file__).resolve().parent.parent.parent / "shared" / "confquestions"
-
-
-def dev_questions(path: Path, n: int) -> list[str]:
-    """Completed dev questions, EN and DE of each turn in turn, the first ``n``."""
-    out: list[str] = []
-    for conversation in json.loads(path.read_text(encoding="utf-8")):
-        for turn in conversation["turns"]:
-            out += [turn[key] for key in ("completed_q_en", "completed_q_de") if turn.get(key)]
-    return out[:n]
 
 
 def main() -> None:
@@ -42,7 +34,9 @@ def main() -> None:
     ap.add_argument("--dev", type=Path, default=CONFQ / "qa-dev.json")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    asked = dev_questions(args.dev, args.questions)
+    asked = load_queries(args.dev, args.questions)
+    if not asked:
+        ap.error(f"no completed questions in {args.dev}")
     embedder = make_embedder_from(PipelineSettings.load(), cache=False)  # the model, not the cache
     try:
         embedder.embed_queries(asked[:1])
