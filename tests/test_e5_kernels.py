@@ -40,18 +40,21 @@ def _cosines(a: Any, b: Any) -> np.ndarray:
     pytest.param(lambda: FusedBf16Kernels(torch), marks=needs_onednn_bf16),
     lambda: FloatKernels(torch, "fp32", "cpu"),
 ])
-@pytest.mark.parametrize("rows", [1, 16, 300])  # _int_mm pads fewer than 17 rows
+@pytest.mark.parametrize("rows", [1, 16, 300])  # int8 pads fewer than 17 rows
 def test_projections_agree_with_float32(kernels: Any, rows: int) -> None:
     k = kernels()
     rng = np.random.default_rng(rows)
     weight = rng.normal(0, 0.05, (96, 64)).astype(np.float32)
     bias = rng.normal(0, 0.1, 96).astype(np.float32)
+    padded = k.padded_rows(rows)  # as the forward gives them: zero rows below
     x = torch.from_numpy(rng.normal(0, 1, (rows, 64)).astype(np.float32))
     residual = torch.from_numpy(rng.normal(0, 1, (rows, 96)).astype(np.float32))
     ref = x @ torch.from_numpy(weight).T + torch.from_numpy(bias)
     lin = k.make(weight, bias)
-    xs, rs = x.to(k.stream_dtype), residual.to(k.stream_dtype)
-    got = {"plain": k.project(xs, lin), "gelu": k.project_gelu(xs, lin), "add": k.project_add(xs, lin, rs)}
+    xs = torch.cat([x, x.new_zeros(padded - rows, 64)]).to(k.stream_dtype)
+    rs = torch.cat([residual, residual.new_zeros(padded - rows, 96)]).to(k.stream_dtype)
+    got = {"plain": k.project(xs, lin)[:rows], "gelu": k.project_gelu(xs, lin)[:rows],
+           "add": k.project_add(xs, lin, rs)[:rows]}
     want = {"plain": ref, "gelu": torch.nn.functional.gelu(ref), "add": ref + residual}
     assert got["add"].dtype == k.stream_dtype
     for kind, value in got.items():
@@ -88,11 +91,12 @@ def test_no_amx_where_torch_cannot_tell_or_the_cpu_has_none() -> None:
     assert cpu_has_amx(torch_with(tiles=True, allowed=False)) is False  # the kernel did not let us use them
 
 
-def test_bf16_rows_are_padded_in_steps_int8_rows_never() -> None:
+def test_rows_are_padded_as_each_kernel_set_needs() -> None:
     fused = FusedBf16Kernels(torch)
     assert [fused.padded_rows(r) for r in (1, 15, 16, 17, 256, 257, 2048, 2049)] == [
         16, 16, 16, 32, 256, 320, 2048, 2112]
     assert Int8Kernels(torch).padded_rows(17) == 17 and FloatKernels(torch, "fp32", "cpu").padded_rows(3) == 3
+    assert Int8Kernels(torch).padded_rows(3) == 17  # torch._int_mm on CPU wants more than 16 rows
 
 
 def test_no_amx_where_onednn_is_capped_below_it() -> None:

@@ -34,7 +34,7 @@ FUSED_BATCH_TOKENS = 2048  # AMX tiles want larger batches (+12 % over 1,024 in 
 # 10.0-10.6 at 64), of 64 above (bulk: 130-134 evidence/s against 123-124 at 16)
 FUSED_ROW_STEPS: tuple[tuple[int, int], ...] = ((256, 16), (FUSED_BATCH_TOKENS, 64))
 CUDA_BATCH_TOKENS = 32768
-_INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows
+_INT_MM_MIN_ROWS = 17  # torch._int_mm on CPU wants more than 16 rows: int8 forwards are padded to 17
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Kernels(Protocol):
         ...
 
     def project(self, x: Any, lin: Linear) -> Any:
-        """``x W + b`` for ``x`` of shape ``(rows, in)``."""
+        """``x W + b`` for ``x`` of shape ``(rows, in)``, ``rows`` as ``padded_rows`` gives them."""
         ...
 
     def project_gelu(self, x: Any, lin: Linear) -> Any:
@@ -93,22 +93,19 @@ class Int8Kernels:
 
     def project(self, x: Any, lin: Linear) -> Any:
         torch = self._torch
-        rows = x.shape[0]
         # max |x| per token as max(max, -min): two vectorized reductions, no |x| copy (aminmax's fused
         # kernel is not vectorized on CPU: 8x slower, a fifth of the whole forward)
         high = torch.amax(x, dim=1, keepdim=True)
         scale = torch.maximum(high, torch.amin(x, dim=1, keepdim=True).neg_()).clamp_min_(1e-8).div_(127)
         quant = torch.div(x, scale).round_().to(torch.int8)
-        if rows < _INT_MM_MIN_ROWS:
-            quant = torch.cat([quant, quant.new_zeros(_INT_MM_MIN_ROWS - rows, quant.shape[1])])
         acc = torch._int_mm(quant, lin.weight)
         del quant
-        out = acc[:rows].to(torch.float32)
+        out = acc.to(torch.float32)
         del acc
         return out.mul_(lin.scale).mul_(scale).add_(lin.bias)
 
     def padded_rows(self, rows: int) -> int:
-        return rows
+        return max(rows, _INT_MM_MIN_ROWS)
 
     def project_gelu(self, x: Any, lin: Linear) -> Any:
         return self._torch.nn.functional.gelu(self.project(x, lin))
